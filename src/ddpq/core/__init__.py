@@ -1,0 +1,1 @@
+"""Pure decisions: no I/O, no clocks (``now`` is always a parameter)."""

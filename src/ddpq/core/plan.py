@@ -1,0 +1,135 @@
+"""Which queued jobs start now, on which GPUs and which rendezvous port.
+
+The ordering rule (documented for users in docs/scheduling.md):
+
+1. higher ``priority`` first;
+2. then the owner who used fewer GPU-seconds recently (fair share);
+3. then submission order.
+
+The first job in that order that does not fit becomes the *head*. EASY-style
+backfill then lets later jobs start on idle GPUs only when that cannot delay
+the head: either the job's time limit ends before the head's reserved start
+(the *shadow time*), or it uses only GPUs that will still be spare once the
+head starts. A job without a time limit never backfills past a blocked head,
+and nothing backfills when the head's start cannot be bounded because the
+jobs it waits for have no time limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: int
+    owner: str
+    gpus: int
+    priority: int
+    submitted_at: float
+    time_limit_s: float | None = None
+    not_before: float | None = None  # retry back-off: not eligible before this time
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: int
+    gpus: tuple[int, ...]
+    started_at: float
+    time_limit_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    job_id: int
+    gpus: tuple[int, ...]
+    port: int
+
+
+def order_key(job: QueuedJob, usage: Mapping[str, float]) -> tuple[int, float, float, int]:
+    return (-job.priority, usage.get(job.owner, 0.0), job.submitted_at, job.id)
+
+
+def _expected_end(job: RunningJob) -> float:
+    if job.time_limit_s is None:
+        return math.inf
+    return job.started_at + job.time_limit_s
+
+
+def shadow(
+    need: int, free_now: int, running: Sequence[RunningJob], now: float
+) -> tuple[float, int]:
+    """When the head can start at the latest, and how many GPUs are spare then.
+
+    Returns ``(shadow_time, extra)``: by ``shadow_time`` at least ``need`` GPUs
+    are free even if every running job uses its whole time limit; ``extra`` is
+    how many more than ``need`` are free at that moment. ``shadow_time`` is
+    ``inf`` when the head waits on a job without a time limit.
+    """
+    free = free_now
+    when = now
+    for job in sorted(running, key=_expected_end):
+        if free >= need:
+            break
+        when = max(when, _expected_end(job))
+        free += len(job.gpus)
+    if free < need:  # more than exists: the caller refuses such jobs at submit
+        return math.inf, 0
+    return when, free - need
+
+
+def plan(
+    queued: Sequence[QueuedJob],
+    usable_gpus: Sequence[int],
+    running: Sequence[RunningJob],
+    free_ports: Sequence[int],
+    usage: Mapping[str, float],
+    now: float,
+) -> list[Placement]:
+    """Decide what starts now. Pure: same inputs, same answer.
+
+    ``usable_gpus``: every GPU the policy lets ddpq hand out (held or not).
+    ``running``: jobs holding leases; their GPUs are not free.
+    ``free_ports``: unleased ports in the order they should be used.
+    ``usage``: recent GPU-seconds per owner (see ``rules.recent_usage``).
+    """
+    held = {g for job in running for g in job.gpus}
+    free = sorted(g for g in set(usable_gpus) if g not in held)
+    ports = list(free_ports)
+    placements: list[Placement] = []
+    live = list(running)
+    head_shadow: float | None = None
+    head_extra = 0
+
+    eligible = [j for j in queued if j.not_before is None or j.not_before <= now]
+    for job in sorted(eligible, key=lambda j: order_key(j, usage)):
+        if not ports:
+            break
+        fits = job.gpus <= len(free)
+        if head_shadow is None:
+            if fits:
+                placements.append(_place(job, free, ports))
+                live.append(RunningJob(job.id, placements[-1].gpus, now, job.time_limit_s))
+                continue
+            if job.gpus > len(set(usable_gpus)):
+                continue  # can never fit here (e.g. GPUs became external); do not block others
+            head_shadow, head_extra = shadow(job.gpus, len(free), live, now)
+            continue
+        # Backfill past the head.
+        if not fits:
+            continue
+        ends_in_time = job.time_limit_s is not None and now + job.time_limit_s <= head_shadow
+        if ends_in_time:
+            placements.append(_place(job, free, ports))
+        elif job.gpus <= head_extra and head_shadow != math.inf:
+            placements.append(_place(job, free, ports))
+            head_extra -= job.gpus
+    return placements
+
+
+def _place(job: QueuedJob, free: list[int], ports: list[int]) -> Placement:
+    taken = tuple(free[: job.gpus])
+    del free[: job.gpus]
+    return Placement(job.id, taken, ports.pop(0))

@@ -1,0 +1,114 @@
+"""Time-limit, retry, outcome and fair-share rules (pure functions)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ddpq.core.states import JobState
+
+
+class StopRequest(StrEnum):
+    """Why ddpq asked a running job to stop."""
+
+    CANCEL = "cancel"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """What the shim wrote when the job's process group was gone."""
+
+    exit_code: int | None
+    signal: int | None
+    started_at: float
+    ended_at: float
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: JobState
+    reason: str
+
+
+def past_time_limit(started_at: float | None, time_limit_s: float | None, now: float) -> bool:
+    if started_at is None or time_limit_s is None:
+        return False
+    return now - started_at >= time_limit_s
+
+
+def time_limit_deadline(started_at: float | None, time_limit_s: float | None) -> float | None:
+    if started_at is None or time_limit_s is None:
+        return None
+    return started_at + time_limit_s
+
+
+def retry_backoff_s(attempt: int, base_s: float = 2.0, cap_s: float = 300.0) -> float:
+    """Delay before attempt ``attempt + 1`` after ``attempt`` failed (1-based).
+
+    Doubles each time (2 s, 4 s, 8 s, ...) so a job that fails at once does not
+    spin, capped so a retry still happens within minutes.
+    """
+    return float(min(cap_s, base_s * (2 ** max(0, attempt - 1))))
+
+
+def describe_exit(record: ExitRecord) -> str:
+    if record.error:
+        return record.error
+    if record.signal is not None:
+        return f"killed by signal {record.signal}"
+    return f"exit code {record.exit_code}"
+
+
+def outcome_of(record: ExitRecord, stop: StopRequest | None, grace_s: float) -> Outcome:
+    """The final state of one attempt, given how it ended and whether ddpq stopped it."""
+    how = describe_exit(record)
+    if stop is StopRequest.CANCEL:
+        return Outcome(JobState.CANCELLED, f"cancelled (SIGTERM, SIGKILL after {grace_s:g}s); {how}")
+    if stop is StopRequest.TIMEOUT:
+        return Outcome(
+            JobState.TIMED_OUT,
+            f"time limit reached (SIGTERM, SIGKILL after {grace_s:g}s); {how}",
+        )
+    if record.error is None and record.signal is None and record.exit_code == 0:
+        return Outcome(JobState.SUCCEEDED, how)
+    return Outcome(JobState.FAILED, how)
+
+
+def should_retry(state: JobState, attempt: int, max_retries: int) -> bool:
+    """Only plain failures are retried; a cancel or a time limit is the user's word."""
+    return state is JobState.FAILED and attempt <= max_retries
+
+
+@dataclass(frozen=True)
+class Run:
+    """One stretch of GPU use by one owner, for fair share."""
+
+    owner: str
+    gpus: int
+    started_at: float
+    ended_at: float | None  # None: still running
+
+
+def recent_usage(runs: Iterable[Run], now: float, window_s: float) -> dict[str, float]:
+    """GPU-seconds each owner used within the last ``window_s`` seconds.
+
+    A 0-GPU job counts as a tenth of a GPU, so CPU-only jobs still share fairly
+    among themselves without weighing like real GPU use.
+    """
+    since = now - window_s
+    usage: dict[str, float] = {}
+    for run in runs:
+        end = now if run.ended_at is None else min(run.ended_at, now)
+        start = max(run.started_at, since)
+        if end <= start:
+            continue
+        weight = run.gpus if run.gpus > 0 else 0.1
+        usage[run.owner] = usage.get(run.owner, 0.0) + weight * (end - start)
+    return usage
+
+
+def usage_of(usage: Mapping[str, float], owner: str) -> float:
+    return usage.get(owner, 0.0)

@@ -1,0 +1,141 @@
+"""Tables. Times are UNIX epoch seconds (REAL): plain numbers the pure core can use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    command: Mapped[list[str]] = mapped_column(JSON)
+    cwd: Mapped[str] = mapped_column(Text)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    launcher: Mapped[str] = mapped_column(String(16), default="plain")  # plain | torchrun
+    gpus: Mapped[int] = mapped_column(Integer)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_retries: Mapped[int] = mapped_column(Integer, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    port_retries: Mapped[int] = mapped_column(Integer, default=0)
+    user_hold: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    not_before: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    stop_request: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    stop_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    job_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    shim_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    shim_start_ticks: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    sched_latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ix_jobs_state_priority", "state", "priority"),)
+
+
+class JobDependency(Base):
+    __tablename__ = "job_dependencies"
+
+    job_id: Mapped[int] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    depends_on: Mapped[int] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class JobEvent(Base):
+    """Every state change, with its time and reason."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[float] = mapped_column(Float)
+    from_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class Attempt(Base):
+    """One launch of a job: its leases, how it ended."""
+
+    __tablename__ = "attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[list[int]] = mapped_column(JSON)
+    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class Lease(Base):
+    """A GPU or port held by a job.
+
+    The partial unique index is the guarantee that no two live jobs hold the
+    same GPU or port, whatever the Python above it does.
+    """
+
+    __tablename__ = "leases"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(8))  # gpu | port
+    resource: Mapped[int] = mapped_column(Integer)
+    acquired_at: Mapped[float] = mapped_column(Float)
+    released_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (
+        Index(
+            "uq_leases_live_resource",
+            "kind",
+            "resource",
+            unique=True,
+            sqlite_where=text("released_at IS NULL"),
+        ),
+    )
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    unix_user: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)

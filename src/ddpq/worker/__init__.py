@@ -1,0 +1,1 @@
+"""Everything that knows about processes: the agent loop, the shim, devices, ports."""
