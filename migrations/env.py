@@ -17,6 +17,7 @@ def run_migrations() -> None:
     engine = create_engine(url)
     with engine.connect() as connection:
         connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # batch mode rebuilds tables
+        connection.commit()  # end the autobegun transaction so Alembic's own one commits
         context.configure(
             connection=connection,
             target_metadata=Base.metadata,

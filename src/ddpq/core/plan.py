@@ -12,7 +12,8 @@ the head: either the job's time limit ends before the head's reserved start
 (the *shadow time*), or it uses only GPUs that will still be spare once the
 head starts. A job without a time limit never backfills past a blocked head,
 and nothing backfills when the head's start cannot be bounded because the
-jobs it waits for have no time limit.
+jobs it waits for have no time limit. A job that needs no GPU cannot delay the
+head, so it may always start (it only takes a port).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Placement:
 
 
 def order_key(job: QueuedJob, usage: Mapping[str, float]) -> tuple[int, float, float, int]:
-    return (-job.priority, usage.get(job.owner, 0.0), job.submitted_at, job.id)
+    return (-job.priority, -usage.get(job.owner, 0.0), job.submitted_at, job.id)
 
 
 def _expected_end(job: RunningJob) -> float:
@@ -70,11 +72,16 @@ def shadow(
     """
     free = free_now
     when = now
-    for job in sorted(running, key=_expected_end):
+
+    def back_at(job: RunningJob) -> float:
+        return max(now, _expected_end(job))
+
+    # Jobs due at the same moment all give their GPUs back together.
+    for end, due in groupby(sorted(running, key=back_at), key=back_at):
         if free >= need:
             break
-        when = max(when, _expected_end(job))
-        free += len(job.gpus)
+        when = end
+        free += sum(len(job.gpus) for job in due)
     if free < need:  # more than exists: the caller refuses such jobs at submit
         return math.inf, 0
     return when, free - need
@@ -95,11 +102,19 @@ def plan(
     ``free_ports``: unleased ports in the order they should be used.
     ``usage``: recent GPU-seconds per owner (see ``rules.recent_usage``).
     """
+    usable = set(usable_gpus)
     held = {g for job in running for g in job.gpus}
-    free = sorted(g for g in set(usable_gpus) if g not in held)
+    free = sorted(usable - held)
     ports = list(free_ports)
     placements: list[Placement] = []
-    live = list(running)
+    # Only usable GPUs come back to the pool when a running job ends: one that
+    # holds GPUs the policy has since made external frees none of those.
+    live = [
+        RunningJob(
+            job.id, tuple(g for g in job.gpus if g in usable), job.started_at, job.time_limit_s
+        )
+        for job in running
+    ]
     head_shadow: float | None = None
     head_extra = 0
 
@@ -113,17 +128,21 @@ def plan(
                 placements.append(_place(job, free, ports))
                 live.append(RunningJob(job.id, placements[-1].gpus, now, job.time_limit_s))
                 continue
-            if job.gpus > len(set(usable_gpus)):
+            if job.gpus > len(usable):
                 continue  # can never fit here (e.g. GPUs became external); do not block others
             head_shadow, head_extra = shadow(job.gpus, len(free), live, now)
             continue
         # Backfill past the head.
         if not fits:
             continue
-        ends_in_time = job.time_limit_s is not None and now + job.time_limit_s <= head_shadow
-        if ends_in_time:
+        if job.gpus == 0:
+            placements.append(_place(job, free, ports))  # holds no GPU the head needs
+            continue
+        if job.time_limit_s is None or head_shadow == math.inf:
+            continue
+        if now + job.time_limit_s <= head_shadow:
             placements.append(_place(job, free, ports))
-        elif job.gpus <= head_extra and head_shadow != math.inf:
+        elif job.gpus <= head_extra:
             placements.append(_place(job, free, ports))
             head_extra -= job.gpus
     return placements

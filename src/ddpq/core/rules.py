@@ -66,7 +66,9 @@ def outcome_of(record: ExitRecord, stop: StopRequest | None, grace_s: float) -> 
     """The final state of one attempt, given how it ended and whether ddpq stopped it."""
     how = describe_exit(record)
     if stop is StopRequest.CANCEL:
-        return Outcome(JobState.CANCELLED, f"cancelled (SIGTERM, SIGKILL after {grace_s:g}s); {how}")
+        return Outcome(
+            JobState.CANCELLED, f"cancelled (SIGTERM, SIGKILL after {grace_s:g}s); {how}"
+        )
     if stop is StopRequest.TIMEOUT:
         return Outcome(
             JobState.TIMED_OUT,

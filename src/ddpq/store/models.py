@@ -64,9 +64,7 @@ class Job(Base):
 class JobDependency(Base):
     __tablename__ = "job_dependencies"
 
-    job_id: Mapped[int] = mapped_column(
-        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
-    )
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     depends_on: Mapped[int] = mapped_column(
         ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True
     )
@@ -139,3 +137,20 @@ class User(Base):
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     unix_user: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class DeviceSnapshot(Base):
+    """The worker's latest view of one GPU, so the API can show it without NVML."""
+
+    __tablename__ = "devices"
+
+    index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    uuid: Mapped[str] = mapped_column(String(96))
+    name: Mapped[str] = mapped_column(String(128))
+    fake: Mapped[bool] = mapped_column(Boolean)
+    memory_total_mb: Mapped[int] = mapped_column(Integer)
+    memory_used_mb: Mapped[int] = mapped_column(Integer)
+    external: Mapped[bool] = mapped_column(Boolean)
+    # [{"pid": int, "used_memory_mb": int | None}] of processes ddpq did not start
+    external_processes: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)

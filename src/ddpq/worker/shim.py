@@ -212,8 +212,13 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         write_record(
             job_dir,
-            {"exit_code": None, "signal": None, "started_at": started_at,
-             "ended_at": time.time(), "error": f"cannot open the job's log: {exc}"},
+            {
+                "exit_code": None,
+                "signal": None,
+                "started_at": started_at,
+                "ended_at": time.time(),
+                "error": f"cannot open the job's log: {exc}",
+            },
         )
         return 0
 

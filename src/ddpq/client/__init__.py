@@ -1,0 +1,1 @@
+"""The HTTP client and the ``ddpq`` CLI. Never imports server code."""

@@ -1,0 +1,625 @@
+"""The ``ddpq`` command line (Typer + Rich).
+
+Exit codes: 0 success; 1 the daemon refused the request; 2 bad usage or
+configuration; 3 the daemon cannot be reached; 4 no such job; 5 not allowed
+(missing or wrong token, someone else's job); 130 interrupted.
+Heavy imports (the server, SQLAlchemy, uvicorn) happen inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+from ddpq.client.api import DdpqClient, DdpqError, find_token
+
+if TYPE_CHECKING:
+    from ddpq.config import Settings
+    from ddpq.schemas import DeviceList, JobDetail, JobOut
+
+app = typer.Typer(
+    name="ddpq",
+    help="A GPU job queue for a shared training server: disjoint GPUs and a rendezvous "
+    "port for every PyTorch DDP job.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+admin_app = typer.Typer(help="Local administration (run on the server, reads the state folder).")
+user_app = typer.Typer(help="Users and their API tokens.")
+admin_app.add_typer(user_app, name="user")
+app.add_typer(admin_app, name="admin")
+
+_OPTS: dict[str, Any] = {"url": None, "token": None, "debug": False}
+ACTIVE_STATES = ["queued", "held", "starting", "running"]
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"ddpq: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def client() -> DdpqClient:
+    token = _OPTS["token"] or find_token()
+    return DdpqClient(_OPTS["url"], token)
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    # Rich turns colours off by itself when stdout is not a terminal (and honours NO_COLOR).
+    return Console()
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+@app.callback()
+def _global(
+    url: Annotated[
+        str | None, typer.Option(help="daemon URL (default $DDPQ_URL or http://127.0.0.1:8765)")
+    ] = None,
+    token: Annotated[str | None, typer.Option(help="API token (default $DDPQ_TOKEN)")] = None,
+    debug: Annotated[bool, typer.Option(help="show tracebacks")] = False,
+) -> None:
+    _OPTS.update(url=url, token=token, debug=debug)
+
+
+# ---- daemon -----------------------------------------------------------------
+
+
+def _settings(
+    home: Path | None,
+    host: str,
+    port: int,
+    fake_gpus: int | None,
+    port_range: str,
+    external_gpus: str,
+    grace: str,
+    log_cap: int,
+    auth: bool,
+    stop_jobs: bool,
+) -> Settings:
+    from ddpq.client.format import parse_duration
+    from ddpq.config import Settings, default_home, parse_port_range
+
+    env_fake = os.environ.get("DDPQ_FAKE_GPUS")
+    if fake_gpus is None and env_fake:
+        fake_gpus = int(env_fake)
+    return Settings(
+        home=(home or default_home()).expanduser().resolve(),
+        host=host,
+        port=port,
+        fake_gpus=fake_gpus,
+        port_range=parse_port_range(port_range),
+        external_policy=external_gpus,
+        grace_s=0.0 if grace.strip() in ("0", "0s") else parse_duration(grace),
+        log_cap_bytes=log_cap,
+        auth=auth,
+        stop_jobs_on_exit=stop_jobs,
+    )
+
+
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option(help="state folder (default $DDPQ_HOME or ~/.local/state/ddpq)"),
+]
+HostOpt = Annotated[str, typer.Option(help="address to listen on")]
+PortOpt = Annotated[int, typer.Option(help="API port")]
+FakeOpt = Annotated[
+    int | None,
+    typer.Option(help="use N fake GPUs instead of NVML; jobs run on the CPU ($DDPQ_FAKE_GPUS)"),
+]
+RangeOpt = Annotated[str, typer.Option(help="rendezvous ports to lease, LOW-HIGH")]
+ExternalOpt = Annotated[
+    str, typer.Option(help="GPUs running processes ddpq did not start: avoid or ignore")
+]
+GraceOpt = Annotated[str, typer.Option(help="SIGTERM-to-SIGKILL grace period when stopping a job")]
+LogCapOpt = Annotated[int, typer.Option(help="bytes of output kept per job (head + newest)")]
+AuthOpt = Annotated[bool, typer.Option(help="require per-user tokens (ddpq admin user add)")]
+StopJobsOpt = Annotated[
+    bool, typer.Option(help="on shutdown, stop running jobs instead of leaving them to re-adopt")
+]
+
+
+def _run_daemon(api: bool, worker: bool, **kw: Any) -> None:
+    from ddpq import daemon
+    from ddpq.config import ConfigError
+
+    try:
+        daemon.run(_settings(**kw), api=api, worker=worker)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+
+
+@app.command()
+def serve(
+    home: HomeOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    fake_gpus: FakeOpt = None,
+    port_range: RangeOpt = "29600-29999",
+    external_gpus: ExternalOpt = "avoid",
+    grace: GraceOpt = "10s",
+    log_cap: LogCapOpt = 64 * 1024 * 1024,
+    auth: AuthOpt = False,
+    stop_jobs: StopJobsOpt = False,
+) -> None:
+    """Run the API and the worker in one process (a one-box lab)."""
+    _run_daemon(True, True, **locals())
+
+
+@app.command()
+def server(
+    home: HomeOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    fake_gpus: FakeOpt = None,
+    port_range: RangeOpt = "29600-29999",
+    external_gpus: ExternalOpt = "avoid",
+    grace: GraceOpt = "10s",
+    log_cap: LogCapOpt = 64 * 1024 * 1024,
+    auth: AuthOpt = False,
+    stop_jobs: StopJobsOpt = False,
+) -> None:
+    """Run only the API (pair it with `ddpq worker` on the same state folder)."""
+    _run_daemon(True, False, **locals())
+
+
+@app.command()
+def worker(
+    home: HomeOpt = None,
+    fake_gpus: FakeOpt = None,
+    port_range: RangeOpt = "29600-29999",
+    external_gpus: ExternalOpt = "avoid",
+    grace: GraceOpt = "10s",
+    log_cap: LogCapOpt = 64 * 1024 * 1024,
+    stop_jobs: StopJobsOpt = False,
+) -> None:
+    """Run only the worker loop (launches and watches jobs)."""
+    _run_daemon(False, True, host="127.0.0.1", port=0, auth=False, **locals())
+
+
+# ---- jobs -------------------------------------------------------------------
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def submit(
+    ctx: typer.Context,
+    gpus: Annotated[int, typer.Option("--gpus", "-g", help="number of GPUs")] = 0,
+    name: Annotated[str | None, typer.Option("--name", "-n")] = None,
+    priority: Annotated[int, typer.Option(help="higher starts first")] = 0,
+    time_limit: Annotated[str | None, typer.Option(help="e.g. 30m, 2h; then timed_out")] = None,
+    retries: Annotated[int, typer.Option(help="requeue a failed job up to N times")] = 0,
+    after: Annotated[
+        list[int] | None, typer.Option(help="start only after job ID succeeded (repeatable)")
+    ] = None,
+    hold: Annotated[bool, typer.Option(help="queue it held until `ddpq release`")] = False,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE")] = None,
+    torchrun: Annotated[
+        bool, typer.Option(help="run CMD (a script) under torchrun on the leased GPUs and port")
+    ] = False,
+    cwd: Annotated[Path | None, typer.Option(help="working directory (default: here)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the job as JSON")] = False,
+) -> None:
+    """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
+
+    Built-in workloads take their own options after the name, e.g.
+    `ddpq submit resnet18 --gpus 2 --epochs 5 --synthetic 5000`.
+    """
+    from pydantic import ValidationError
+
+    from ddpq.client.format import parse_duration
+    from ddpq.schemas import JobSubmit
+
+    argv = list(ctx.args)
+    if not argv:
+        fail("nothing to run: give a command after `--` or a workload name", 2)
+    env_map: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--env {item!r}: expected KEY=VALUE", 2)
+        env_map[key] = value
+    fields: dict[str, Any] = {
+        "gpus": gpus,
+        "name": name,
+        "priority": priority,
+        "retries": retries,
+        "after": after or [],
+        "hold": hold,
+        "env": env_map,
+        "torchrun": torchrun,
+        "cwd": str((cwd or Path.cwd()).resolve()),
+    }
+    from ddpq.workloads.registry import WORKLOADS
+
+    if argv[0] in WORKLOADS and "--" not in sys.argv:
+        fields.update(workload=argv[0], args=argv[1:], torchrun=False)
+    else:
+        fields["command"] = argv
+    try:
+        if time_limit:
+            fields["time_limit_s"] = parse_duration(time_limit)
+        job = JobSubmit(**fields)
+    except ValueError as exc:
+        if isinstance(exc, ValidationError):
+            msg = "; ".join(
+                f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}".lstrip(": ")
+                for e in exc.errors()
+            ).replace("Value error, ", "")
+        else:
+            msg = str(exc)
+        fail(msg, 2)
+    with client() as c:
+        out = c.submit(job)
+    if as_json:
+        print_json(out.model_dump(mode="json"))
+    else:
+        typer.echo(out.id)
+
+
+StateOpt = Annotated[list[str] | None, typer.Option("--state", "-s", help="only these states")]
+
+
+@app.command("ls")
+def ls(
+    state: StateOpt = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="only this owner's jobs")] = None,
+    mine: Annotated[bool, typer.Option(help="only my jobs")] = False,
+    all_: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The queue, oldest first (newest last, like squeue)."""
+    states = state or (None if all_ else ACTIVE_STATES)
+    with client() as c:
+        if mine:
+            user = c.whoami()["name"]
+        jobs = c.list(states=states, user=user).items
+    if as_json:
+        print_json([j.model_dump(mode="json") for j in jobs])
+        return
+    console().print(jobs_table(jobs))
+
+
+def jobs_table(jobs: list[JobOut]) -> Any:
+    from rich.table import Table
+
+    from ddpq.client.format import age, progress_line
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("ID", "NAME", "OWNER", "STATE", "GPUS", "PORT", "PROGRESS", "AGE"):
+        table.add_column(col, no_wrap=col != "PROGRESS")
+    for j in jobs:
+        gpus = ",".join(map(str, j.leases.gpus)) if j.leases.gpus else str(j.gpus)
+        table.add_row(
+            str(j.id),
+            j.name,
+            j.owner,
+            _styled_state(j.state),
+            gpus,
+            str(j.leases.port or ""),
+            progress_line(j.progress),
+            age(j.submitted_at),
+        )
+    return table
+
+
+STATE_STYLE = {
+    "queued": "yellow",
+    "held": "magenta",
+    "starting": "cyan",
+    "running": "green",
+    "succeeded": "bold green",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "timed_out": "red",
+}
+
+
+def _styled_state(state: str) -> str:
+    style = STATE_STYLE.get(state, "")
+    return f"[{style}]{state}[/]" if style else state
+
+
+@app.command()
+def show(
+    job_id: int,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Everything about one job: state history, leases, attempts, progress, log tail."""
+    with client() as c:
+        job = c.show(job_id)
+        tail = b"" if as_json else c.log_tail(job_id)
+    if as_json:
+        print_json(job.model_dump(mode="json"))
+        return
+    render_job(job, b"\n".join(tail.splitlines()[-10:]))
+
+
+def render_job(job: JobDetail, tail: bytes) -> None:
+    from ddpq.client.format import human_duration, progress_line
+
+    con = console()
+    con.print(f"[bold]job {job.id}[/] {job.name}  {_styled_state(job.state)}  {job.reason}")
+    con.print(f"  owner      {job.owner}")
+    con.print(
+        f"  command    {' '.join(job.command)}"
+        + ("  (torchrun)" if job.launcher == "torchrun" else "")
+    )
+    con.print(
+        f"  gpus       {job.gpus} requested"
+        + (f", leased {job.leases.gpus}" if job.leases.gpus else "")
+    )
+    if job.leases.port:
+        con.print(f"  port       {job.leases.port}")
+    con.print(f"  priority   {job.priority}")
+    if job.time_limit_s:
+        con.print(f"  time limit {human_duration(job.time_limit_s)}")
+    if job.after:
+        con.print(f"  after      {', '.join(map(str, job.after))}")
+    con.print(f"  attempt    {job.attempt} (retries allowed: {job.retries})")
+    if job.exit_code is not None or job.exit_signal is not None:
+        con.print(
+            f"  exit       code {job.exit_code}"
+            + (f", signal {job.exit_signal}" if job.exit_signal else "")
+        )
+    if job.progress:
+        con.print(f"  progress   {progress_line(job.progress)}")
+    if job.job_dir:
+        con.print(f"  folder     {job.job_dir}")
+    con.print("[bold]history[/]")
+    for e in job.events:
+        con.print(f"  {e.at.astimezone():%Y-%m-%d %H:%M:%S}  {e.to_state:<10} {e.reason}")
+    if job.attempts:
+        con.print("[bold]attempts[/]")
+        for a in job.attempts:
+            con.print(
+                f"  #{a.number} GPUs {a.gpus} port {a.port}  {a.state or 'running'}  {a.reason}"
+            )
+    if tail:
+        con.print("[bold]log tail[/]")
+        con.print(tail.decode(errors="replace"), markup=False, highlight=False)
+
+
+@app.command()
+def logs(
+    job_id: int,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="follow until the job ends")
+    ] = False,
+) -> None:
+    """Print a job's output (stdout and stderr together)."""
+    out = sys.stdout.buffer
+    with client() as c:
+        if follow:
+            for chunk in c.follow_log(job_id):
+                out.write(chunk)
+                out.flush()
+            return
+        offset = 0
+        while True:
+            data, offset = c.log(job_id, offset)
+            if not data:
+                break
+            out.write(data)
+    out.flush()
+
+
+@app.command()
+def cancel(
+    job_ids: Annotated[list[int] | None, typer.Argument(help="job IDs")] = None,
+    mine: Annotated[bool, typer.Option(help="cancel all my unfinished jobs")] = False,
+) -> None:
+    """Cancel jobs: queued ones end at once, running ones get SIGTERM then SIGKILL."""
+    with client() as c:
+        ids = list(job_ids or [])
+        if mine:
+            me = c.whoami()["name"]
+            ids += [j.id for j in c.list(states=ACTIVE_STATES, user=me).items]
+        if not ids:
+            fail("no job to cancel: give job IDs or --mine", 2)
+        worst = 0
+        for job_id in ids:
+            try:
+                r = c.cancel(job_id)
+            except DdpqError as exc:
+                typer.echo(f"ddpq: job {job_id}: {exc}", err=True)
+                worst = max(worst, exc.exit_code)
+                continue
+            typer.echo(f"{r.id}: {r.state} ({r.reason})")
+    if worst:
+        raise typer.Exit(worst)
+
+
+@app.command("hold")
+def hold_cmd(job_id: int) -> None:
+    """Keep a queued job from starting until `ddpq release`."""
+    with client() as c:
+        j = c.hold(job_id, True)
+    typer.echo(f"{j.id}: {j.state} ({j.reason})")
+
+
+@app.command("release")
+def release_cmd(job_id: int) -> None:
+    """Let a held job start."""
+    with client() as c:
+        j = c.hold(job_id, False)
+    typer.echo(f"{j.id}: {j.state} ({j.reason})")
+
+
+@app.command()
+def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Every GPU: who holds it (job, owner, since when), memory, outside processes."""
+    with client() as c:
+        devs = c.devices()
+    if as_json:
+        print_json(devs.model_dump(mode="json"))
+        return
+    console().print(gpu_table(devs))
+
+
+def gpu_table(devs: DeviceList) -> Any:
+    from rich.table import Table
+
+    from ddpq.client.format import age
+
+    port_of = {job: port for port, job in devs.ports_leased.items()}
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "MEMORY", "OUTSIDE"):
+        table.add_column(col, no_wrap=True)
+    for d in devs.items:
+        status = {
+            "free": "[green]free[/]",
+            "leased": "[cyan]leased[/]",
+            "external": "[red]external[/]",
+        }[d.status]
+        outside = ", ".join(f"pid {p.pid}" for p in d.external_processes)
+        table.add_row(
+            str(d.index),
+            d.name + (" (fake)" if d.fake and d.name != "fake" else ""),
+            status,
+            str(d.job_id or ""),
+            d.owner or "",
+            str(port_of.get(d.job_id, "")) if d.job_id else "",
+            age(d.since) if d.since else "",
+            f"{d.memory_used_mb}/{d.memory_total_mb} MiB",
+            outside,
+        )
+    return table
+
+
+@app.command()
+def watch(
+    interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
+    all_: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
+) -> None:
+    """A live view of the queue and the GPU map, with progress bars. Ctrl-C to leave."""
+    from rich.live import Live
+
+    from ddpq.client.watchview import render
+
+    with client() as c, Live(console=console(), auto_refresh=False, screen=False) as live:
+        try:
+            while True:
+                states = None if all_ else ACTIVE_STATES
+                jobs = c.list(states=states).items
+                live.update(render(jobs, c.devices()), refresh=True)
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+
+@app.command()
+def login(
+    token: Annotated[str, typer.Argument(help="the token `ddpq admin user add` printed")],
+) -> None:
+    """Save your API token (0600) in your config folder."""
+    from ddpq.client.api import save_token
+
+    path = save_token(token.strip())
+    typer.echo(f"token saved to {path}")
+
+
+@app.command()
+def whoami() -> None:
+    """Who the daemon thinks you are."""
+    with client() as c:
+        me = c.whoami()
+    typer.echo(f"{me['name']}{' (admin)' if me['admin'] else ''}")
+
+
+# ---- admin (local: works on the state folder directly) -----------------------------
+
+
+def _admin_db(home: Path | None) -> Any:
+    from ddpq.config import default_home
+    from ddpq.store.db import Database, migrate
+
+    path = (home or default_home()).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    migrate(path / "ddpq.db")
+    return Database(path / "ddpq.db")
+
+
+@user_app.command("add")
+def user_add(
+    name: str,
+    admin: Annotated[bool, typer.Option(help="may cancel anyone's job")] = False,
+    unix_user: Annotated[
+        str | None, typer.Option(help="Unix account the user's jobs run as (root daemon)")
+    ] = None,
+    home: HomeOpt = None,
+) -> None:
+    """Create a user and print their token (once: only a hash is stored)."""
+    from ddpq.schemas import NAME_RE
+    from ddpq.store import users
+
+    if not NAME_RE.match(name):
+        fail("a user name is 1-64 letters, digits, '.', '_' or '-'", 2)
+    db = _admin_db(home)
+    try:
+        with db.write() as s:
+            _, token = users.add_user(s, name, admin=admin, unix_user=unix_user, now=time.time())
+    except users.UserExists as exc:
+        fail(str(exc), 1)
+    finally:
+        db.dispose()
+    typer.echo(token)
+
+
+@user_app.command("list")
+def user_list(home: HomeOpt = None) -> None:
+    """Users, whether admin, and their Unix account."""
+    from ddpq.store import users
+
+    db = _admin_db(home)
+    with db.read() as s:
+        for u in users.all_users(s):
+            typer.echo(f"{u.name}\t{'admin' if u.is_admin else 'user'}\t{u.unix_user or u.name}")
+    db.dispose()
+
+
+@user_app.command("remove")
+def user_remove(name: str, home: HomeOpt = None) -> None:
+    """Delete a user (their token stops working)."""
+    from ddpq.store import users
+
+    db = _admin_db(home)
+    try:
+        with db.write() as s:
+            users.remove_user(s, name)
+    except LookupError as exc:
+        fail(str(exc).strip("'\""), 1)
+    finally:
+        db.dispose()
+    typer.echo(f"removed {name}")
+
+
+@app.command()
+def version() -> None:
+    """Print ddpq's version."""
+    from ddpq import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:
+    try:
+        app()
+    except DdpqError as exc:
+        if _OPTS["debug"]:
+            raise
+        typer.echo(f"ddpq: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)

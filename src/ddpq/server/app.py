@@ -1,0 +1,353 @@
+"""The REST API: ``create_app(settings)``. Routes call the store and the core, never SQL."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ddpq import __version__, wake
+from ddpq.config import Settings
+from ddpq.core.states import TERMINAL, JobState
+from ddpq.schemas import (
+    CancelResult,
+    DeviceList,
+    DeviceOut,
+    ErrorOut,
+    GpuProcessOut,
+    JobDetail,
+    JobList,
+    JobOut,
+    JobSubmit,
+)
+from ddpq.server import views
+from ddpq.store import devices as device_store
+from ddpq.store import jobs as job_store
+from ddpq.store import leases as lease_store
+from ddpq.store import users as user_store
+from ddpq.store.db import Database, migrate
+from ddpq.workloads.registry import BadWorkload, resolve
+
+STATIC = Path(__file__).with_name("static")
+LOG_CHUNK = 64 * 1024
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+@dataclass(frozen=True)
+class Caller:
+    name: str
+    admin: bool
+
+
+def _error(status: int, code: str, detail: str) -> JSONResponse:
+    return JSONResponse(ErrorOut(detail=detail, code=code).model_dump(), status_code=status)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body",))
+        msg = str(err.get("msg", "invalid"))
+        msg = msg.removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc and not msg.startswith(loc) else msg)
+    return "; ".join(parts) or "invalid request"
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "missing or wrong token"},
+    403: {"model": ErrorOut, "description": "not your job"},
+    404: {"model": ErrorOut, "description": "no such job"},
+    422: {"model": ErrorOut, "description": "invalid request; `detail` names the field"},
+}
+
+
+def get_caller(request: Request) -> Caller:
+    """Who is asking: the token's user with --auth, else whoever the client says it is."""
+    settings: Settings = request.app.state.settings
+    if not settings.auth:
+        return Caller(name=request.headers.get("x-ddpq-user") or "anonymous", admin=True)
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "unauthorized", "this daemon needs a token: set DDPQ_TOKEN")
+    db: Database = request.app.state.db
+    with db.read() as s:
+        user = user_store.by_token(s, token.strip())
+        if user is None:
+            raise ApiError(401, "unauthorized", "unknown token")
+        return Caller(name=user.name, admin=user.is_admin)
+
+
+Auth = Annotated[Caller, Depends(get_caller)]
+
+
+def create_app(settings: Settings) -> FastAPI:
+    db_holder: dict[str, Database] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        migrate(settings.db_path)
+        db_holder["db"] = app.state.db = Database(settings.db_path)
+        yield
+        db_holder.pop("db").dispose()
+
+    app = FastAPI(
+        title="ddpq",
+        version=__version__,
+        description="GPU job queue for a shared training server: leases disjoint GPUs and a "
+        "rendezvous port to each PyTorch DDP job.",
+        lifespan=lifespan,
+        docs_url="/docs",
+        responses=ERRORS,
+    )
+    app.state.settings = settings
+
+    def db() -> Database:
+        return db_holder["db"]
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_r: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.code, exc.detail)
+
+    @app.exception_handler(job_store.UnknownJob)
+    async def _unknown(_r: Request, exc: job_store.UnknownJob) -> JSONResponse:
+        return _error(404, "not_found", f"no job {exc.job_id}")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_r: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, "invalid", _validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    def may_touch(who: Caller, owner: str, job_id: int) -> None:
+        if settings.auth and not who.admin and who.name != owner:
+            raise ApiError(403, "forbidden", f"job {job_id} belongs to {owner}, not {who.name}")
+
+    @app.get("/healthz", tags=["meta"])
+    def healthz() -> dict[str, Any]:
+        with db().read() as s:
+            counts = job_store.count_by_state(s)
+        return {"ok": True, "version": __version__, "jobs": counts}
+
+    @app.get("/v1/whoami", tags=["meta"])
+    def whoami(who: Auth) -> dict[str, Any]:
+        return {"name": who.name, "admin": who.admin, "auth": settings.auth}
+
+    @app.post("/v1/jobs", status_code=201, response_model=JobOut, tags=["jobs"])
+    def submit(body: JobSubmit, who: Auth) -> JobOut:
+        owner = who.name if settings.auth else (body.owner or who.name)
+        launcher = "torchrun" if body.torchrun else "plain"
+        command = body.command
+        if body.workload is not None:
+            try:
+                command = resolve(body.workload, body.args)
+            except BadWorkload as exc:
+                raise ApiError(422, "invalid", f"args: {exc}") from None
+            launcher = "torchrun"
+        cwd = body.cwd or str(settings.home)
+        if not os.path.isabs(cwd):
+            raise ApiError(422, "invalid", "cwd: must be an absolute path")
+        name = body.name or (body.workload or Path(command[0]).name)[:64]
+        spec = job_store.NewJob(
+            name=name,
+            owner=owner,
+            command=command,
+            cwd=cwd,
+            gpus=body.gpus,
+            launcher=launcher,
+            env=body.env,
+            priority=body.priority,
+            time_limit_s=body.time_limit_s,
+            max_retries=body.retries,
+            after=tuple(body.after),
+            hold=body.hold,
+        )
+        with db().write() as s:
+            total = len(device_store.all_devices(s))
+            if body.gpus > total:
+                raise ApiError(
+                    422,
+                    "invalid",
+                    f"gpus: asked for {body.gpus} GPUs but this server has {total}",
+                )
+            job = job_store.create_job(s, spec, time.time())
+            out = views.jobs_out(s, [job])[0]
+        wake.nudge(settings.wake_socket)
+        return out
+
+    @app.get("/v1/jobs", response_model=JobList, tags=["jobs"])
+    def list_jobs(
+        _who: Auth,
+        state: Annotated[list[JobState] | None, Query()] = None,
+        user: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> JobList:
+        with db().read() as s:
+            rows, total = job_store.list_jobs(
+                s, states=[x.value for x in state or []], owner=user, limit=limit, offset=offset
+            )
+            return JobList(items=views.jobs_out(s, rows), total=total, offset=offset, limit=limit)
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobDetail, tags=["jobs"])
+    def show(job_id: int, _who: Auth) -> JobDetail:
+        with db().read() as s:
+            return views.job_detail(s, job_store.get_job(s, job_id))
+
+    @app.post("/v1/jobs/{job_id}/cancel", response_model=CancelResult, tags=["jobs"])
+    def cancel(job_id: int, who: Auth) -> CancelResult:
+        with db().write() as s:
+            job = job_store.get_job(s, job_id)
+            may_touch(who, job.owner, job_id)
+            job_store.cancel(s, job, time.time())
+            result = CancelResult(
+                id=job.id,
+                state=job.state,  # type: ignore[arg-type]
+                reason="stopping (SIGTERM sent, SIGKILL after the grace period)"
+                if job.stop_request
+                else job.reason,
+            )
+        wake.nudge(settings.wake_socket)
+        return result
+
+    def _hold(job_id: int, who: Caller, hold: bool) -> JobOut:
+        with db().write() as s:
+            job = job_store.get_job(s, job_id)
+            may_touch(who, job.owner, job_id)
+            try:
+                job_store.set_hold(s, job, hold, time.time())
+            except ValueError as exc:
+                raise ApiError(409, "conflict", str(exc)) from None
+            out = views.jobs_out(s, [job])[0]
+        wake.nudge(settings.wake_socket)
+        return out
+
+    @app.post("/v1/jobs/{job_id}/hold", response_model=JobOut, tags=["jobs"])
+    def hold(job_id: int, who: Auth) -> JobOut:
+        return _hold(job_id, who, True)
+
+    @app.post("/v1/jobs/{job_id}/release", response_model=JobOut, tags=["jobs"])
+    def release(job_id: int, who: Auth) -> JobOut:
+        return _hold(job_id, who, False)
+
+    def _log_target(job_id: int, who: Caller) -> tuple[Path | None, str]:
+        with db().read() as s:
+            job = job_store.get_job(s, job_id)
+            may_touch(who, job.owner, job_id)
+            return (Path(job.job_dir) / "output.log" if job.job_dir else None), job.state
+
+    def _job_state(job_id: int) -> str:
+        with db().read() as s:
+            return job_store.get_job(s, job_id).state
+
+    @app.get(
+        "/v1/jobs/{job_id}/log",
+        tags=["jobs"],
+        responses={200: {"content": {"text/plain": {}}, "description": "log bytes"}},
+    )
+    def read_log(
+        job_id: int,
+        who: Auth,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=16 * 1024 * 1024)] = 1024 * 1024,
+        follow: bool = False,
+    ) -> Response:
+        """Log bytes from ``offset``; ``follow=true``: a chunked stream until the job ends."""
+        path, state = _log_target(job_id, who)
+        if follow:
+            return StreamingResponse(_follow(job_id, path, offset), media_type="text/plain")
+        data, size = _read(path, offset, limit)
+        return Response(
+            data,
+            media_type="text/plain; charset=utf-8",
+            headers={
+                "X-Ddpq-Log-Size": str(size),
+                "X-Ddpq-Next-Offset": str(offset + len(data)),
+                "X-Ddpq-Job-State": state,
+            },
+        )
+
+    def _follow(job_id: int, path: Path | None, offset: int) -> Iterator[bytes]:
+        while True:
+            state = _job_state(job_id)
+            if path is None:
+                path, _ = _log_target(job_id, Caller("ddpq", True))
+            data, size = _read(path, offset, LOG_CHUNK)
+            if size < offset:  # the shim compacted the log past its cap
+                yield b"\n[ddpq: log compacted; some output skipped]\n"
+                offset = max(0, size - LOG_CHUNK)
+                continue
+            if data:
+                offset += len(data)
+                yield data
+                continue
+            if JobState(state) in TERMINAL:
+                return
+            time.sleep(0.2)
+
+    @app.get("/v1/devices", response_model=DeviceList, tags=["devices"])
+    def devices(_who: Auth) -> DeviceList:
+        with db().read() as s:
+            snapshot = device_store.all_devices(s)
+            live = lease_store.live(s)
+            owners = {
+                j.id: j.owner for j in job_store.jobs_in(s, [JobState.STARTING, JobState.RUNNING])
+            }
+        gpu_holder = {x.resource: x for x in live if x.kind == lease_store.GPU}
+        ports = {x.resource: x.job_id for x in live if x.kind == lease_store.PORT}
+        items = []
+        for d in snapshot:
+            lease = gpu_holder.get(d.index)
+            status = "leased" if lease else ("external" if d.external else "free")
+            items.append(
+                DeviceOut(
+                    index=d.index,
+                    uuid=d.uuid,
+                    name=d.name,
+                    fake=d.fake,
+                    memory_total_mb=d.memory_total_mb,
+                    memory_used_mb=d.memory_used_mb,
+                    status=status,  # type: ignore[arg-type]
+                    job_id=lease.job_id if lease else None,
+                    owner=owners.get(lease.job_id) if lease else None,
+                    since=views.ts(lease.acquired_at) if lease else None,
+                    external_processes=[GpuProcessOut(**p) for p in d.external_processes],
+                )
+            )
+        return DeviceList(items=items, ports_leased=ports)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    return app
+
+
+def _read(path: Path | None, offset: int, limit: int) -> tuple[bytes, int]:
+    if path is None:
+        return b"", 0
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if offset >= size:
+                return b"", size
+            f.seek(offset)
+            return f.read(limit), size
+    except FileNotFoundError:
+        return b"", 0

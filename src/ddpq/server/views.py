@@ -1,0 +1,82 @@
+"""Rows from the store turned into wire schemas."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session
+
+from ddpq.schemas import AttemptOut, EventOut, JobDetail, JobOut, LeaseOut
+from ddpq.store import jobs as job_store
+from ddpq.store import leases as lease_store
+from ddpq.store.models import Job
+
+
+def ts(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def ts_req(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+def job_out(job: Job, leases: tuple[list[int], int | None], after: list[int]) -> JobOut:
+    gpus, port = leases
+    return JobOut(
+        id=job.id,
+        name=job.name,
+        owner=job.owner,
+        command=list(job.command),
+        launcher=job.launcher,
+        gpus=job.gpus,
+        priority=job.priority,
+        state=job.state,  # type: ignore[arg-type]  # validated by pydantic
+        reason=job.reason,
+        submitted_at=ts_req(job.submitted_at),
+        started_at=ts(job.started_at),
+        ended_at=ts(job.ended_at),
+        exit_code=job.exit_code,
+        exit_signal=job.exit_signal,
+        time_limit_s=job.time_limit_s,
+        retries=job.max_retries,
+        attempt=job.attempt,
+        after=after,
+        hold=job.user_hold,
+        leases=LeaseOut(gpus=sorted(gpus), port=port),
+        progress=job.progress,
+        job_dir=job.job_dir,
+    )
+
+
+def jobs_out(session: Session, jobs: list[Job]) -> list[JobOut]:
+    ids = [j.id for j in jobs]
+    held = lease_store.by_job(lease_store.live(session, ids))
+    return [
+        job_out(j, held.get(j.id, ([], None)), job_store.dependencies_of(session, j.id))
+        for j in jobs
+    ]
+
+
+def job_detail(session: Session, job: Job) -> JobDetail:
+    base = jobs_out(session, [job])[0]
+    return JobDetail(
+        **base.model_dump(),
+        events=[
+            EventOut(at=ts_req(e.at), from_state=e.from_state, to_state=e.to_state, reason=e.reason)
+            for e in job_store.events_of(session, job.id)
+        ],
+        attempts=[
+            AttemptOut(
+                number=a.number,
+                gpus=list(a.gpus),
+                port=a.port,
+                started_at=ts_req(a.started_at),
+                ended_at=ts(a.ended_at),
+                exit_code=a.exit_code,
+                exit_signal=a.exit_signal,
+                state=a.state,
+                reason=a.reason,
+            )
+            for a in job_store.attempts_of(session, job.id)
+        ],
+    )

@@ -1,0 +1,267 @@
+"""Jobs, their state history and attempts. Flush, never commit: the caller owns the transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from ddpq.core.deps import dependency_verdict, waiting_reason
+from ddpq.core.rules import Run
+from ddpq.core.states import ACTIVE, TERMINAL, JobState, check_transition
+from ddpq.store.models import Attempt, Job, JobDependency, JobEvent
+
+
+class UnknownJob(LookupError):
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job {job_id}")
+        self.job_id = job_id
+
+
+@dataclass(frozen=True)
+class NewJob:
+    name: str
+    owner: str
+    command: list[str]
+    cwd: str
+    gpus: int
+    launcher: str = "plain"
+    env: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    time_limit_s: float | None = None
+    max_retries: int = 0
+    after: tuple[int, ...] = ()
+    hold: bool = False
+
+
+def _record(
+    session: Session, job: Job, old: str | None, new: JobState, reason: str, now: float
+) -> None:
+    session.add(JobEvent(job_id=job.id, at=now, from_state=old, to_state=new.value, reason=reason))
+
+
+def create_job(session: Session, spec: NewJob, now: float) -> Job:
+    """Insert a job: queued, held (dependency, hold) or cancelled (a dependency failed)."""
+    dep_states = dependency_states(session, spec.after)
+    missing = sorted(set(spec.after) - set(dep_states))
+    if missing:
+        raise UnknownJob(missing[0])
+    job = Job(
+        name=spec.name,
+        owner=spec.owner,
+        command=spec.command,
+        cwd=spec.cwd,
+        env=spec.env,
+        launcher=spec.launcher,
+        gpus=spec.gpus,
+        priority=spec.priority,
+        time_limit_s=spec.time_limit_s,
+        max_retries=spec.max_retries,
+        attempt=0,
+        port_retries=0,
+        user_hold=spec.hold,
+        state=JobState.QUEUED.value,
+        reason="",
+        submitted_at=now,
+    )
+    session.add(job)
+    session.flush()
+    for dep in sorted(set(spec.after)):
+        session.add(JobDependency(job_id=job.id, depends_on=dep))
+    _record(session, job, None, JobState.QUEUED, "submitted", now)
+    _settle_waiting(session, job, dep_states, now)
+    session.flush()
+    return job
+
+
+def dependency_states(session: Session, ids: Iterable[int]) -> dict[int, JobState]:
+    wanted = set(ids)
+    if not wanted:
+        return {}
+    rows = session.execute(select(Job.id, Job.state).where(Job.id.in_(wanted)))
+    return {i: JobState(s) for i, s in rows}
+
+
+def dependencies_of(session: Session, job_id: int) -> list[int]:
+    rows = session.scalars(select(JobDependency.depends_on).where(JobDependency.job_id == job_id))
+    return sorted(rows)
+
+
+def _settle_waiting(
+    session: Session, job: Job, dep_states: dict[int, JobState], now: float
+) -> None:
+    """Put a waiting job where its dependencies and hold say it belongs."""
+    verdict = dependency_verdict(dep_states)
+    current = JobState(job.state)
+    if verdict.doomed_by is not None:
+        state = verdict.doomed_state.value if verdict.doomed_state else "ended"
+        finish(session, job, JobState.CANCELLED, f"dependency {verdict.doomed_by} {state}", now)
+        return
+    pending = [d for d, s in dep_states.items() if s is not JobState.SUCCEEDED]
+    if job.user_hold or not verdict.ready:
+        reason = waiting_reason(pending, job.user_hold)
+        if current is not JobState.HELD or job.reason != reason:
+            set_state(session, job, JobState.HELD, reason, now)
+    elif current is JobState.HELD:
+        set_state(session, job, JobState.QUEUED, "dependencies met, released", now)
+
+
+def set_state(session: Session, job: Job, new: JobState, reason: str, now: float) -> None:
+    old = JobState(job.state)
+    if old is not new:
+        check_transition(old, new)
+    job.state = new.value
+    job.reason = reason
+    _record(session, job, old.value, new, reason, now)
+
+
+def finish(session: Session, job: Job, state: JobState, reason: str, now: float) -> None:
+    """End a job for good, and settle every job that waits on it."""
+    assert state in TERMINAL
+    set_state(session, job, state, reason, now)
+    job.ended_at = now
+    session.flush()
+    waiting = session.scalars(
+        select(Job)
+        .join(JobDependency, JobDependency.job_id == Job.id)
+        .where(JobDependency.depends_on == job.id, Job.state == JobState.HELD.value)
+    ).all()
+    for dependent in waiting:
+        deps = dependency_states(session, dependencies_of(session, dependent.id))
+        _settle_waiting(session, dependent, deps, now)
+
+
+def get_job(session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise UnknownJob(job_id)
+    return job
+
+
+def list_jobs(
+    session: Session,
+    *,
+    states: Sequence[str] = (),
+    owner: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[list[Job], int]:
+    """Jobs oldest first (newest last, like squeue), with the total before paging."""
+    query = select(Job)
+    if states:
+        query = query.where(Job.state.in_(list(states)))
+    if owner is not None:
+        query = query.where(Job.owner == owner)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(Job.id).limit(limit).offset(offset)).all()
+    return list(rows), total
+
+
+def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
+    wanted = [s.value for s in states]
+    return list(session.scalars(select(Job).where(Job.state.in_(wanted)).order_by(Job.id)))
+
+
+def events_of(session: Session, job_id: int) -> list[JobEvent]:
+    return list(
+        session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id))
+    )
+
+
+def attempts_of(session: Session, job_id: int) -> list[Attempt]:
+    return list(
+        session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number))
+    )
+
+
+def start_attempt(
+    session: Session, job: Job, gpus: Sequence[int], port: int | None, now: float
+) -> Attempt:
+    job.attempt += 1
+    job.started_at = now
+    job.ended_at = None
+    job.exit_code = None
+    job.exit_signal = None
+    job.stop_request = None
+    job.stop_sent_at = None
+    job.shim_pid = None
+    job.shim_start_ticks = None
+    attempt = Attempt(job_id=job.id, number=job.attempt, gpus=list(gpus), port=port, started_at=now)
+    session.add(attempt)
+    return attempt
+
+
+def end_attempt(
+    session: Session,
+    job: Job,
+    *,
+    exit_code: int | None,
+    exit_signal: int | None,
+    state: JobState,
+    reason: str,
+    now: float,
+) -> None:
+    session.execute(
+        update(Attempt)
+        .where(Attempt.job_id == job.id, Attempt.number == job.attempt, Attempt.ended_at.is_(None))
+        .values(
+            ended_at=now,
+            exit_code=exit_code,
+            exit_signal=exit_signal,
+            state=state.value,
+            reason=reason,
+        )
+    )
+    job.exit_code = exit_code
+    job.exit_signal = exit_signal
+
+
+def request_stop(session: Session, job: Job, why: str) -> bool:
+    """Ask the worker to stop a running job; False if a stop was already asked for."""
+    if job.stop_request is not None:
+        return False
+    job.stop_request = why
+    return True
+
+
+def cancel(session: Session, job: Job, now: float) -> None:
+    """Cancel: a waiting job ends at once; an active one is stopped by the worker."""
+    state = JobState(job.state)
+    if state in TERMINAL:
+        return
+    if state in ACTIVE:
+        request_stop(session, job, "cancel")
+        return
+    finish(session, job, JobState.CANCELLED, "cancelled before it started", now)
+
+
+def set_hold(session: Session, job: Job, hold: bool, now: float) -> None:
+    state = JobState(job.state)
+    if state not in (JobState.QUEUED, JobState.HELD):
+        raise ValueError(
+            f"job {job.id} is {state.value}; only a waiting job can be held or released"
+        )
+    job.user_hold = hold
+    deps = dependency_states(session, dependencies_of(session, job.id))
+    _settle_waiting(session, job, deps, now)
+
+
+def recent_runs(session: Session, since: float) -> list[Run]:
+    rows = session.execute(
+        select(Job.owner, Attempt.gpus, Attempt.started_at, Attempt.ended_at)
+        .join(Job, Job.id == Attempt.job_id)
+        .where((Attempt.ended_at.is_(None)) | (Attempt.ended_at >= since))
+    )
+    return [Run(owner, len(gpus), start, end) for owner, gpus, start, end in rows]
+
+
+def set_progress(session: Session, job: Job, progress: dict[str, Any]) -> None:
+    job.progress = progress
+
+
+def count_by_state(session: Session) -> dict[str, int]:
+    rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
+    return {state: n for state, n in rows}

@@ -1,0 +1,70 @@
+"""GPU and port leases. The partial unique index on live rows is the real guard."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from ddpq.store.models import Lease
+
+GPU = "gpu"
+PORT = "port"
+
+
+@dataclass(frozen=True)
+class LiveLease:
+    job_id: int
+    kind: str
+    resource: int
+    acquired_at: float
+
+
+def acquire(
+    session: Session, job_id: int, gpus: Sequence[int], port: int | None, now: float
+) -> None:
+    for gpu in gpus:
+        session.add(Lease(job_id=job_id, kind=GPU, resource=gpu, acquired_at=now))
+    if port is not None:
+        session.add(Lease(job_id=job_id, kind=PORT, resource=port, acquired_at=now))
+    session.flush()  # an IntegrityError here means a double lease: the transaction is rolled back
+
+
+def release(session: Session, job_id: int, now: float) -> None:
+    session.execute(
+        update(Lease)
+        .where(Lease.job_id == job_id, Lease.released_at.is_(None))
+        .values(released_at=now)
+    )
+
+
+def live(session: Session, job_ids: Iterable[int] | None = None) -> list[LiveLease]:
+    query = select(Lease).where(Lease.released_at.is_(None))
+    if job_ids is not None:
+        query = query.where(Lease.job_id.in_(list(job_ids)))
+    return [
+        LiveLease(row.job_id, row.kind, row.resource, row.acquired_at)
+        for row in session.scalars(query.order_by(Lease.job_id, Lease.kind, Lease.resource))
+    ]
+
+
+def by_job(leases: Iterable[LiveLease]) -> dict[int, tuple[list[int], int | None]]:
+    """job id -> (GPU indices, port)."""
+    out: dict[int, tuple[list[int], int | None]] = {}
+    for lease in leases:
+        gpus, port = out.get(lease.job_id, ([], None))
+        if lease.kind == GPU:
+            gpus.append(lease.resource)
+        else:
+            port = lease.resource
+        out[lease.job_id] = (gpus, port)
+    return out
+
+
+def last_port(session: Session) -> int | None:
+    """The most recently leased port, so allocation can rotate instead of reusing at once."""
+    return session.scalar(
+        select(Lease.resource).where(Lease.kind == PORT).order_by(Lease.id.desc()).limit(1)
+    )

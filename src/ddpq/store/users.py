@@ -1,0 +1,66 @@
+"""Users and their bearer tokens. Tokens are stored as SHA-256 hashes only.
+
+Tokens are 32 random bytes, so a fast hash is enough: there is nothing to
+brute-force the way there is with a human-chosen password.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ddpq.store.models import User
+
+
+class UserExists(ValueError):
+    pass
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def add_user(
+    session: Session, name: str, *, admin: bool, unix_user: str | None, now: float
+) -> tuple[User, str]:
+    """Create a user; returns the user and the token, which is shown once and not stored."""
+    if session.scalar(select(User).where(User.name == name)) is not None:
+        raise UserExists(f"user {name!r} exists already")
+    token = "ddpq_" + secrets.token_urlsafe(32)
+    user = User(
+        name=name, token_hash=hash_token(token), is_admin=admin, unix_user=unix_user, created_at=now
+    )
+    session.add(user)
+    session.flush()
+    return user, token
+
+
+def rotate_token(session: Session, name: str) -> str:
+    user = session.scalar(select(User).where(User.name == name))
+    if user is None:
+        raise LookupError(f"no user {name!r}")
+    token = "ddpq_" + secrets.token_urlsafe(32)
+    user.token_hash = hash_token(token)
+    return token
+
+
+def by_token(session: Session, token: str) -> User | None:
+    return session.scalar(select(User).where(User.token_hash == hash_token(token)))
+
+
+def by_name(session: Session, name: str) -> User | None:
+    return session.scalar(select(User).where(User.name == name))
+
+
+def all_users(session: Session) -> list[User]:
+    return list(session.scalars(select(User).order_by(User.name)))
+
+
+def remove_user(session: Session, name: str) -> None:
+    user = by_name(session, name)
+    if user is None:
+        raise LookupError(f"no user {name!r}")
+    session.delete(user)

@@ -1,0 +1,616 @@
+"""The agent loop on the GPU host: reconcile, schedule, launch, watch, release.
+
+One thread, woken by a datagram on the wake socket (submit, cancel), by a
+job's shim exiting (pidfd), or by a timer (time limits, back-offs, progress).
+It knows processes; the shim knows one job; decisions come from ``ddpq.core``
+and every database access goes through ``ddpq.store``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpq import wake
+from ddpq.config import Settings
+from ddpq.core import plan as planner
+from ddpq.core.rules import (
+    ExitRecord,
+    StopRequest,
+    outcome_of,
+    past_time_limit,
+    recent_usage,
+    retry_backoff_s,
+    should_retry,
+)
+from ddpq.core.states import ACTIVE, JobState
+from ddpq.store import devices as device_store
+from ddpq.store import jobs as job_store
+from ddpq.store import leases as lease_store
+from ddpq.store.db import Database
+from ddpq.store.models import Job
+from ddpq.worker import procs
+from ddpq.worker.devices import Device, DevicesUnavailable, discover
+from ddpq.worker.launch import (
+    LaunchSpec,
+    NoAccount,
+    account_for,
+    job_argv,
+    job_env,
+    shim_argv,
+    threads_per_rank,
+)
+from ddpq.worker.ports import port_is_free, rotation
+
+log = logging.getLogger("ddpq.worker")
+
+EXIT_RECORD = "exit.json"
+PORT_CLASH = ("eaddrinuse", "address already in use")
+PORT_COOLDOWN_S = 30.0
+PROGRESS_EVERY_S = 1.0
+DEVICE_REFRESH_S = 5.0
+
+
+@dataclass
+class Watched:
+    ident: procs.Identity
+    job_dir: Path
+    fd: int | None
+    child: subprocess.Popen[bytes] | None = None
+
+
+@dataclass
+class Launch:
+    job_id: int
+    spec: LaunchSpec
+    owner: str
+
+
+@dataclass
+class WorkerState:
+    watched: dict[int, Watched] = field(default_factory=dict)
+    port_cooldown: dict[int, float] = field(default_factory=dict)
+    last_port: int | None = None
+
+
+class Worker:
+    def __init__(self, settings: Settings, devices: list[Device] | None = None) -> None:
+        self.settings = settings
+        self.db = Database(settings.db_path)
+        self.settings.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self._sock = wake.listen(settings.wake_socket)
+        self._stop = threading.Event()
+        self._state = WorkerState()
+        self._devices = devices if devices is not None else discover(settings.fake_gpus)
+        self._devices_at = time.monotonic()
+        self._external: set[int] = set()
+        self._progress_at = 0.0
+        self._woke_at = time.time()
+        self._cpu = os.cpu_count() or 1
+
+    # ---- life cycle -------------------------------------------------------
+
+    @property
+    def devices(self) -> list[Device]:
+        return list(self._devices)
+
+    @property
+    def external_gpus(self) -> set[int]:
+        return set(self._external)
+
+    def run(self) -> None:
+        self.reconcile()
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:  # keep serving: one bad job must not stop the queue
+                log.exception("worker step failed")
+            self._wait()
+        if self.settings.stop_jobs_on_exit:
+            self.stop_all_jobs()
+        self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        wake.nudge(self.settings.wake_socket)
+
+    def close(self) -> None:
+        for w in self._state.watched.values():
+            if w.fd is not None:
+                os.close(w.fd)
+        self._sock.close()
+        self.db.dispose()
+
+    def _wait(self) -> None:
+        fds: list[Any] = [self._sock]
+        fds += [w.fd for w in self._state.watched.values() if w.fd is not None]
+        try:
+            ready, _, _ = select.select(fds, [], [], self.settings.poll_s)
+        except InterruptedError:
+            ready = []
+        self._woke_at = time.time()
+        if self._sock in ready:
+            wake.drain(self._sock)
+
+    def step(self) -> None:
+        self._collect_exits()
+        self._enforce_stops(time.time())
+        self._refresh_devices()
+        self._schedule()
+        self._update_progress()
+
+    # ---- reconcile: what is really running? --------------------------------
+
+    def reconcile(self) -> None:
+        """Adopt the jobs that still run, finalise those that ended while we were down."""
+        self._publish_devices()
+        with self.db.read() as s:
+            active = [
+                (j.id, JobState(j.state), j.job_dir, j.shim_pid, j.shim_start_ticks)
+                for j in job_store.jobs_in(s, ACTIVE)
+            ]
+        for job_id, state, job_dir, pid, ticks in active:
+            if job_dir is None:
+                self._requeue_unlaunched(job_id, "launch interrupted before the job started")
+                continue
+            if pid is None or ticks is None:
+                found = procs.find_shim(job_dir)
+                ident = procs.identity(found) if found else None
+                if ident is None:
+                    if (Path(job_dir) / EXIT_RECORD).exists():
+                        # It ran and ended while we were down: finalise from its record.
+                        self._watch(job_id, procs.Identity(-1, -1), Path(job_dir), None)
+                        continue
+                    self._requeue_unlaunched(job_id, "launch interrupted before the job started")
+                    continue
+                self._mark_running(job_id, ident, Path(job_dir))
+            else:
+                ident = procs.Identity(pid, ticks)
+            self._watch(job_id, ident, Path(job_dir), None)
+            log.info("job %s: re-adopted (%s, shim pid %s)", job_id, state.value, ident.pid)
+        self._collect_exits()
+
+    def _requeue_unlaunched(self, job_id: int, reason: str) -> None:
+        now = time.time()
+        with self.db.write() as s:
+            job = job_store.get_job(s, job_id)
+            lease_store.release(s, job_id, now)
+            job_store.end_attempt(
+                s,
+                job,
+                exit_code=None,
+                exit_signal=None,
+                state=JobState.QUEUED,
+                reason=reason,
+                now=now,
+            )
+            job_store.set_state(s, job, JobState.QUEUED, reason, now)
+
+    # ---- watch ---------------------------------------------------------------
+
+    def _watch(
+        self,
+        job_id: int,
+        ident: procs.Identity,
+        job_dir: Path,
+        child: subprocess.Popen[bytes] | None,
+    ) -> None:
+        fd = procs.pidfd(ident.pid) if ident.pid > 0 else None
+        # The pidfd pins this process; if it is not the one we mean, it exited already.
+        self._state.watched[job_id] = Watched(ident, job_dir, fd, child)
+
+    def _collect_exits(self) -> None:
+        ended = []
+        for job_id, w in self._state.watched.items():
+            if w.child is not None:
+                w.child.poll()  # reap our own child so it does not linger as a zombie
+            if not procs.is_alive(w.ident):
+                ended.append(job_id)
+        for job_id in ended:
+            w = self._state.watched.pop(job_id)
+            if w.fd is not None:
+                os.close(w.fd)
+            self._finalise(job_id, w)
+
+    def _finalise(self, job_id: int, w: Watched) -> None:
+        record = read_exit_record(w.job_dir)
+        if record is None:
+            # The shim vanished without its record (killed -9, OOM killer...):
+            # the job is lost. Kill whatever of it survives before freeing its GPUs.
+            stragglers = procs.session_members(w.ident.pid, w.ident.start_ticks)
+            deadline = time.monotonic() + 10
+            while stragglers and time.monotonic() < deadline:
+                procs.kill_all(stragglers)
+                time.sleep(0.01)
+                stragglers = procs.session_members(w.ident.pid, w.ident.start_ticks)
+            now = time.time()
+            record = ExitRecord(
+                None, None, now, now, error="lost: the job's shim ended without an exit record"
+            )
+        now = time.time()
+        with self.db.write() as s:
+            job = job_store.get_job(s, job_id)
+            if JobState(job.state) not in ACTIVE:
+                return
+            stop = StopRequest(job.stop_request) if job.stop_request else None
+            outcome = outcome_of(record, stop, self.settings.grace_s)
+            job_store.end_attempt(
+                s,
+                job,
+                exit_code=record.exit_code,
+                exit_signal=record.signal,
+                state=outcome.state,
+                reason=outcome.reason,
+                now=now,
+            )
+            lease_store.release(s, job_id, now)
+            job.shim_pid = None
+            job.shim_start_ticks = None
+            if record.ended_at:
+                job.ended_at = record.ended_at
+            progress = read_progress(w.job_dir)
+            if progress is not None:
+                job.progress = progress
+            if outcome.state is JobState.FAILED and self._port_clash(job, w.job_dir):
+                job.port_retries += 1
+                job_store.set_state(
+                    s,
+                    job,
+                    JobState.QUEUED,
+                    f"rendezvous port was taken (EADDRINUSE); requeued on another port "
+                    f"(try {job.port_retries} of {self.settings.max_port_retries})",
+                    now,
+                )
+            elif should_retry(outcome.state, job.attempt, job.max_retries):
+                delay = retry_backoff_s(job.attempt)
+                job.not_before = now + delay
+                job_store.set_state(
+                    s,
+                    job,
+                    JobState.QUEUED,
+                    f"attempt {job.attempt} failed ({outcome.reason}); retry "
+                    f"{job.attempt} of {job.max_retries} in {delay:g}s",
+                    now,
+                )
+            else:
+                job_store.finish(s, job, outcome.state, outcome.reason, record.ended_at or now)
+        log.info("job %s: %s", job_id, outcome.reason)
+
+    def _port_clash(self, job: Job, job_dir: Path) -> bool:
+        if job.port_retries >= self.settings.max_port_retries:
+            return False
+        tail = read_tail(job_dir / "output.log", 64 * 1024).lower()
+        return any(marker in tail for marker in PORT_CLASH)
+
+    # ---- stops: cancel requests and time limits ----------------------------
+
+    def _enforce_stops(self, now: float) -> None:
+        to_signal: list[tuple[int, procs.Identity]] = []
+        with self.db.read() as s:
+            active = job_store.jobs_in(s, [JobState.RUNNING])
+            need = [
+                j
+                for j in active
+                if (j.stop_request and j.stop_sent_at is None)
+                or (not j.stop_request and past_time_limit(j.started_at, j.time_limit_s, now))
+            ]
+        if not need:
+            return
+        with self.db.write() as s:
+            for stale in need:
+                job = job_store.get_job(s, stale.id)
+                if JobState(job.state) is not JobState.RUNNING or job.stop_sent_at is not None:
+                    continue
+                if not job.stop_request:
+                    job.stop_request = StopRequest.TIMEOUT.value
+                if job.shim_pid is None or job.shim_start_ticks is None:
+                    continue
+                job.stop_sent_at = now
+                to_signal.append((job.id, procs.Identity(job.shim_pid, job.shim_start_ticks)))
+        for job_id, ident in to_signal:
+            # The shim forwards SIGTERM to the job's group and SIGKILLs it after the grace.
+            if procs.is_alive(ident):
+                procs.send(ident.pid, signal.SIGTERM)
+                log.info("job %s: stop requested, SIGTERM sent", job_id)
+
+    def stop_all_jobs(self) -> None:
+        with self.db.write() as s:
+            for job in job_store.jobs_in(s, ACTIVE):
+                job_store.request_stop(s, job, StopRequest.CANCEL.value)
+        deadline = time.monotonic() + self.settings.grace_s + 30
+        while self._state.watched and time.monotonic() < deadline:
+            self._enforce_stops(time.time())
+            self._collect_exits()
+            time.sleep(0.05)
+
+    # ---- devices ---------------------------------------------------------------
+
+    def _refresh_devices(self) -> None:
+        if self.settings.fake_gpus is not None:
+            return
+        if time.monotonic() - self._devices_at < DEVICE_REFRESH_S:
+            return
+        self._devices_at = time.monotonic()
+        try:
+            self._devices = discover(None)
+        except DevicesUnavailable as exc:
+            log.warning("%s", exc)
+            return
+        ours: set[int] = set()
+        for w in self._state.watched.values():
+            ours.update(procs.session_members(w.ident.pid, w.ident.start_ticks))
+        self._external = {
+            d.index for d in self._devices if any(p.pid not in ours for p in d.processes)
+        }
+        self._publish_devices(ours)
+
+    def _publish_devices(self, ours: set[int] | None = None) -> None:
+        rows = [
+            device_store.DeviceRow(
+                index=d.index,
+                uuid=d.uuid,
+                name=d.name,
+                fake=d.fake,
+                memory_total_mb=d.memory_total_mb,
+                memory_used_mb=d.memory_used_mb,
+                external=d.index in self._external,
+                external_processes=[
+                    {"pid": p.pid, "used_memory_mb": p.used_memory_mb}
+                    for p in d.processes
+                    if ours is None or p.pid not in ours
+                ],
+            )
+            for d in self._devices
+        ]
+        with self.db.write() as s:
+            device_store.replace_all(s, rows, time.time())
+
+    def usable_gpus(self) -> list[int]:
+        indices = [d.index for d in self._devices]
+        if self.settings.external_policy == "avoid":
+            return [i for i in indices if i not in self._external]
+        return indices
+
+    # ---- schedule and launch ---------------------------------------------------
+
+    def _schedule(self) -> None:
+        launches = self._lease_next()
+        if not launches:
+            return
+        started: list[tuple[int, procs.Identity, Path, subprocess.Popen[bytes]]] = []
+        failed: list[tuple[int, str]] = []
+        for launch in launches:
+            try:
+                child = self._spawn(launch)
+            except (OSError, NoAccount) as exc:
+                failed.append((launch.job_id, launch_error(exc)))
+                continue
+            ident = procs.identity(child.pid)
+            if ident is None:  # exited already and was reaped? Not possible before poll().
+                ident = procs.Identity(child.pid, 0)
+            started.append((launch.job_id, ident, launch.spec.job_dir, child))
+        now = time.time()
+        with self.db.write() as s:
+            for job_id, ident, _, _ in started:
+                job = job_store.get_job(s, job_id)
+                job.shim_pid, job.shim_start_ticks = ident.pid, ident.start_ticks
+                job_store.set_state(s, job, JobState.RUNNING, "started", now)
+            for job_id, reason in failed:
+                job = job_store.get_job(s, job_id)
+                job_store.end_attempt(
+                    s,
+                    job,
+                    exit_code=None,
+                    exit_signal=None,
+                    state=JobState.FAILED,
+                    reason=reason,
+                    now=now,
+                )
+                lease_store.release(s, job_id, now)
+                job_store.finish(s, job, JobState.FAILED, reason, now)
+        for job_id, ident, job_dir, child in started:
+            self._watch(job_id, ident, job_dir, child)
+
+    def _lease_next(self) -> list[Launch]:
+        """Plan and lease in one BEGIN IMMEDIATE transaction; the jobs move to starting."""
+        now = time.time()
+        cfg = self.settings
+        lo, hi = cfg.port_range
+        with self.db.write() as s:
+            queued = job_store.jobs_in(s, [JobState.QUEUED])
+            if not queued:
+                return []
+            active = job_store.jobs_in(s, ACTIVE)
+            held = lease_store.by_job(lease_store.live(s))
+            running = [
+                planner.RunningJob(
+                    j.id, tuple(held.get(j.id, ([], None))[0]), j.started_at or now, j.time_limit_s
+                )
+                for j in active
+            ]
+            leased_ports = {port for _, port in held.values() if port is not None}
+            if self._state.last_port is None:
+                self._state.last_port = lease_store.last_port(s)
+            usage = recent_usage(
+                job_store.recent_runs(s, now - cfg.usage_window_s), now, cfg.usage_window_s
+            )
+            candidates = [
+                planner.QueuedJob(
+                    j.id, j.owner, j.gpus, j.priority, j.submitted_at, j.time_limit_s, j.not_before
+                )
+                for j in queued
+            ]
+            usable = self.usable_gpus()
+            by_id = {j.id: j for j in queued}
+            placements: list[planner.Placement] = []
+            for _ in range(8):  # re-plan when a chosen port turns out to be taken
+                free_ports = [
+                    p
+                    for p in rotation(lo, hi, self._state.last_port)
+                    if p not in leased_ports and self._state.port_cooldown.get(p, 0.0) <= now
+                ]
+                placements = planner.plan(candidates, usable, running, free_ports, usage, now)
+                busy = [p.port for p in placements if not port_is_free(p.port)]
+                if not busy:
+                    break
+                for port in busy:
+                    log.info("port %s is in use by another program; skipping it", port)
+                    self._state.port_cooldown[port] = now + PORT_COOLDOWN_S
+            launches = []
+            for p in placements:
+                job = by_id[p.job_id]
+                lease_store.acquire(s, job.id, p.gpus, p.port, now)
+                job_store.start_attempt(s, job, p.gpus, p.port, now)
+                job.job_dir = str(cfg.jobs_dir / str(job.id))
+                job.not_before = None
+                job.sched_latency_s = max(0.0, now - max(self._woke_at, job.submitted_at))
+                job_store.set_state(
+                    s, job, JobState.STARTING, f"leased GPUs {list(p.gpus)} and port {p.port}", now
+                )
+                self._state.last_port = p.port
+                launches.append(self._launch_of(job, p))
+            return launches
+
+    def _launch_of(self, job: Job, p: planner.Placement) -> Launch:
+        spec = LaunchSpec(
+            job_id=job.id,
+            job_dir=self.settings.jobs_dir / str(job.id),
+            command=list(job.command),
+            launcher=job.launcher,
+            gpus=p.gpus,
+            port=p.port,
+            nproc=max(1, job.gpus),
+            cwd=job.cwd,
+            env=dict(job.env or {}),
+        )
+        return Launch(job.id, spec, job.owner)
+
+    def _spawn(self, launch: Launch) -> subprocess.Popen[bytes]:
+        spec = launch.spec
+        account = account_for(launch.owner, self._unix_user_of(launch.owner))
+        spec.job_dir.mkdir(parents=True, exist_ok=True)
+        (spec.job_dir / EXIT_RECORD).unlink(missing_ok=True)
+        if account is not None:
+            os.chown(spec.job_dir, account.uid, account.gid)
+        omp = threads_per_rank(self._cpu, max(1, len(self._devices)))
+        env = job_env(spec, os.environ, omp)
+        if account is not None:
+            env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
+        argv = job_argv(spec, self.settings.python)
+        with open(spec.job_dir / "output.log", "ab") as out:
+            out.write(
+                f"[ddpq] attempt started {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+                f"GPUs {list(spec.gpus)}, port {spec.port}\n".encode()
+            )
+        with open(spec.job_dir / "shim.err", "ab") as err:
+            return subprocess.Popen(
+                shim_argv(
+                    self.settings.python,
+                    spec.job_dir,
+                    self.settings.grace_s,
+                    self.settings.log_cap_bytes,
+                    argv,
+                ),
+                cwd=spec.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+                user=account.uid if account else None,
+                group=account.gid if account else None,
+                extra_groups=[] if account else None,
+            )
+
+    def _unix_user_of(self, owner: str) -> str | None:
+        from ddpq.store import users as user_store
+
+        with self.db.read() as s:
+            user = user_store.by_name(s, owner)
+            return user.unix_user if user else None
+
+    def _mark_running(self, job_id: int, ident: procs.Identity, job_dir: Path) -> None:
+        with self.db.write() as s:
+            job = job_store.get_job(s, job_id)
+            job.shim_pid, job.shim_start_ticks = ident.pid, ident.start_ticks
+            if JobState(job.state) is JobState.STARTING:
+                job_store.set_state(s, job, JobState.RUNNING, "started (adopted)", time.time())
+
+    # ---- progress ----------------------------------------------------------------
+
+    def _update_progress(self) -> None:
+        if time.monotonic() - self._progress_at < PROGRESS_EVERY_S:
+            return
+        self._progress_at = time.monotonic()
+        fresh: dict[int, dict[str, Any]] = {}
+        for job_id, w in self._state.watched.items():
+            progress = read_progress(w.job_dir)
+            if progress is not None:
+                fresh[job_id] = progress
+        if not fresh:
+            return
+        with self.db.write() as s:
+            for job_id, progress in fresh.items():
+                job = job_store.get_job(s, job_id)
+                if job.progress != progress:
+                    job_store.set_progress(s, job, progress)
+
+
+def launch_error(exc: BaseException) -> str:
+    if isinstance(exc, NoAccount):
+        return str(exc)
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"cannot start the job: {exc.filename} does not exist"
+    if isinstance(exc, PermissionError):
+        return f"cannot start the job: permission denied ({exc.filename or exc})"
+    if isinstance(exc, OSError) and exc.errno == 28:
+        return "cannot start the job: no space left on device"
+    return f"cannot start the job: {exc}"
+
+
+def read_exit_record(job_dir: Path) -> ExitRecord | None:
+    try:
+        data = json.loads((job_dir / EXIT_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return ExitRecord(
+        exit_code=data.get("exit_code"),
+        signal=data.get("signal"),
+        started_at=float(data.get("started_at") or 0.0),
+        ended_at=float(data.get("ended_at") or 0.0),
+        error=data.get("error"),
+    )
+
+
+def read_tail(path: Path, size: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def read_progress(job_dir: Path) -> dict[str, Any] | None:
+    """The newest complete JSON line of the job's metrics.jsonl, if any."""
+    for line in reversed(read_tail(job_dir / "metrics.jsonl", 16 * 1024).splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue  # a line being written right now
+        return value if isinstance(value, dict) else None
+    return None

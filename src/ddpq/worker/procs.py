@@ -1,0 +1,109 @@
+"""Processes by identity: a PID plus its start time, so a reused PID is never taken for a job.
+
+Linux only (reads /proc). Signals treat ESRCH as "already gone", which is the
+outcome we wanted anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Identity:
+    pid: int
+    start_ticks: int  # field 22 of /proc/PID/stat: clock ticks after boot
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    state: str
+    ppid: int
+    session: int
+    start_ticks: int
+
+
+def stat(pid: int) -> ProcStat | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return ProcStat(
+        pid=pid,
+        state=fields[0].decode(),
+        ppid=int(fields[1]),
+        session=int(fields[3]),
+        start_ticks=int(fields[19]),
+    )
+
+
+def identity(pid: int) -> Identity | None:
+    st = stat(pid)
+    return None if st is None else Identity(pid, st.start_ticks)
+
+
+def is_alive(ident: Identity) -> bool:
+    """True if that very process (not a later one with the same PID) still runs."""
+    st = stat(ident.pid)
+    return st is not None and st.start_ticks == ident.start_ticks and st.state != "Z"
+
+
+def all_pids() -> list[int]:
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+def session_members(sid: int, not_before_ticks: int) -> list[int]:
+    """Live processes of session ``sid`` started no earlier than its leader.
+
+    The start-time bound keeps a later, unrelated session that happens to reuse
+    the number from being counted.
+    """
+    out = []
+    for pid in all_pids():
+        st = stat(pid)
+        if st and st.session == sid and st.start_ticks >= not_before_ticks and st.state != "Z":
+            out.append(pid)
+    return out
+
+
+def send(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        send(pid, signal.SIGKILL)
+
+
+def find_shim(job_dir: str) -> int | None:
+    """The PID of a shim started for ``job_dir``, found by its command line.
+
+    Needed when the worker died between starting a shim and recording its PID.
+    """
+    needle = b"\x00--job-dir\x00" + job_dir.encode() + b"\x00"
+    for pid in all_pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"shim.py" in cmdline and needle in cmdline:
+            return pid
+    return None
+
+
+def pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (child or not)."""
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
