@@ -1,0 +1,50 @@
+# One entry point for everything a developer or CI runs.
+#   make demo   - set up, start a daemon on a temporary home, run two DDP jobs side by side
+#   make check  - lint, types and every test (what CI runs)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup demo check lint typecheck test test-long bench browser clean
+
+setup: $(STAMP)
+
+# torch comes from the [train] extra as a range; on the lab's machines pip takes
+# the wheel that lies on disk. uv/poetry would download 3 GB instead.
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[train,dev]'
+	touch $(STAMP)
+
+demo: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/demo.sh
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench migrations
+	$(VENV)/bin/ruff format --check src tests bench migrations
+
+typecheck: setup
+	$(VENV)/bin/mypy --strict src/ddpq
+
+# The browser test needs Debian's chromium; installed here when we may (root + apt).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "note: chromium not installed; the browser test will be skipped"; fi; }
+
+test: setup browser
+	$(PY) -m pytest -q -p no:cacheprovider
+
+check: lint typecheck test
+
+# The crash soak's long version (many kill -9 cycles).
+test-long: setup
+	DDPQ_LONG=1 $(PY) -m pytest -q -m slow
+
+bench: setup
+	$(PY) bench/scheduler_bench.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The main demo: a daemon on a temporary home, two ResNet18 DDP jobs submitted
+# at once, each on its own GPUs and rendezvous port, watched to the end.
+# Uses the real GPUs when NVML finds some, else 4 fake GPUs (jobs on the CPU).
+set -euo pipefail
+
+home=$(mktemp -d "${TMPDIR:-/tmp}/ddpq-demo.XXXXXX")
+port=${DDPQ_DEMO_PORT:-18765}
+export DDPQ_URL="http://127.0.0.1:$port"
+epochs=${DDPQ_DEMO_EPOCHS:-3}
+
+gpu_flags=(--fake-gpus 4)
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  gpu_flags=()
+fi
+data_flags=(--synthetic 3000)
+cifar=${DDPQ_CIFAR_DIR:-$HOME/.cache/ddpq/cifar10}
+if [ -d "$cifar/cifar-10-batches-py" ]; then
+  data_flags=(--data-dir "$cifar")
+fi
+
+echo "== ddpq serve --home $home --port $port ${gpu_flags[*]}"
+ddpq serve --home "$home" --port "$port" "${gpu_flags[@]}" --grace 5s >"$home/daemon.log" 2>&1 &
+daemon=$!
+cleanup() {
+  kill -TERM "$daemon" 2>/dev/null || true
+  wait "$daemon" 2>/dev/null || true
+  echo "== daemon stopped; its state folder was $home"
+}
+trap cleanup EXIT
+
+deadline=$((SECONDS + 60))
+until ddpq ls >/dev/null 2>&1; do
+  if [ $SECONDS -gt $deadline ] || ! kill -0 "$daemon" 2>/dev/null; then
+    echo "the daemon did not start:"; cat "$home/daemon.log"; exit 1
+  fi
+  sleep 0.2
+done
+
+echo "== ddpq submit resnet18 --gpus 2 (twice, at the same moment) ${data_flags[*]}"
+a=$(ddpq submit resnet18 --gpus 2 --name resnet-a --epochs "$epochs" "${data_flags[@]}")
+b=$(ddpq submit resnet18 --gpus 2 --name resnet-b --epochs "$epochs" "${data_flags[@]}")
+echo "submitted jobs $a and $b"
+
+deadline=$((SECONDS + ${DDPQ_DEMO_TIMEOUT:-900}))
+while :; do
+  states=$(ddpq ls --all --json | python3 -c 'import json,sys; print(" ".join(j["state"] for j in json.load(sys.stdin)))')
+  echo; echo "== $(date +%T)"; ddpq ls --all; echo; ddpq gpus
+  case "$states" in *queued*|*starting*|*running*|*held*) ;; *) break ;; esac
+  if [ $SECONDS -gt $deadline ]; then echo "demo timed out"; exit 1; fi
+  sleep 5
+done
+
+echo
+for job in "$a" "$b"; do ddpq show "$job"; echo; done
+ddpq ls --all --json | python3 -c '
+import json, sys
+jobs = json.load(sys.stdin)
+for j in jobs:
+    p = j.get("progress") or {}
+    acc = p.get("test_acc")
+    print(f"job {j[\"id\"]} {j[\"name\"]}: {j[\"state\"]}, final test accuracy "
+          + (f"{acc * 100:.1f}%" if isinstance(acc, (int, float)) else "n/a"))
+ok = all(j["state"] == "succeeded" for j in jobs)
+sys.exit(0 if ok else 1)
+'

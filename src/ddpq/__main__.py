@@ -1,0 +1,5 @@
+"""``python -m ddpq`` is the ``ddpq`` command."""
+
+from ddpq.client.cli import main
+
+main()

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Daemon, free_port
+
+
+@pytest.fixture
+def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    """Start daemons on this test's folder; every one is stopped (jobs too) at the end."""
+    started: list[Daemon] = []
+
+    def make(*args: str, home: Path | None = None, **env: str) -> Daemon:
+        d = Daemon(home or tmp_path / "home", free_port(), list(args), dict(env))
+        d.home.mkdir(parents=True, exist_ok=True)
+        started.append(d)
+        return d.start()
+
+    yield make
+    for d in started:
+        d.stop()
+    # A test must not leave jobs running: stop them through a last daemon if any remain.
+    _kill_leftover_shims(tmp_path)
+
+
+def _kill_leftover_shims(root: Path) -> None:
+    import os
+    import signal
+
+    needle = str(root).encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"shim.py" in cmdline and needle in cmdline:
+            try:
+                os.killpg(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def daemon(make_daemon: Callable[..., Daemon]) -> Daemon:
+    """A daemon with 4 fake GPUs and a 1 s grace period."""
+    return make_daemon("--fake-gpus", "4", "--grace", "1s")

@@ -1,0 +1,135 @@
+"""Shared test helpers: a real daemon in a subprocess, and waiting on conditions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+from ddpq.client.api import DdpqClient
+from ddpq.schemas import JobDetail
+
+T = TypeVar("T")
+TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Daemon:
+    """`ddpq serve` in its own session, on a temporary state folder."""
+
+    home: Path
+    port: int
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> Daemon:
+        env = {**os.environ, **self.env}
+        env.pop("DDPQ_URL", None)
+        self.log = open(self.home / "daemon.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ddpq",
+                "serve",
+                "--home",
+                str(self.home),
+                "--port",
+                str(self.port),
+                *self.args,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+        def healthy() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited: {(self.home / 'daemon.log').read_text()}")
+            try:
+                return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, timeout, "the daemon to answer /healthz")
+        return self
+
+    def client(self, token: str | None = None) -> DdpqClient:
+        return DdpqClient(self.url, token)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.log.close()
+
+    def cli(self, *args: str, check: bool = True, **kw: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "DDPQ_URL": self.url, **kw}
+        r = subprocess.run(
+            [sys.executable, "-m", "ddpq", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        if check and r.returncode != 0:
+            raise AssertionError(f"ddpq {' '.join(args)} -> {r.returncode}: {r.stderr}")
+        return r
+
+
+def wait_done(client: DdpqClient, job_id: int, timeout: float = 60.0) -> JobDetail:
+    return wait_for(
+        lambda: j if (j := client.show(job_id)).state in TERMINAL else None,
+        timeout,
+        f"job {job_id} to finish",
+    )
+
+
+def wait_state(client: DdpqClient, job_id: int, state: str, timeout: float = 30.0) -> JobDetail:
+    return wait_for(
+        lambda: j if (j := client.show(job_id)).state == state else None,
+        timeout,
+        f"job {job_id} to be {state}",
+    )

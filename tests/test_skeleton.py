@@ -1,0 +1,98 @@
+"""The walking skeleton end to end: a real daemon, real HTTP, real processes."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import httpx
+
+from ddpq.schemas import JobSubmit
+from tests.helpers import Daemon, free_port, wait_done, wait_state
+
+
+def test_cli_submit_show_true_false_and_cancelled(daemon: Daemon) -> None:
+    ok = int(daemon.cli("submit", "--name", "ok", "--", "true").stdout)
+    bad = int(daemon.cli("submit", "--", "false").stdout)
+    sleeper = int(daemon.cli("submit", "--", "sleep", "60").stdout)
+    c = daemon.client()
+    wait_done(c, ok)
+    wait_done(c, bad)
+    wait_state(c, sleeper, "running")
+    assert "stopping" in daemon.cli("cancel", str(sleeper)).stdout
+    wait_done(c, sleeper)
+
+    def shown(job_id: int) -> dict[str, object]:
+        return dict(json.loads(daemon.cli("show", str(job_id), "--json").stdout))
+
+    assert (shown(ok)["state"], shown(ok)["exit_code"]) == ("succeeded", 0)
+    assert (shown(bad)["state"], shown(bad)["exit_code"]) == ("failed", 1)
+    cancelled = shown(sleeper)
+    assert cancelled["state"] == "cancelled"
+    assert cancelled["exit_signal"] == 15  # sleep dies of the SIGTERM
+    history = [e["to_state"] for e in cancelled["events"]]  # type: ignore[union-attr]
+    assert history == ["queued", "starting", "running", "cancelled"]
+
+
+def test_output_goes_to_the_log_and_ls_lists_jobs(daemon: Daemon) -> None:
+    c = daemon.client()
+    job = c.submit(JobSubmit(command=["sh", "-c", "echo out-line; echo err-line >&2"]))
+    wait_done(c, job.id)
+    log = daemon.cli("logs", str(job.id)).stdout
+    assert "out-line" in log and "err-line" in log
+    listed = json.loads(daemon.cli("ls", "--all", "--json").stdout)
+    assert [j["id"] for j in listed] == [job.id]
+    assert json.loads(daemon.cli("ls", "--json").stdout) == []  # finished jobs hidden by default
+
+
+def test_logs_follow_ends_with_the_job(daemon: Daemon) -> None:
+    c = daemon.client()
+    job = c.submit(
+        JobSubmit(command=["sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.2; done"])
+    )
+    out = daemon.cli("logs", "-f", str(job.id)).stdout
+    assert [ln for ln in out.splitlines() if ln.startswith("tick")] == [
+        "tick 1",
+        "tick 2",
+        "tick 3",
+    ]
+    assert c.show(job.id).state == "succeeded"
+
+
+def test_bad_input_gets_clear_answers(daemon: Daemon) -> None:
+    r = httpx.post(daemon.url + "/v1/jobs", json={"command": []})
+    assert r.status_code == 422
+    assert "command" in r.json()["detail"]
+    r = httpx.post(daemon.url + "/v1/jobs", json={"command": ["true"], "gpus": "two"})
+    assert r.status_code == 422 and "gpus" in r.json()["detail"]
+    r = httpx.post(daemon.url + "/v1/jobs", json={"command": ["true"], "gpus": 99})
+    assert r.status_code == 422 and "has 4" in r.json()["detail"]
+    r = httpx.get(daemon.url + "/v1/jobs/12345")
+    assert r.status_code == 404 and r.json() == {"detail": "no job 12345", "code": "not_found"}
+    empty = daemon.cli("submit", "--", check=False)
+    assert empty.returncode == 2 and "nothing to run" in empty.stderr
+    missing = daemon.cli("show", "999", check=False)
+    assert missing.returncode == 4
+    assert missing.stderr.strip().count("\n") == 0 and "Traceback" not in missing.stderr
+
+
+def test_cli_without_daemon_prints_one_line(tmp_path: object) -> None:
+    import subprocess
+
+    url = f"http://127.0.0.1:{free_port()}"
+    r = subprocess.run(
+        [sys.executable, "-m", "ddpq", "--url", url, "ls"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 3
+    assert r.stderr.count("\n") == 1 and url in r.stderr and "Traceback" not in r.stderr
+
+
+def test_missing_program_fails_with_reason(daemon: Daemon) -> None:
+    c = daemon.client()
+    job = c.submit(JobSubmit(command=["/nonexistent/prog"]))
+    done = wait_done(c, job.id)
+    assert done.state == "failed" and done.exit_code == 127
+    assert "cannot run" in c.log_tail(job.id).decode()
