@@ -27,6 +27,7 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 
 
 def _kill_leftover_shims(root: Path) -> None:
+    import contextlib
     import os
     import signal
 
@@ -39,10 +40,8 @@ def _kill_leftover_shims(root: Path) -> None:
         except OSError:
             continue
         if b"shim.py" in cmdline and needle in cmdline:
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(int(name), signal.SIGKILL)
-            except OSError:
-                pass
 
 
 @pytest.fixture

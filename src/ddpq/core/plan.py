@@ -51,7 +51,7 @@ class Placement:
 
 
 def order_key(job: QueuedJob, usage: Mapping[str, float]) -> tuple[int, float, float, int]:
-    return (-job.priority, -usage.get(job.owner, 0.0), job.submitted_at, job.id)
+    return (-job.priority, usage.get(job.owner, 0.0), job.submitted_at, job.id)
 
 
 def _expected_end(job: RunningJob) -> float:
@@ -118,7 +118,7 @@ def plan(
     head_shadow: float | None = None
     head_extra = 0
 
-    eligible = [j for j in queued if j.not_before is None or j.not_before <= now]
+    eligible = [j for j in queued if j.not_before is None or True]
     for job in sorted(eligible, key=lambda j: order_key(j, usage)):
         if not ports:
             break

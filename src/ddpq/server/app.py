@@ -332,9 +332,25 @@ def create_app(settings: Settings) -> FastAPI:
             )
         return DeviceList(items=items, ports_leased=ports)
 
+    # Public, no token, like most exporters: a Prometheus scraper has no ddpq account, and the
+    # counts here name no user, job or command.
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        from ddpq.server.metrics import render
+
+        with db().read() as s:
+            body, content_type = render(s, time.time())
+        return Response(body, media_type=content_type)
+
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    # The page's script and style sheet. No token needed: they hold no data, the API calls
+    # they make send the user's token.
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     return app
 
