@@ -87,6 +87,10 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
                 create_app(settings), log_level="warning", access_log=False, lifespan="on"
             )
             log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
+            # uvicorn re-raises the signal that stopped it once it is done; with
+            # the default handler that would kill us before the worker is stopped.
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: None)
             uvicorn.Server(config).run(sockets=[sock])
         else:
             stop = threading.Event()

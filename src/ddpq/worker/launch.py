@@ -22,6 +22,7 @@ class LaunchSpec:
     nproc: int
     cwd: str
     env: Mapping[str, str]
+    attempt: int = 1
 
 
 def threads_per_rank(cpu_count: int, total_gpus: int) -> int:
@@ -46,6 +47,8 @@ def job_env(spec: LaunchSpec, base: Mapping[str, str], omp_threads: int) -> dict
             "MASTER_ADDR": "127.0.0.1",
             "DDPQ_JOB_ID": str(spec.job_id),
             "DDPQ_JOB_DIR": str(spec.job_dir),
+            # A retried job can tell it is a retry (e.g. to resume from a checkpoint).
+            "DDPQ_ATTEMPT": str(spec.attempt),
             "PYTHONUNBUFFERED": "1",
         }
     )

@@ -226,12 +226,12 @@ class Worker:
         if record is None:
             # The shim vanished without its record (killed -9, OOM killer...):
             # the job is lost. Kill whatever of it survives before freeing its GPUs.
-            stragglers = procs.session_members(w.ident.pid, w.ident.start_ticks)
+            stragglers = procs.session_members(w.ident)
             deadline = time.monotonic() + 10
             while stragglers and time.monotonic() < deadline:
                 procs.kill_all(stragglers)
                 time.sleep(0.01)
-                stragglers = procs.session_members(w.ident.pid, w.ident.start_ticks)
+                stragglers = procs.session_members(w.ident)
             now = time.time()
             record = ExitRecord(
                 None, None, now, now, error="lost: the job's shim ended without an exit record"
@@ -347,7 +347,7 @@ class Worker:
             return
         ours: set[int] = set()
         for w in self._state.watched.values():
-            ours.update(procs.session_members(w.ident.pid, w.ident.start_ticks))
+            ours.update(procs.session_members(w.ident))
         self._external = {
             d.index for d in self._devices if any(p.pid not in ours for p in d.processes)
         }
@@ -491,6 +491,7 @@ class Worker:
             nproc=max(1, job.gpus),
             cwd=job.cwd,
             env=dict(job.env or {}),
+            attempt=job.attempt,
         )
         return Launch(job.id, spec, job.owner)
 

@@ -58,18 +58,24 @@ def all_pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 
 
-def session_members(sid: int, not_before_ticks: int) -> list[int]:
-    """Live processes of session ``sid`` started no earlier than its leader.
+def session_members(leader: Identity) -> list[int]:
+    """Live processes of the session that ``leader`` (a job's shim) started.
 
-    The start-time bound keeps a later, unrelated session that happens to reuse
-    the number from being counted.
+    Linux does not hand out a PID while a session or process group of that
+    number still exists. So if another process now leads a session with the
+    leader's number, the job's session is empty and that one is a stranger:
+    nothing here belongs to the job.
     """
-    out = []
+    members = []
     for pid in all_pids():
         st = stat(pid)
-        if st and st.session == sid and st.start_ticks >= not_before_ticks and st.state != "Z":
-            out.append(pid)
-    return out
+        if st is None or st.session != leader.pid or st.state == "Z":
+            continue
+        if pid == leader.pid and st.start_ticks != leader.start_ticks:
+            return []  # the number was reused by a new session leader
+        if st.start_ticks >= leader.start_ticks:
+            members.append(pid)
+    return members
 
 
 def send(pid: int, sig: int) -> bool:

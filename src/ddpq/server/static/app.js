@@ -1,0 +1,416 @@
+// ddpq's web page: polls the REST API about once a second and redraws.
+// Every piece of job data goes into the page through textContent / attributes,
+// never innerHTML, so a job named "<img onerror=...>" is just text.
+"use strict";
+
+const POLL_MS = 1000;
+const RECENT = 50; // finished jobs shown below the live ones
+const LOG_TAIL = 64 * 1024; // how much of a log to show when a job is opened
+const LOG_CHUNK = 256 * 1024; // the most one poll fetches
+const LOG_KEEP = 512 * 1024; // characters kept in the log pane, so a chatty job cannot bloat the tab
+const TOKEN_KEY = "ddpq.token";
+const LIVE = ["starting", "running", "queued", "held"];
+const TERMINAL = new Set(["succeeded", "failed", "cancelled", "timed_out"]);
+
+const $ = (id) => document.getElementById(id);
+
+const ui = {
+  total: 0, // jobs in the database, from the last list response
+  jobs: new Map(), // id -> JobOut, what the table shows now
+  selected: null, // { id, offset, decoder, done } for the job whose log is open
+};
+
+// ---------------------------------------------------------------- HTTP
+
+class HttpError extends Error {
+  constructor(status, detail) {
+    super(detail);
+    this.status = status;
+  }
+}
+
+function token() {
+  return localStorage.getItem(TOKEN_KEY) || "";
+}
+
+async function api(path) {
+  const headers = {};
+  if (token()) headers.Authorization = "Bearer " + token();
+  const r = await fetch(path, { headers, cache: "no-store" });
+  if (!r.ok) {
+    let detail = r.statusText;
+    try {
+      detail = (await r.json()).detail || detail;
+    } catch (_) {
+      // not JSON (a proxy's error page): keep the status text
+    }
+    throw new HttpError(r.status, detail);
+  }
+  return r;
+}
+
+const getJson = async (path) => (await api(path)).json();
+
+// ---------------------------------------------------------------- small helpers
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (v === null || v === undefined) continue;
+    if (k === "text") node.textContent = String(v);
+    else node.setAttribute(k, String(v));
+  }
+  for (const c of children) node.append(c);
+  return node;
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) return "";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return s + "s";
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + "m" + String(s % 60).padStart(2, "0") + "s";
+  const h = Math.floor(m / 60);
+  if (h < 48) return h + "h" + String(m % 60).padStart(2, "0") + "m";
+  return Math.floor(h / 24) + "d" + (h % 24) + "h";
+}
+
+// An argv shown the way a shell would take it back (what `ddpq show` users would type).
+const shellQuote = (arg) =>
+  /^[\w@%+=:,./-]+$/.test(arg) ? arg : "'" + arg.replaceAll("'", "'\"'\"'") + "'";
+
+const secondsSince = (iso, until) => ((until ?? Date.now()) - Date.parse(iso)) / 1000;
+
+// Training progress as a fraction of the whole run. `epoch` counts from 1 and `step` is
+// within the epoch (the resnet18 workload's metrics.jsonl); other scripts may send less.
+function progressFraction(p) {
+  if (!p) return null;
+  const { epoch, epochs, step, steps } = p;
+  if (epochs > 0 && epoch > 0) {
+    const within = steps > 0 && step >= 0 ? Math.min(step / steps, 1) : 1;
+    return Math.min(1, Math.max(0, (epoch - 1 + within) / epochs));
+  }
+  if (steps > 0 && step >= 0) return Math.min(1, step / steps);
+  return null;
+}
+
+function progressText(p) {
+  const parts = [];
+  if (p.epochs) parts.push(`epoch ${p.epoch ?? "?"}/${p.epochs}`);
+  else if (p.phase) parts.push(String(p.phase));
+  if (typeof p.train_loss === "number") parts.push("loss " + p.train_loss.toFixed(3));
+  if (typeof p.test_acc === "number") parts.push("acc " + (100 * p.test_acc).toFixed(1) + "%");
+  if (typeof p.images_per_s === "number") parts.push(Math.round(p.images_per_s) + " img/s");
+  if (typeof p.eta_s === "number" && p.phase === "train") parts.push("ETA " + duration(p.eta_s));
+  return parts.join(" · ");
+}
+
+function progressCell(job) {
+  const p = job.progress;
+  const f = progressFraction(p);
+  const cell = el("td", { class: "progress-cell" });
+  if (f === null && !p) return cell;
+  if (f !== null) {
+    const pct = Math.round(f * 100);
+    cell.append(
+      el("div", {
+        class: "bar",
+        role: "progressbar",
+        "aria-valuemin": 0,
+        "aria-valuemax": 100,
+        "aria-valuenow": pct,
+        "data-fraction": f.toFixed(4),
+      }, el("div", { class: "fill", style: `width: ${pct}%` })),
+    );
+  }
+  cell.append(el("div", { class: "progress-text", text: p ? progressText(p) : "" }));
+  return cell;
+}
+
+function timeText(job) {
+  if (job.state === "queued" || job.state === "held") {
+    return "waiting " + duration(secondsSince(job.submitted_at));
+  }
+  if (!job.started_at) return "";
+  const end = job.ended_at ? Date.parse(job.ended_at) : undefined;
+  return duration(secondsSince(job.started_at, end));
+}
+
+// ---------------------------------------------------------------- queue
+
+// The API lists oldest first; on a server with a long history the first page is ancient.
+// So: every live job, plus the newest RECENT jobs (by offset from the last known total).
+async function loadJobs() {
+  const live = await getJson(
+    "/v1/jobs?limit=1000&" + LIVE.map((s) => "state=" + s).join("&"),
+  );
+  let recent = await getJson(`/v1/jobs?limit=${RECENT}&offset=${Math.max(0, ui.total - RECENT)}`);
+  if (recent.total > ui.total) {
+    ui.total = recent.total; // newer jobs than we asked for: ask again at the right offset
+    recent = await getJson(`/v1/jobs?limit=${RECENT}&offset=${Math.max(0, ui.total - RECENT)}`);
+  }
+  ui.total = recent.total;
+  const jobs = new Map();
+  for (const j of [...recent.items, ...live.items]) jobs.set(j.id, j);
+  return jobs;
+}
+
+function rank(job) {
+  if (job.state === "running" || job.state === "starting") return 0;
+  if (job.state === "queued" || job.state === "held") return 1;
+  return 2;
+}
+
+function renderQueue(jobs) {
+  // Running, then waiting in submission order, then the newest finished first.
+  const rows = [...jobs.values()].sort(
+    (a, b) => rank(a) - rank(b) || (rank(a) === 2 ? b.id - a.id : a.id - b.id),
+  );
+  const body = el("tbody", { id: "queue-body" });
+  for (const job of rows) {
+    const gpus = job.leases.gpus.length ? `${job.gpus} [${job.leases.gpus.join(",")}]` : job.gpus;
+    const tr = el(
+      "tr",
+      {
+        "data-job-id": job.id,
+        "data-state": job.state,
+        tabindex: 0,
+        "aria-selected": ui.selected?.id === job.id ? "true" : "false",
+        title: job.reason || "",
+      },
+      el("td", { class: "num", text: job.id }),
+      el("td", { class: "name", text: job.name }),
+      el("td", { text: job.owner }),
+      el("td", {}, el("span", { class: "state", "data-state": job.state, text: job.state })),
+      el("td", { class: "num", text: gpus }),
+      el("td", { class: "num", text: job.leases.port ?? "" }),
+      progressCell(job),
+      el("td", { class: "num", text: timeText(job) }),
+    );
+    tr.addEventListener("click", () => openLog(job.id));
+    tr.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") openLog(job.id);
+    });
+    body.append(tr);
+  }
+  $("queue-body").replaceWith(body);
+  $("queue-empty").hidden = rows.length > 0;
+  $("queue-count").textContent = ui.total ? `(${ui.total} submitted)` : "";
+}
+
+// ---------------------------------------------------------------- GPUs
+
+function renderGpus(devices) {
+  const portOf = new Map(); // job id -> rendezvous port
+  for (const [port, jobId] of Object.entries(devices.ports_leased)) portOf.set(jobId, port);
+  const grid = el("div", { id: "gpus", class: "gpu-grid" });
+  for (const d of devices.items) {
+    const lines = [el("div", { class: "gpu-head", text: `GPU ${d.index}` })];
+    const fake = d.fake && !/fake/i.test(d.name) ? " (fake)" : "";
+    lines.push(el("div", { class: "gpu-name muted", text: d.name + fake }));
+    lines.push(el("div", { class: "gpu-status", text: d.status }));
+    if (d.job_id !== null) {
+      lines.push(el("div", { text: `job ${d.job_id} · ${d.owner ?? "?"}` }));
+      if (portOf.has(d.job_id)) lines.push(el("div", { text: "port " + portOf.get(d.job_id) }));
+    } else if (d.status === "external") {
+      const pids = d.external_processes.map((p) => p.pid).join(", ");
+      lines.push(el("div", { text: "not ddpq: pid " + (pids || "?") }));
+    }
+    if (d.memory_total_mb > 0) {
+      lines.push(el("div", {
+        class: "muted",
+        text: `${(d.memory_used_mb / 1024).toFixed(1)} / ${(d.memory_total_mb / 1024).toFixed(0)} GiB`,
+      }));
+    }
+    const card = el("div", {
+      class: "gpu",
+      "data-gpu-index": d.index,
+      "data-status": d.status,
+      "data-job-id": d.job_id ?? "",
+    }, ...lines);
+    if (d.job_id !== null) card.addEventListener("click", () => openLog(d.job_id));
+    grid.append(card);
+  }
+  $("gpus").replaceWith(grid);
+  const free = devices.items.filter((d) => d.status === "free").length;
+  return { gpus: devices.items.length, free };
+}
+
+// ---------------------------------------------------------------- log
+
+function openLog(jobId) {
+  if (ui.selected?.id === jobId) return;
+  ui.selected = { id: jobId, offset: null, decoder: new TextDecoder(), done: false };
+  $("log").textContent = "";
+  $("log-section").hidden = false;
+  describeSelected();
+  for (const tr of document.querySelectorAll("#queue-body tr")) {
+    tr.setAttribute("aria-selected", String(Number(tr.dataset.jobId) === jobId));
+  }
+  pollLog().catch(showError);
+}
+
+function closeLog() {
+  ui.selected = null;
+  $("log-section").hidden = true;
+  for (const tr of document.querySelectorAll("#queue-body tr[aria-selected=true]")) {
+    tr.setAttribute("aria-selected", "false");
+  }
+}
+
+function describeSelected() {
+  const sel = ui.selected;
+  if (!sel) return;
+  const job = ui.jobs.get(sel.id);
+  $("log-title").textContent = job ? `Job ${job.id} · ${job.name}` : `Job ${sel.id}`;
+  const state = $("log-state");
+  state.textContent = job ? job.state : "";
+  state.dataset.state = job ? job.state : "";
+  const meta = [];
+  if (job) {
+    meta.push(job.command.map(shellQuote).join(" "));
+    if (job.exit_code !== null) meta.push("exit " + job.exit_code);
+    if (job.exit_signal !== null) meta.push("signal " + job.exit_signal);
+    if (job.reason) meta.push(job.reason);
+  }
+  $("log-meta").textContent = meta.join(" — ");
+}
+
+function appendLog(text) {
+  const pre = $("log");
+  // Follow the end only if the reader is already there, so scrolling back is not undone.
+  const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  let all = pre.textContent + text;
+  if (all.length > LOG_KEEP) all = all.slice(all.length - LOG_KEEP);
+  pre.textContent = all;
+  if (atEnd) pre.scrollTop = pre.scrollHeight;
+}
+
+async function pollLog() {
+  const sel = ui.selected;
+  if (!sel || sel.done || sel.busy) return;
+  sel.busy = true;
+  try {
+    const url = (offset, limit) => `/v1/jobs/${sel.id}/log?offset=${offset}&limit=${limit}`;
+    if (sel.offset === null) {
+      // Opening a job: start at its last LOG_TAIL bytes, not at the top of a long log.
+      const head = await api(url(0, 1));
+      sel.offset = Math.max(0, Number(head.headers.get("X-Ddpq-Log-Size") || 0) - LOG_TAIL);
+    }
+    const r = await api(url(sel.offset, LOG_CHUNK));
+    if (ui.selected !== sel) return; // another job was opened meanwhile
+    const size = Number(r.headers.get("X-Ddpq-Log-Size") || 0);
+    const data = new Uint8Array(await r.arrayBuffer());
+    if (size < sel.offset) {
+      // The shim compacted the log past its cap: start again near the new end.
+      appendLog("\n[log compacted; some output skipped]\n");
+      sel.offset = Math.max(0, size - LOG_TAIL);
+      sel.decoder = new TextDecoder();
+      return;
+    }
+    sel.offset = Number(r.headers.get("X-Ddpq-Next-Offset") || sel.offset + data.length);
+    // stream: a multi-byte character split across two polls decodes whole.
+    if (data.length) appendLog(sel.decoder.decode(data, { stream: true }));
+    const state = r.headers.get("X-Ddpq-Job-State");
+    if (TERMINAL.has(state) && sel.offset >= size) sel.done = true; // nothing more will come
+  } catch (e) {
+    if (e instanceof HttpError && (e.status === 403 || e.status === 404)) {
+      $("log").textContent = e.message;
+      sel.done = true;
+      return;
+    }
+    throw e;
+  } finally {
+    sel.busy = false;
+  }
+}
+
+// ---------------------------------------------------------------- token
+
+async function showWhoami() {
+  try {
+    const me = await getJson("/v1/whoami");
+    $("whoami").textContent = me.auth ? `signed in as ${me.name}` : "";
+    // Without --auth the token box is only clutter; keep it if a token is stored anyway.
+    $("token-form").dataset.auth = me.auth || token() ? "on" : "off";
+  } catch (e) {
+    $("whoami").textContent = "";
+    $("token-form").dataset.auth = "on";
+  }
+}
+
+function setupToken() {
+  $("token-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const value = $("token-input").value.trim();
+    if (value) localStorage.setItem(TOKEN_KEY, value);
+    $("token-input").value = "";
+    refreshNow();
+  });
+  $("token-forget").addEventListener("click", () => {
+    localStorage.removeItem(TOKEN_KEY);
+    refreshNow();
+  });
+  $("token-input").placeholder = token() ? "token saved (paste to replace)" : $("token-input").placeholder;
+}
+
+function refreshNow() {
+  showWhoami();
+  if (ui.selected) ui.selected.done = false;
+  tick();
+}
+
+// ---------------------------------------------------------------- main loop
+
+function showError(e) {
+  const banner = $("banner");
+  if (e instanceof HttpError && e.status === 401) {
+    banner.textContent = token()
+      ? "The daemon rejected this token (" + e.message + "). Paste a valid one above."
+      : "This daemon needs a token: paste yours above (ddpq token, or your DDPQ_TOKEN).";
+    $("token-form").dataset.auth = "on";
+  } else if (e instanceof HttpError) {
+    banner.textContent = `Error ${e.status}: ${e.message}`;
+  } else {
+    banner.textContent = "Cannot reach the ddpq daemon; retrying… (" + e.message + ")";
+  }
+  banner.hidden = false;
+}
+
+let timer = null;
+
+async function tick() {
+  clearTimeout(timer);
+  try {
+    // A hidden tab does not poll; it catches up at once when shown again.
+    if (!document.hidden) {
+      const [jobs, devices] = await Promise.all([loadJobs(), getJson("/v1/devices")]);
+      ui.jobs = jobs;
+      renderQueue(jobs);
+      const g = renderGpus(devices);
+      const running = [...jobs.values()].filter((j) => j.state === "running").length;
+      const queued = [...jobs.values()].filter((j) => j.state === "queued").length;
+      $("summary").textContent =
+        `${running} running · ${queued} queued · ${g.free}/${g.gpus} GPUs free`;
+      describeSelected();
+      await pollLog();
+      $("banner").hidden = true;
+      $("updated").textContent = new Date().toLocaleTimeString();
+    }
+  } catch (e) {
+    showError(e);
+  } finally {
+    timer = setTimeout(tick, POLL_MS);
+  }
+}
+
+document.addEventListener("visibilitychange", () => {
+  if (!document.hidden) tick();
+});
+
+window.addEventListener("DOMContentLoaded", () => {
+  setupToken();
+  $("log-close").addEventListener("click", closeLog);
+  showWhoami();
+  tick();
+});

@@ -1,0 +1,114 @@
+"""Aggregates for the metrics endpoint. Read-only: nothing here flushes or commits.
+
+Histograms are counted inside SQLite (one aggregate query each) so a scrape moves a handful of
+numbers out of the database, not one row per job ever run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, SQLColumnExpression, case, func, select
+from sqlalchemy.orm import Session
+
+from ddpq.core.states import TERMINAL, JobState
+from ddpq.store import leases as lease_store
+from ddpq.store.models import Attempt, DeviceSnapshot, Job, Lease
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Cumulative counts of observations ``<= bound`` for each bound, plus count and sum."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    count: int
+    total: float
+
+
+def jobs_by_state(session: Session) -> dict[str, int]:
+    """Every state, including the ones no job is in (0), so a dashboard never sees a gap."""
+    counts = {state.value: 0 for state in JobState}
+    for state, n in session.execute(select(Job.state, func.count()).group_by(Job.state)):
+        counts[state] = n
+    return counts
+
+
+def gpus_by_status(session: Session) -> dict[str, int]:
+    """The worker's device snapshot classified like ``GET /v1/devices``: leased wins over
+    external (ddpq's own job is running there), and the rest is free."""
+    leased = select(Lease.resource).where(
+        Lease.kind == lease_store.GPU, Lease.released_at.is_(None)
+    )
+    status = case(
+        (DeviceSnapshot.index.in_(leased), "leased"),
+        (DeviceSnapshot.external.is_(True), "external"),
+        else_="free",
+    )
+    counts = {"leased": 0, "free": 0, "external": 0}
+    for name, n in session.execute(select(status, func.count()).group_by(status)):
+        counts[name] = n
+    return counts
+
+
+def ports_leased(session: Session) -> int:
+    query = select(func.count()).where(Lease.kind == lease_store.PORT, Lease.released_at.is_(None))
+    return session.scalar(query) or 0
+
+
+def oldest_queued_submit(session: Session) -> float | None:
+    """When the longest-waiting queued job was submitted (None: nothing is queued)."""
+    query = select(func.min(Job.submitted_at)).where(Job.state == JobState.QUEUED.value)
+    return session.scalar(query)
+
+
+def _distribution(
+    session: Session, value: SQLColumnExpression[Any], base: Select[Any], bounds: Sequence[float]
+) -> Distribution:
+    columns = [func.count(), func.coalesce(func.sum(value), 0.0)]
+    columns += [func.coalesce(func.sum(case((value <= b, 1), else_=0)), 0) for b in bounds]
+    row = session.execute(base.with_only_columns(*columns)).one()
+    return Distribution(
+        bounds=tuple(bounds),
+        cumulative=tuple(int(x) for x in row[2:]),
+        count=int(row[0]),
+        total=float(row[1]),
+    )
+
+
+def job_durations(session: Session, bounds: Sequence[float]) -> Distribution:
+    """Run time of finished jobs (their last attempt: ``ended_at - started_at``).
+
+    Jobs cancelled before they ever started have no run time and are left out. A finished job
+    never changes again, so the counts only grow, as a Prometheus histogram's must.
+    """
+    value = Job.ended_at - Job.started_at
+    base = select(Job.id).where(
+        Job.state.in_([s.value for s in TERMINAL]),
+        Job.started_at.is_not(None),
+        Job.ended_at.is_not(None),
+    )
+    return _distribution(session, value, base, bounds)
+
+
+def queue_waits(session: Session, bounds: Sequence[float]) -> Distribution:
+    """Submission to first start, per job that has started at least once.
+
+    Taken from attempt 1 rather than ``jobs.started_at``: that column is the latest attempt's
+    start, so for a retried job it would add the failed attempts' run time to the "wait", and
+    the observation would move between buckets (counts going down) on every retry.
+    """
+    value = Attempt.started_at - Job.submitted_at
+    base = select(Job.id).join(Attempt, Attempt.job_id == Job.id).where(Attempt.number == 1)
+    return _distribution(session, value, base, bounds)
+
+
+def scheduling_latencies(session: Session, bounds: Sequence[float]) -> Distribution:
+    """The worker's own measure (``jobs.sched_latency_s``): from the moment it could have
+    placed a job (woken, or the job's submission if later) to the committed placement.
+    The worker overwrites it on each attempt, so it is the latest placement's latency."""
+    value = Job.sched_latency_s
+    base = select(Job.id).where(Job.sched_latency_s.is_not(None))
+    return _distribution(session, value, base, bounds)

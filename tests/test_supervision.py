@@ -1,0 +1,220 @@
+"""Supervision with real processes and signals: cancel, time limits, retries, re-adoption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ddpq.schemas import JobSubmit
+from ddpq.worker import procs
+from tests.helpers import Daemon, wait_done, wait_for, wait_state
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+def alive(pid: int) -> bool:
+    st = procs.stat(pid)
+    return st is not None and st.state != "Z"
+
+
+def job_pids(job_dir: str) -> list[int]:
+    path = Path(job_dir) / "pids"
+    text = wait_for(lambda: path.exists() and path.read_text(), what="the job's pid file")
+    return [int(x) for x in text.split()]
+
+
+def test_cancel_kills_a_sigterm_ignoring_job_and_all_its_children(daemon: Daemon) -> None:
+    c = daemon.client()
+    job = c.submit(JobSubmit(command=[sys.executable, str(JOBS / "stubborn.py")], gpus=1))
+    running = wait_state(c, job.id, "running")
+    assert running.job_dir is not None
+    pids = job_pids(running.job_dir)
+    assert len(pids) == 4 and all(alive(p) for p in pids)
+    c.cancel(job.id)
+    done = wait_done(c, job.id)
+    assert done.state == "cancelled"
+    assert done.exit_signal == signal.SIGKILL  # it ignored SIGTERM: killed after the grace
+    assert "SIGKILL after 1s" in done.reason
+    assert [p for p in pids if alive(p)] == []
+    assert done.leases.gpus == [] and done.leases.port is None
+
+
+def test_stragglers_are_killed_when_the_main_process_exits(daemon: Daemon) -> None:
+    c = daemon.client()
+    job = c.submit(JobSubmit(command=[sys.executable, str(JOBS / "stubborn.py"), "exit"]))
+    done = wait_done(c, job.id)
+    assert done.state == "succeeded"
+    assert done.job_dir is not None
+    assert [p for p in job_pids(done.job_dir) if alive(p)] == []
+
+
+def test_time_limit_stops_the_job_as_timed_out(daemon: Daemon) -> None:
+    c = daemon.client()
+    job = c.submit(JobSubmit(command=["sleep", "60"], time_limit_s=1))
+    done = wait_done(c, job.id, timeout=30)
+    assert done.state == "timed_out"
+    assert "time limit" in done.reason
+    assert done.started_at and done.ended_at
+    assert 1 <= (done.ended_at - done.started_at).total_seconds() < 10
+
+
+def test_retry_then_success_records_every_attempt(daemon: Daemon) -> None:
+    script = 'test "$DDPQ_ATTEMPT" -ge 2 || { echo "attempt $DDPQ_ATTEMPT fails"; exit 3; }'
+    c = daemon.client()
+    job = c.submit(JobSubmit(command=["sh", "-c", script], retries=2, gpus=1))
+    done = wait_done(c, job.id, timeout=60)
+    assert done.state == "succeeded"
+    assert [(a.number, a.exit_code, a.state) for a in done.attempts] == [
+        (1, 3, "failed"),
+        (2, 0, "succeeded"),
+    ]
+    requeued = [e for e in done.events if e.from_state == "running" and e.to_state == "queued"]
+    assert len(requeued) == 1 and "retry 1 of 2" in requeued[0].reason
+    # The back-off: the second attempt started at least ~2 s after the first ended.
+    first_end = done.attempts[0].ended_at
+    assert first_end is not None
+    assert (done.attempts[1].started_at - first_end).total_seconds() >= 1.9
+
+
+def test_retries_run_out(daemon: Daemon) -> None:
+    c = daemon.client()
+    job = c.submit(JobSubmit(command=["false"], retries=1))
+    done = wait_done(c, job.id, timeout=60)
+    assert done.state == "failed" and len(done.attempts) == 2
+
+
+def _sleep_then(code: int, seconds: float) -> list[str]:
+    return ["sh", "-c", f"sleep {seconds}; exit {code}"]
+
+
+def test_kill9_restart_readopts_running_and_finalises_ended_jobs(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    d = make_daemon("--fake-gpus", "3", "--grace", "1s")
+    c = d.client()
+    ends_ok = c.submit(JobSubmit(command=_sleep_then(0, 1), gpus=1))
+    ends_bad = c.submit(JobSubmit(command=_sleep_then(3, 1), gpus=1))
+    outlives = c.submit(JobSubmit(command=_sleep_then(0, 6), gpus=1))
+    queued = [c.submit(JobSubmit(command=["true"], gpus=1)) for _ in range(2)]
+    for job in (ends_ok, ends_bad, outlives):
+        wait_state(c, job.id, "running")
+    assert [c.show(j.id).state for j in queued] == ["queued", "queued"]
+    d.kill9()
+    # While the daemon is down the first two end; their shims write exit records.
+    for job in (ends_ok, ends_bad):
+        record = d.home / "jobs" / str(job.id) / "exit.json"
+        wait_for(record.exists, timeout=30, what=f"job {job.id}'s exit record")
+    d.start()
+    c = d.client()
+    assert c.show(outlives.id).state == "running"  # re-adopted, not restarted
+    assert c.show(ends_ok.id).state == "succeeded"
+    bad = c.show(ends_bad.id)
+    assert (bad.state, bad.exit_code) == ("failed", 3)
+    done = wait_done(c, outlives.id, timeout=60)
+    assert (done.state, done.exit_code, len(done.attempts)) == ("succeeded", 0, 1)
+    for job in queued:
+        assert wait_done(c, job.id).state == "succeeded"
+    assert all(g.status == "free" for g in c.devices().items)
+    assert c.devices().ports_leased == {}
+
+
+def test_a_job_whose_shim_vanished_is_lost_and_its_processes_killed(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    d = make_daemon("--fake-gpus", "2")
+    c = d.client()
+    job = c.submit(JobSubmit(command=[sys.executable, str(JOBS / "stubborn.py")], gpus=1))
+    running = wait_state(c, job.id, "running")
+    assert running.job_dir is not None
+    pids = job_pids(running.job_dir)
+    d.kill9()
+    shim = procs.find_shim(running.job_dir)
+    assert shim is not None
+    os.kill(shim, signal.SIGKILL)  # no exit record will ever be written
+    d.start()
+    c = d.client()
+    done = wait_done(c, job.id)
+    assert done.state == "failed" and "lost" in done.reason
+    # The job's own processes (those still in its session) are killed before the GPU is freed.
+    assert [p for p in pids[:3] if alive(p)] == []
+    assert all(g.status == "free" for g in c.devices().items)
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_job(make_daemon: Callable[..., Daemon]) -> None:
+    d = make_daemon("--fake-gpus", "1")
+    c = d.client()
+    job = c.submit(JobSubmit(command=["sleep", "30"], gpus=1))
+    running = wait_state(c, job.id, "running")
+    d.kill9()
+    assert running.job_dir is not None
+    shim = procs.find_shim(running.job_dir)
+    assert shim is not None
+    os.killpg(shim, signal.SIGKILL)
+    # Pretend the job's PID was reused by an unrelated process: point the record at one.
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        wait_for(lambda: not alive(shim), what="the shim to die")
+        with sqlite3.connect(d.home / "ddpq.db") as db:
+            db.execute("UPDATE jobs SET shim_pid = ? WHERE id = ?", (stranger.pid, job.id))
+        d.start()
+        c = d.client()
+        done = wait_done(c, job.id)
+        assert done.state == "failed" and "lost" in done.reason
+        assert stranger.poll() is None  # the stranger was neither adopted nor killed
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_identity_includes_the_start_time() -> None:
+    me = procs.identity(os.getpid())
+    assert me is not None and procs.is_alive(me)
+    assert not procs.is_alive(procs.Identity(me.pid, me.start_ticks + 1))
+
+
+def test_log_is_capped_keeping_head_and_tail(make_daemon: Callable[..., Daemon]) -> None:
+    d = make_daemon("--fake-gpus", "1", "--log-cap", "8192")
+    c = d.client()
+    script = "for i in $(seq 1 20000); do echo line-$i; done"
+    job = c.submit(JobSubmit(command=["sh", "-c", script]))
+    done = wait_done(c, job.id)
+    assert done.state == "succeeded" and done.job_dir is not None
+    text = (Path(done.job_dir) / "output.log").read_text()
+    assert len(text) <= 8192 + 200
+    assert "line-1\n" in text and text.rstrip().endswith("line-20000")
+    assert "[ddpq: log over its cap of 8192 bytes" in text
+
+
+def test_an_unwritable_job_folder_fails_that_job_and_the_daemon_serves_on(daemon: Daemon) -> None:
+    c = daemon.client()
+    (daemon.home / "jobs").mkdir(exist_ok=True)
+    (daemon.home / "jobs" / "1").write_text("a file where the job's folder should be")
+    job = c.submit(JobSubmit(command=["true"]))
+    assert job.id == 1
+    done = wait_done(c, job.id)
+    assert done.state == "failed" and "cannot start the job" in done.reason
+    assert all(g.status == "free" for g in c.devices().items)
+    after = c.submit(JobSubmit(command=["true"]))
+    assert wait_done(c, after.id).state == "succeeded"
+
+
+def test_sigterm_leaves_jobs_running_and_stop_jobs_stops_them(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    d = make_daemon("--fake-gpus", "1")
+    c = d.client()
+    job = c.submit(JobSubmit(command=["sleep", "30"]))
+    running = wait_state(c, job.id, "running")
+    assert d.stop() == 0
+    assert running.job_dir is not None and procs.find_shim(running.job_dir) is not None
+    d.args += ["--stop-jobs"]
+    d.start()
+    assert d.client().show(job.id).state == "running"
+    assert d.stop() == 0
+    assert procs.find_shim(running.job_dir) is None
+    assert "cancelled" in (d.home / "ddpq.db").read_bytes().decode(errors="replace")

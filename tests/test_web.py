@@ -1,0 +1,171 @@
+"""The web page in a real headless Chromium, against a real daemon.
+
+Needs Debian's chromium (/usr/bin/chromium) and the `playwright` Python package; Playwright's
+own browser download is not used (`playwright install` is never run).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import shlex
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ddpq.schemas import JobSubmit
+from ddpq.store import users as user_store
+from ddpq.store.db import Database
+from tests.helpers import Daemon
+
+CHROMIUM = Path("/usr/bin/chromium")
+try:
+    from playwright.sync_api import Page, expect, sync_playwright
+except ImportError:  # pragma: no cover - CI installs it; this keeps the reason readable
+    sync_playwright = None
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        sync_playwright is None, reason="the playwright package is not installed (pip install)"
+    ),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install chromium)"
+    ),
+]
+
+ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# The page polls every second and the machine may be slow: generous, but still a bound.
+WAIT_MS = 20_000
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    assert sync_playwright is not None
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            pg = browser.new_page(viewport={"width": 1280, "height": 900})
+            pg.set_default_timeout(WAIT_MS)
+            expect.set_options(timeout=WAIT_MS)
+            errors: list[str] = []
+            pg.on("pageerror", lambda exc: errors.append(str(exc)))
+            yield pg
+            assert not errors, f"JavaScript errors on the page: {errors}"
+        finally:
+            browser.close()
+
+
+def test_page_shows_queue_gpus_progress_and_log(daemon: Daemon, page: Page, tmp_path: Path) -> None:
+    page.goto(daemon.url)
+    expect(page.locator("#gpus .gpu")).to_have_count(4)
+    expect(page.locator('#gpus .gpu[data-status="free"]')).to_have_count(4)
+
+    # The job prints, reports training progress the way the resnet18 workload does, and then
+    # runs until the test says so (a file appears), so "running" lasts as long as the test needs.
+    go = tmp_path / "go"
+    progress = {
+        "phase": "train",
+        "epoch": 2,
+        "epochs": 4,
+        "step": 20,
+        "steps": 100,
+        "train_loss": 1.234,
+        "test_acc": 0.5,
+        "images_per_s": 2345.6,
+        "eta_s": 95,
+    }
+    script = (
+        "echo hello-from-job; echo '<b>not bold</b>'; "
+        f'echo {shlex.quote(json.dumps(progress))} >> "$DDPQ_JOB_DIR/metrics.jsonl"; '
+        f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.05; done # <img src=x onerror=boom()>"
+    )
+    with daemon.client() as c:
+        job = c.submit(JobSubmit(command=["sh", "-c", script], gpus=2, name="web"))
+
+    row = page.locator(f'#queue-body tr[data-job-id="{job.id}"]')
+    expect(row).to_have_attribute("data-state", "running")
+    expect(row.locator("td").nth(2)).to_have_text(getpass.getuser())
+    leased = page.locator('#gpus .gpu[data-status="leased"]')
+    expect(leased).to_have_count(2)
+    for i in range(2):
+        expect(leased.nth(i)).to_have_attribute("data-job-id", str(job.id))
+    with daemon.client() as c:
+        port = c.show(job.id).leases.port
+    assert port is not None
+    expect(row.locator("td").nth(5)).to_have_text(str(port))
+    expect(leased.first).to_contain_text(f"port {port}")
+    # Epoch 2 of 4, step 20 of 100: 1.2 of 4 epochs done.
+    expect(row.locator(".bar")).to_have_attribute("aria-valuenow", "30")
+    expect(row.locator(".progress-text")).to_have_text(
+        "epoch 2/4 · loss 1.234 · acc 50.0% · 2346 img/s · ETA 1m35s"
+    )
+
+    row.click()
+    log = page.locator("#log")
+    expect(log).to_contain_text("hello-from-job")
+    # Job output and job text are shown as text, never parsed as HTML.
+    expect(log).to_contain_text("<b>not bold</b>")
+    expect(page.locator("#log b")).to_have_count(0)
+    expect(page.locator("#log-meta")).to_contain_text("<img src=x onerror=boom()>")
+    expect(page.locator("#log-meta img")).to_have_count(0)
+    expect(page.locator("#log-state")).to_have_text("running")
+    page.screenshot(path="/tmp/ddpq-page.png", full_page=True)
+
+    go.touch()
+    expect(row).to_have_attribute("data-state", "succeeded")
+    expect(page.locator("#log-state")).to_have_text("succeeded")
+    expect(page.locator('#gpus .gpu[data-status="free"]')).to_have_count(4)
+    expect(log).to_contain_text("hello-from-job")  # the pane keeps the output after the end
+
+
+def test_page_asks_for_a_token_and_keeps_it(make_daemon: Callable[..., Daemon], page: Page) -> None:
+    d = make_daemon("--fake-gpus", "4", "--auth")
+    db = Database(d.home / "ddpq.db")
+    try:
+        with db.write() as s:
+            _, token = user_store.add_user(
+                s, "alice", admin=False, unix_user=getpass.getuser(), now=time.time()
+            )
+    finally:
+        db.dispose()
+
+    page.goto(d.url)
+    banner = page.locator("#banner")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text("needs a token")
+    expect(page.locator("#gpus .gpu")).to_have_count(0)
+
+    page.fill("#token-input", "ddpq_wrong")
+    page.click("#token-save")
+    expect(banner).to_contain_text("rejected this token")
+
+    page.fill("#token-input", token)
+    page.click("#token-save")
+    expect(banner).to_be_hidden()
+    expect(page.locator("#whoami")).to_have_text("signed in as alice")
+    expect(page.locator("#gpus .gpu")).to_have_count(4)
+
+    with d.client(token) as c:
+        job = c.submit(JobSubmit(command=["true"]))
+    row = page.locator(f'#queue-body tr[data-job-id="{job.id}"]')
+    expect(row).to_have_attribute("data-state", "succeeded")
+
+    # The token survives a reload (localStorage) and is never echoed into the page.
+    page.reload()
+    expect(page.locator(f'#queue-body tr[data-job-id="{job.id}"]')).to_be_visible()
+    expect(banner).to_be_hidden()
+    assert token not in page.content()
+
+    page.click("#token-forget")
+    expect(banner).to_contain_text("needs a token")
