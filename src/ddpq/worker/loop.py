@@ -108,7 +108,10 @@ class Worker:
         return set(self._external)
 
     def run(self) -> None:
-        self.reconcile()
+        try:
+            self.reconcile()
+        except Exception:
+            log.exception("reconcile failed; serving on")
         while not self._stop.is_set():
             try:
                 self.step()
@@ -155,29 +158,43 @@ class Worker:
         self._publish_devices()
         with self.db.read() as s:
             active = [
-                (j.id, JobState(j.state), j.job_dir, j.shim_pid, j.shim_start_ticks)
+                (j.id, JobState(j.state), j.job_dir, j.shim_pid, j.shim_start_ticks, j.attempt)
                 for j in job_store.jobs_in(s, ACTIVE)
             ]
-        for job_id, state, job_dir, pid, ticks in active:
-            if job_dir is None:
-                self._requeue_unlaunched(job_id, "launch interrupted before the job started")
-                continue
-            if pid is None or ticks is None:
-                found = procs.find_shim(job_dir)
-                ident = procs.identity(found) if found else None
-                if ident is None:
-                    if (Path(job_dir) / EXIT_RECORD).exists():
-                        # It ran and ended while we were down: finalise from its record.
-                        self._watch(job_id, procs.Identity(-1, -1), Path(job_dir), None)
-                        continue
-                    self._requeue_unlaunched(job_id, "launch interrupted before the job started")
-                    continue
-                self._mark_running(job_id, ident, Path(job_dir))
-            else:
-                ident = procs.Identity(pid, ticks)
-            self._watch(job_id, ident, Path(job_dir), None)
-            log.info("job %s: re-adopted (%s, shim pid %s)", job_id, state.value, ident.pid)
+        for job_id, state, job_dir, pid, ticks, attempt in active:
+            try:
+                self._reconcile_one(job_id, state, job_dir, pid, ticks, attempt)
+            except Exception:  # one odd job must not keep the others from being adopted
+                log.exception("job %s: could not be reconciled", job_id)
         self._collect_exits()
+
+    def _reconcile_one(
+        self,
+        job_id: int,
+        state: JobState,
+        job_dir: str | None,
+        pid: int | None,
+        ticks: int | None,
+        attempt: int,
+    ) -> None:
+        if job_dir is None:
+            self._requeue_unlaunched(job_id, "launch interrupted before the job started")
+            return
+        if pid is None or ticks is None:
+            found = procs.find_shim(job_dir)
+            ident = procs.identity(found) if found else None
+            if ident is None:
+                if read_exit_record(Path(job_dir), attempt) is not None:
+                    # It ran and ended while we were down: finalise from its record.
+                    self._watch(job_id, procs.Identity(-1, -1), Path(job_dir), None)
+                    return
+                self._requeue_unlaunched(job_id, "launch interrupted before the job started")
+                return
+            self._mark_running(job_id, ident, Path(job_dir))
+        else:
+            ident = procs.Identity(pid, ticks)
+        self._watch(job_id, ident, Path(job_dir), None)
+        log.info("job %s: re-adopted (%s, shim pid %s)", job_id, state.value, ident.pid)
 
     def _requeue_unlaunched(self, job_id: int, reason: str) -> None:
         now = time.time()
@@ -222,7 +239,9 @@ class Worker:
             self._finalise(job_id, w)
 
     def _finalise(self, job_id: int, w: Watched) -> None:
-        record = read_exit_record(w.job_dir)
+        with self.db.read() as s:
+            attempt = job_store.get_job(s, job_id).attempt
+        record = read_exit_record(w.job_dir, attempt)
         if record is None:
             # The shim vanished without its record (killed -9, OOM killer...):
             # the job is lost. Kill whatever of it survives before freeing its GPUs.
@@ -241,6 +260,9 @@ class Worker:
             job = job_store.get_job(s, job_id)
             if JobState(job.state) not in ACTIVE:
                 return
+            if JobState(job.state) is JobState.STARTING:
+                # It ran and ended while no worker watched (we died right after launching it).
+                job_store.set_state(s, job, JobState.RUNNING, "started (found after restart)", now)
             stop = StopRequest(job.stop_request) if job.stop_request else None
             outcome = outcome_of(record, stop, self.settings.grace_s)
             job_store.end_attempt(
@@ -579,11 +601,14 @@ def launch_error(exc: BaseException) -> str:
     return f"cannot start the job: {exc}"
 
 
-def read_exit_record(job_dir: Path) -> ExitRecord | None:
+def read_exit_record(job_dir: Path, attempt: int) -> ExitRecord | None:
+    """The shim's record of how ``attempt`` ended; None if there is none (yet)."""
     try:
         data = json.loads((job_dir / EXIT_RECORD).read_text())
     except (OSError, ValueError):
         return None
+    if str(data.get("attempt")) != str(attempt):
+        return None  # left over from an earlier attempt
     return ExitRecord(
         exit_code=data.get("exit_code"),
         signal=data.get("signal"),

@@ -309,6 +309,8 @@ def main(argv: list[str]) -> int:
         "ended_at": ended_at,
         "error": error,
         "log_dropped_bytes": log.dropped,
+        # Which attempt this record is about, so a stale record is never taken for a new one.
+        "attempt": os.environ.get("DDPQ_ATTEMPT"),
     }
     try:
         write_record(job_dir, record)
