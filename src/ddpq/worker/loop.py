@@ -87,6 +87,11 @@ class Worker:
         self.settings = settings
         self.db = Database(settings.db_path)
         self.settings.jobs_dir.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            # Jobs run as their owners' accounts: they must be able to reach their folders
+            # (traverse only; listing the state folder stays root's).
+            for path in (settings.home, settings.jobs_dir):
+                path.chmod(path.stat().st_mode | 0o111)
         self._sock = wake.listen(settings.wake_socket)
         self._stop = threading.Event()
         self._state = WorkerState()
@@ -272,7 +277,7 @@ class Worker:
                 exit_signal=record.signal,
                 state=outcome.state,
                 reason=outcome.reason,
-                now=now,
+                now=record.ended_at or now,  # when its processes were gone, not when we noticed
             )
             lease_store.release(s, job_id, now)
             job.shim_pid = None

@@ -1,0 +1,192 @@
+"""Scheduler benchmark: a real daemon with 8 fake GPUs, measured from outside.
+
+    python bench/scheduler_bench.py [--jobs 200] [--latency-samples 50]
+
+Measures
+  1. submit latency: the POST /v1/jobs round trip (p50/p99);
+  2. submit -> running on idle GPUs: from just before the POST to the job's own first
+     output line (a timestamp the job prints), p50/p99, one job at a time;
+  3. end-to-end throughput: N trivial 1-GPU jobs submitted in a burst, jobs/s from the
+     first submission to the last job's end;
+  4. GPU hand-over: for each GPU, the gap between one job's end (its exit record) and the
+     next job's start on it, during the burst (p50/p99).
+Prints a markdown table to paste into bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--latency-samples", type=int, default=50)
+    args = ap.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="ddpq-bench-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ddpq",
+            "serve",
+            "--home",
+            str(home),
+            "--port",
+            str(port),
+            "--fake-gpus",
+            "8",
+            "--port-range",
+            "29600-29999",
+        ],
+        stdout=open(home / "daemon.log", "w"),  # noqa: SIM115 - lives as long as the daemon
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    http = httpx.Client(base_url=url, headers={"X-Ddpq-User": os.environ.get("USER", "root")})
+    try:
+        wait_until(lambda: _ok(http), 60, "the daemon")
+        # 1 + 2: one job at a time on idle GPUs.
+        submit_ms, to_running_ms = [], []
+        for _ in range(args.latency_samples):
+            t0 = time.time()
+            r = http.post("/v1/jobs", json={"command": ["sh", "-c", "date +%s.%N"], "gpus": 1})
+            submit_ms.append((time.time() - t0) * 1000)
+            job_id = r.json()["id"]
+            job = wait_until(lambda j=job_id: _done(http, j), 30, "a job")
+            first = http.get(f"/v1/jobs/{job_id}/log").text.splitlines()
+            line = next(ln for ln in first if not ln.startswith("[ddpq]"))
+            to_running_ms.append((float(line) - t0) * 1000)
+            assert job["state"] == "succeeded"
+        # 3 + 4: a burst of trivial jobs through 8 GPUs.
+        t0 = time.time()
+        ids = [
+            http.post("/v1/jobs", json={"command": ["true"], "gpus": 1}).json()["id"]
+            for _ in range(args.jobs)
+        ]
+        submitted = time.time()
+        wait_until(lambda: _all_done(http, ids), 600, "the burst")
+        details = [http.get(f"/v1/jobs/{i}").json() for i in ids]
+        ends = [_t(d["ended_at"]) for d in details]
+        throughput = args.jobs / (max(ends) - t0)
+        gaps = _handover_gaps(details)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(60)
+        shutil.rmtree(home, ignore_errors=True)
+
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(
+        f"date: {time.strftime('%Y-%m-%d')}; command: python bench/scheduler_bench.py "
+        f"--jobs {args.jobs} --latency-samples {args.latency_samples}\n"
+    )
+    print("| measure | p50 | p99 |")
+    print("|---|---|---|")
+    print(
+        f"| submit latency (POST round trip) | {pct(submit_ms, 0.5):.1f} ms | "
+        f"{pct(submit_ms, 0.99):.1f} ms |"
+    )
+    print(
+        f"| submit -> job's first line, idle GPUs | {pct(to_running_ms, 0.5):.1f} ms | "
+        f"{pct(to_running_ms, 0.99):.1f} ms |"
+    )
+    print(
+        f"| GPU hand-over (job end -> next start on that GPU) | {pct(gaps, 0.5):.1f} ms | "
+        f"{pct(gaps, 0.99):.1f} ms |"
+    )
+    print(
+        f"\nthroughput: {args.jobs} trivial 1-GPU jobs in {max(ends) - t0:.2f} s = "
+        f"{throughput:.1f} jobs/s (burst submitted in {submitted - t0:.2f} s)"
+    )
+
+
+def _ok(http: httpx.Client) -> bool:
+    try:
+        return http.get("/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _done(http: httpx.Client, job_id: int) -> dict | None:  # type: ignore[type-arg]
+    job = http.get(f"/v1/jobs/{job_id}").json()
+    return job if job["state"] in TERMINAL else None
+
+
+def _all_done(http: httpx.Client, ids: list[int]) -> bool:
+    r = http.get("/v1/jobs", params={"state": ["queued", "starting", "running"], "limit": 1})
+    return r.json()["total"] == 0
+
+
+def _t(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _handover_gaps(details: list[dict]) -> list[float]:  # type: ignore[type-arg]
+    by_gpu: dict[int, list[tuple[float, float]]] = {}
+    for d in details:
+        for a in d["attempts"]:
+            for g in a["gpus"]:
+                by_gpu.setdefault(g, []).append((_t(a["started_at"]), _t(a["ended_at"])))
+    gaps = []
+    for runs in by_gpu.values():
+        runs.sort()
+        for (_, end), (start, _) in itertools.pairwise(runs):
+            if start >= end:
+                gaps.append((start - end) * 1000)
+    return gaps
+
+
+if __name__ == "__main__":
+    main()

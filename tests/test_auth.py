@@ -1,0 +1,145 @@
+"""Per-user tokens: who may see, cancel and read what; jobs run as their owner's account."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ddpq.client.api import DdpqError, token_file
+from ddpq.schemas import JobSubmit
+from tests.helpers import Daemon, wait_done, wait_state
+
+
+def add_user(home: Path, name: str, *extra: str) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "ddpq", "admin", "user", "add", name, "--home", str(home), *extra],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return r.stdout.strip()
+
+
+def me() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+@pytest.fixture
+def authed(make_daemon: Callable[..., Daemon], tmp_path: Path) -> tuple[Daemon, str, str, str]:
+    home = tmp_path / "home"
+    alice = add_user(home, "alice", "--unix-user", me())
+    bob = add_user(home, "bob", "--unix-user", me())
+    admin = add_user(home, "root-admin", "--admin", "--unix-user", me())
+    d = make_daemon("--fake-gpus", "2", "--auth", "--grace", "1s", home=home)
+    return d, alice, bob, admin
+
+
+def test_tokens_are_stored_hashed_and_shown_once(authed: tuple[Daemon, str, str, str]) -> None:
+    d, alice, _, _ = authed
+    assert alice.startswith("ddpq_") and len(alice) > 40
+    assert alice.encode() not in (d.home / "ddpq.db").read_bytes()
+
+
+def test_two_users_share_the_queue_but_not_their_jobs(
+    authed: tuple[Daemon, str, str, str],
+) -> None:
+    d, alice_token, bob_token, admin_token = authed
+    alice, bob = d.client(alice_token), d.client(bob_token)
+    a_job = alice.submit(JobSubmit(command=["sleep", "30"], owner="mallory"))
+    assert a_job.owner == "alice"  # the token says who, not the body
+    wait_state(alice, a_job.id, "running")
+    assert [j.id for j in bob.list().items] == [a_job.id]  # everyone sees the queue
+    with pytest.raises(DdpqError) as denied:
+        bob.cancel(a_job.id)
+    assert denied.value.status == 403 and "belongs to alice" in str(denied.value)
+    with pytest.raises(DdpqError) as no_log:
+        bob.log(a_job.id)
+    assert no_log.value.status == 403
+    assert alice.log(a_job.id)[0] is not None
+    assert d.client(admin_token).cancel(a_job.id).state == "running"  # admin may; stopping
+    assert wait_done(alice, a_job.id).state == "cancelled"
+
+
+def test_missing_or_wrong_token_is_401(authed: tuple[Daemon, str, str, str]) -> None:
+    d, *_ = authed
+    assert httpx.get(d.url + "/v1/jobs").status_code == 401
+    r = httpx.get(d.url + "/v1/jobs", headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 401 and r.json()["detail"] == "unknown token"
+    cli = d.cli("ls", check=False, DDPQ_TOKEN="nope")
+    assert cli.returncode == 5 and "unknown token" in cli.stderr
+
+
+def test_cli_reads_a_0600_token_file_and_refuses_a_readable_one(
+    authed: tuple[Daemon, str, str, str], tmp_path: Path
+) -> None:
+    d, alice, _, _ = authed
+    config = tmp_path / "config"
+    env = {"XDG_CONFIG_HOME": str(config), "DDPQ_TOKEN": ""}
+    saved = d.cli("login", alice, **env)
+    path = Path(saved.stdout.split()[-1])
+    assert path == config / "ddpq" / "token"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert d.cli("whoami", **env).stdout.strip() == "alice"
+    path.chmod(0o644)
+    r = d.cli("whoami", check=False, **env)
+    assert r.returncode == 2 and "chmod 600" in r.stderr
+    assert token_file().name == "token"
+
+
+def test_non_loopback_address_needs_auth(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpq",
+            "serve",
+            "--home",
+            str(tmp_path / "h"),
+            "--host",
+            "0.0.0.0",
+            "--fake-gpus",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "without --auth" in r.stderr and "Traceback" not in r.stderr
+
+
+def _reachable_by_others(path: Path) -> bool:
+    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs a root daemon")
+def test_a_root_daemon_runs_jobs_as_the_owners_account(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    if not _reachable_by_others(Path(os.path.realpath(sys.executable)).parent):
+        pytest.skip("this virtualenv is not reachable by other accounts")
+    nobody = pwd.getpwnam("nobody")
+    home = Path(tempfile.mkdtemp(prefix="ddpq-auth-"))
+    home.chmod(0o755)
+    token = add_user(home, "carol", "--unix-user", "nobody")
+    d = make_daemon("--fake-gpus", "1", "--auth", home=home)
+    c = d.client(token)
+    job = c.submit(JobSubmit(command=["sh", "-c", "id -u; echo $HOME"], cwd="/"))
+    done = wait_done(c, job.id)
+    assert done.state == "succeeded", done.reason
+    lines = c.log_tail(job.id).decode().splitlines()
+    assert str(nobody.pw_uid) in lines and nobody.pw_dir in lines
+    unmapped = add_user(home, "dave")  # no Unix account named dave
+    c2 = d.client(unmapped)
+    job2 = c2.submit(JobSubmit(command=["true"], cwd="/"))
+    done2 = wait_done(c2, job2.id)
+    assert done2.state == "failed" and "no Unix account" in done2.reason
