@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import plan as planner
@@ -58,6 +60,7 @@ PORT_CLASH = ("eaddrinuse", "address already in use")
 PORT_COOLDOWN_S = 30.0
 PROGRESS_EVERY_S = 1.0
 DEVICE_REFRESH_S = 5.0
+USAGE_TTL_S = 5.0
 
 
 @dataclass
@@ -65,6 +68,7 @@ class Watched:
     ident: procs.Identity
     job_dir: Path
     fd: int | None
+    attempt: int
     child: subprocess.Popen[bytes] | None = None
 
 
@@ -85,7 +89,7 @@ class WorkerState:
 class Worker:
     def __init__(self, settings: Settings, devices: list[Device] | None = None) -> None:
         self.settings = settings
-        self.db = Database(settings.db_path)
+        self.db = Database(settings.db_path, durable=False)
         self.settings.jobs_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             # Jobs run as their owners' accounts: they must be able to reach their folders
@@ -101,6 +105,7 @@ class Worker:
         self._progress_at = 0.0
         self._woke_at = time.time()
         self._cpu = os.cpu_count() or 1
+        self._usage_cache: tuple[float, dict[str, float]] = (0.0, {})
 
     # ---- life cycle -------------------------------------------------------
 
@@ -191,14 +196,14 @@ class Worker:
             if ident is None:
                 if read_exit_record(Path(job_dir), attempt) is not None:
                     # It ran and ended while we were down: finalise from its record.
-                    self._watch(job_id, procs.Identity(-1, -1), Path(job_dir), None)
+                    self._watch(job_id, procs.Identity(-1, -1), Path(job_dir), attempt)
                     return
                 self._requeue_unlaunched(job_id, "launch interrupted before the job started")
                 return
             self._mark_running(job_id, ident, Path(job_dir))
         else:
             ident = procs.Identity(pid, ticks)
-        self._watch(job_id, ident, Path(job_dir), None)
+        self._watch(job_id, ident, Path(job_dir), attempt)
         log.info("job %s: re-adopted (%s, shim pid %s)", job_id, state.value, ident.pid)
 
     def _requeue_unlaunched(self, job_id: int, reason: str) -> None:
@@ -224,11 +229,12 @@ class Worker:
         job_id: int,
         ident: procs.Identity,
         job_dir: Path,
-        child: subprocess.Popen[bytes] | None,
+        attempt: int,
+        child: subprocess.Popen[bytes] | None = None,
     ) -> None:
         fd = procs.pidfd(ident.pid) if ident.pid > 0 else None
         # The pidfd pins this process; if it is not the one we mean, it exited already.
-        self._state.watched[job_id] = Watched(ident, job_dir, fd, child)
+        self._state.watched[job_id] = Watched(ident, job_dir, fd, attempt, child)
 
     def _collect_exits(self) -> None:
         ended = []
@@ -237,79 +243,89 @@ class Worker:
                 w.child.poll()  # reap our own child so it does not linger as a zombie
             if not procs.is_alive(w.ident):
                 ended.append(job_id)
+        if not ended:
+            return
+        results = []
         for job_id in ended:
             w = self._state.watched.pop(job_id)
             if w.fd is not None:
                 os.close(w.fd)
-            self._finalise(job_id, w)
-
-    def _finalise(self, job_id: int, w: Watched) -> None:
-        with self.db.read() as s:
-            attempt = job_store.get_job(s, job_id).attempt
-        record = read_exit_record(w.job_dir, attempt)
-        if record is None:
-            # The shim vanished without its record (killed -9, OOM killer...):
-            # the job is lost. Kill whatever of it survives before freeing its GPUs.
-            stragglers = procs.session_members(w.ident)
-            deadline = time.monotonic() + 10
-            while stragglers and time.monotonic() < deadline:
-                procs.kill_all(stragglers)
-                time.sleep(0.01)
-                stragglers = procs.session_members(w.ident)
-            now = time.time()
-            record = ExitRecord(
-                None, None, now, now, error="lost: the job's shim ended without an exit record"
-            )
+            results.append((job_id, w, self._exit_record(w)))
+        # One transaction for every job that ended since the last look: under a stream
+        # of short jobs this is what keeps the write lock free for submissions.
         now = time.time()
         with self.db.write() as s:
-            job = job_store.get_job(s, job_id)
-            if JobState(job.state) not in ACTIVE:
-                return
-            if JobState(job.state) is JobState.STARTING:
-                # It ran and ended while no worker watched (we died right after launching it).
-                job_store.set_state(s, job, JobState.RUNNING, "started (found after restart)", now)
-            stop = StopRequest(job.stop_request) if job.stop_request else None
-            outcome = outcome_of(record, stop, self.settings.grace_s)
-            job_store.end_attempt(
+            for job_id, w, record in results:
+                self._apply_exit(s, job_id, w, record, now)
+
+    def _exit_record(self, w: Watched) -> ExitRecord:
+        record = read_exit_record(w.job_dir, w.attempt)
+        if record is not None:
+            return record
+        # The shim vanished without its record (killed -9, OOM killer...): the job is
+        # lost. Kill whatever of it survives before its GPUs are handed out again.
+        stragglers = procs.session_members(w.ident)
+        deadline = time.monotonic() + 10
+        while stragglers and time.monotonic() < deadline:
+            procs.kill_all(stragglers)
+            time.sleep(0.01)
+            stragglers = procs.session_members(w.ident)
+        now = time.time()
+        return ExitRecord(
+            None, None, now, now, error="lost: the job's shim ended without an exit record"
+        )
+
+    def _apply_exit(
+        self, s: Session, job_id: int, w: Watched, record: ExitRecord, now: float
+    ) -> None:
+        job = job_store.get_job(s, job_id)
+        if JobState(job.state) not in ACTIVE or job.attempt != w.attempt:
+            return
+        if JobState(job.state) is JobState.STARTING:
+            # It ran and ended while no worker watched (we died right after launching it).
+            job_store.set_state(s, job, JobState.RUNNING, "started (found after restart)", now)
+        stop = StopRequest(job.stop_request) if job.stop_request else None
+        outcome = outcome_of(record, stop, self.settings.grace_s)
+        ended_at = record.ended_at or now  # when its processes were gone, not when we noticed
+        job_store.end_attempt(
+            s,
+            job,
+            exit_code=record.exit_code,
+            exit_signal=record.signal,
+            state=outcome.state,
+            reason=outcome.reason,
+            now=ended_at,
+        )
+        lease_store.release(s, job_id, now)
+        job.shim_pid = None
+        job.shim_start_ticks = None
+        job.ended_at = ended_at
+        progress = read_progress(w.job_dir)
+        if progress is not None:
+            job.progress = progress
+        if outcome.state is JobState.FAILED and self._port_clash(job, w.job_dir):
+            job.port_retries += 1
+            job_store.set_state(
                 s,
                 job,
-                exit_code=record.exit_code,
-                exit_signal=record.signal,
-                state=outcome.state,
-                reason=outcome.reason,
-                now=record.ended_at or now,  # when its processes were gone, not when we noticed
+                JobState.QUEUED,
+                f"rendezvous port was taken (EADDRINUSE); requeued on another port "
+                f"(try {job.port_retries} of {self.settings.max_port_retries})",
+                now,
             )
-            lease_store.release(s, job_id, now)
-            job.shim_pid = None
-            job.shim_start_ticks = None
-            if record.ended_at:
-                job.ended_at = record.ended_at
-            progress = read_progress(w.job_dir)
-            if progress is not None:
-                job.progress = progress
-            if outcome.state is JobState.FAILED and self._port_clash(job, w.job_dir):
-                job.port_retries += 1
-                job_store.set_state(
-                    s,
-                    job,
-                    JobState.QUEUED,
-                    f"rendezvous port was taken (EADDRINUSE); requeued on another port "
-                    f"(try {job.port_retries} of {self.settings.max_port_retries})",
-                    now,
-                )
-            elif should_retry(outcome.state, job.attempt, job.max_retries):
-                delay = retry_backoff_s(job.attempt)
-                job.not_before = now + delay
-                job_store.set_state(
-                    s,
-                    job,
-                    JobState.QUEUED,
-                    f"attempt {job.attempt} failed ({outcome.reason}); retry "
-                    f"{job.attempt} of {job.max_retries} in {delay:g}s",
-                    now,
-                )
-            else:
-                job_store.finish(s, job, outcome.state, outcome.reason, record.ended_at or now)
+        elif should_retry(outcome.state, job.attempt, job.max_retries):
+            delay = retry_backoff_s(job.attempt)
+            job.not_before = now + delay
+            job_store.set_state(
+                s,
+                job,
+                JobState.QUEUED,
+                f"attempt {job.attempt} failed ({outcome.reason}); retry "
+                f"{job.attempt} of {job.max_retries} in {delay:g}s",
+                now,
+            )
+        else:
+            job_store.finish(s, job, outcome.state, outcome.reason, ended_at)
         log.info("job %s: %s", job_id, outcome.reason)
 
     def _port_clash(self, job: Job, job_dir: Path) -> bool:
@@ -413,7 +429,7 @@ class Worker:
         launches = self._lease_next()
         if not launches:
             return
-        started: list[tuple[int, procs.Identity, Path, subprocess.Popen[bytes]]] = []
+        started: list[tuple[Launch, procs.Identity, subprocess.Popen[bytes]]] = []
         failed: list[tuple[int, str]] = []
         for launch in launches:
             try:
@@ -424,11 +440,11 @@ class Worker:
             ident = procs.identity(child.pid)
             if ident is None:  # exited already and was reaped? Not possible before poll().
                 ident = procs.Identity(child.pid, 0)
-            started.append((launch.job_id, ident, launch.spec.job_dir, child))
+            started.append((launch, ident, child))
         now = time.time()
         with self.db.write() as s:
-            for job_id, ident, _, _ in started:
-                job = job_store.get_job(s, job_id)
+            for launch, ident, _ in started:
+                job = job_store.get_job(s, launch.job_id)
                 job.shim_pid, job.shim_start_ticks = ident.pid, ident.start_ticks
                 job_store.set_state(s, job, JobState.RUNNING, "started", now)
             for job_id, reason in failed:
@@ -444,8 +460,8 @@ class Worker:
                 )
                 lease_store.release(s, job_id, now)
                 job_store.finish(s, job, JobState.FAILED, reason, now)
-        for job_id, ident, job_dir, child in started:
-            self._watch(job_id, ident, job_dir, child)
+        for launch, ident, child in started:
+            self._watch(launch.job_id, ident, launch.spec.job_dir, launch.spec.attempt, child)
 
     def _lease_next(self) -> list[Launch]:
         """Plan and lease in one BEGIN IMMEDIATE transaction; the jobs move to starting."""
@@ -467,9 +483,7 @@ class Worker:
             leased_ports = {port for _, port in held.values() if port is not None}
             if self._state.last_port is None:
                 self._state.last_port = lease_store.last_port(s)
-            usage = recent_usage(
-                job_store.recent_runs(s, now - cfg.usage_window_s), now, cfg.usage_window_s
-            )
+            usage = self._usage(s, now)
             candidates = [
                 planner.QueuedJob(
                     j.id, j.owner, j.gpus, j.priority, j.submitted_at, j.time_limit_s, j.not_before
@@ -506,6 +520,19 @@ class Worker:
                 self._state.last_port = p.port
                 launches.append(self._launch_of(job, p))
             return launches
+
+    def _usage(self, s: Session, now: float) -> dict[str, float]:
+        """Recent GPU-seconds per owner, recomputed at most every few seconds.
+
+        Fair share needs no millisecond precision, and the query reads a week of
+        attempts, which under a stream of short jobs would dominate each pass.
+        """
+        cached_at, usage = self._usage_cache
+        if now - cached_at >= USAGE_TTL_S:
+            window = self.settings.usage_window_s
+            usage = recent_usage(job_store.recent_runs(s, now - window), now, window)
+            self._usage_cache = (now, usage)
+        return usage
 
     def _launch_of(self, job: Job, p: planner.Placement) -> Launch:
         spec = LaunchSpec(
