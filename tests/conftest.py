@@ -27,21 +27,28 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 
 
 def _kill_leftover_shims(root: Path) -> None:
+    """Kill every process a test's jobs left: their shims and anything in their environment.
+
+    Daemons stop without --stop-jobs in most tests, so running jobs outlive them.
+    """
     import contextlib
     import os
     import signal
 
     needle = str(root).encode()
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        if not name.isdigit() or int(name) == os.getpid():
             continue
         try:
             cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            environ = Path(f"/proc/{name}/environ").read_bytes()
         except OSError:
             continue
-        if b"shim.py" in cmdline and needle in cmdline:
+        is_shim = b"shim.py" in cmdline and needle in cmdline
+        in_job = any(e.startswith(b"DDPQ_JOB_DIR=" + needle) for e in environ.split(b"\x00"))
+        if is_shim or in_job:
             with contextlib.suppress(OSError):
-                os.killpg(int(name), signal.SIGKILL)
+                os.kill(int(name), signal.SIGKILL)
 
 
 @pytest.fixture

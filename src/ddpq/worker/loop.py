@@ -264,12 +264,20 @@ class Worker:
             return record
         # The shim vanished without its record (killed -9, OOM killer...): the job is
         # lost. Kill whatever of it survives before its GPUs are handed out again.
-        stragglers = procs.session_members(w.ident)
+        marker = f"DDPQ_JOB_DIR={w.job_dir}".encode()
+
+        def stragglers() -> list[int]:
+            found = set(procs.session_members(w.ident))
+            if w.ident.start_ticks >= 0:
+                found.update(procs.marked_with(marker, w.ident.start_ticks))
+            return sorted(found)
+
+        left = stragglers()
         deadline = time.monotonic() + 10
-        while stragglers and time.monotonic() < deadline:
-            procs.kill_all(stragglers)
+        while left and time.monotonic() < deadline:
+            procs.kill_all(left)
             time.sleep(0.01)
-            stragglers = procs.session_members(w.ident)
+            left = stragglers()
         now = time.time()
         return ExitRecord(
             None, None, now, now, error="lost: the job's shim ended without an exit record"

@@ -78,6 +78,26 @@ def session_members(leader: Identity) -> list[int]:
     return members
 
 
+def marked_with(marker: bytes, not_before_ticks: int) -> list[int]:
+    """Live processes whose environment holds ``marker`` (e.g. ``DDPQ_JOB_DIR=/x``).
+
+    Every process of a job inherits the job's environment, also one that escaped its
+    session with setsid and a double fork; this finds those when no shim is left to.
+    """
+    found = []
+    for pid in all_pids():
+        st = stat(pid)
+        if st is None or st.state == "Z" or st.start_ticks < not_before_ticks:
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\x00"):
+            found.append(pid)
+    return found
+
+
 def send(pid: int, sig: int) -> bool:
     try:
         os.kill(pid, sig)
