@@ -69,33 +69,34 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--latency-samples", type=int, default=50)
+    ap.add_argument("--split", action="store_true", help="ddpq server + ddpq worker")
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="ddpq-bench-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ddpq",
-            "serve",
-            "--home",
-            str(home),
-            "--port",
-            str(port),
-            "--fake-gpus",
-            "8",
-            "--port-range",
-            "29600-29999",
-        ],
-        stdout=open(home / "daemon.log", "w"),  # noqa: SIM115 - lives as long as the daemon
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
+    common = ["--home", str(home), "--fake-gpus", "8", "--port-range", "29600-29999"]
+    if args.split:  # API and worker as two processes (no shared interpreter lock)
+        commands = [
+            ["server", "--port", str(port), *common],
+            ["worker", *common],
+        ]
+    else:
+        commands = [["serve", "--port", str(port), *common]]
+    daemons = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ddpq", *cmd],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for cmd in commands
+    ]
     http = httpx.Client(base_url=url, headers={"X-Ddpq-User": os.environ.get("USER", "root")})
     try:
         wait_until(lambda: _ok(http), 60, "the daemon")
+        wait_until(lambda: len(http.get("/v1/devices").json()["items"]) == 8, 60, "the worker")
         # 1 + 2: one job at a time on idle GPUs.
         submit_ms, to_running_ms = [], []
         for _ in range(args.latency_samples):
@@ -121,14 +122,16 @@ def main() -> None:
         throughput = args.jobs / (max(ends) - t0)
         gaps = _handover_gaps(details)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(60)
+        for daemon in daemons:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(60)
         shutil.rmtree(home, ignore_errors=True)
 
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
     print(
         f"date: {time.strftime('%Y-%m-%d')}; command: python bench/scheduler_bench.py "
-        f"--jobs {args.jobs} --latency-samples {args.latency_samples}\n"
+        f"--jobs {args.jobs} --latency-samples {args.latency_samples}"
+        f"{' --split' if args.split else ''}\n"
     )
     print("| measure | p50 | p99 |")
     print("|---|---|---|")

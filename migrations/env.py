@@ -10,7 +10,9 @@ from sqlalchemy import create_engine
 from ddpq.store.models import Base
 
 config = context.config
-url = config.get_main_option("sqlalchemy.url") or f"sqlite:///{os.environ.get('DDPQ_DB', 'ddpq.db')}"
+url = (
+    config.get_main_option("sqlalchemy.url") or f"sqlite:///{os.environ.get('DDPQ_DB', 'ddpq.db')}"
+)
 
 
 def run_migrations() -> None:

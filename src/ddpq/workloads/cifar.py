@@ -167,7 +167,7 @@ def _write_batch(path: Path, label: str, x: U8Array, y: I64Array) -> None:
 def _dump(path: Path, obj: object) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as f:
-        pickle.dump(obj, f, protocol=2)
+        pickle.dump(obj, f, protocol=4)
     os.replace(tmp, path)
 
 
