@@ -38,8 +38,11 @@ until ddpq ls >/dev/null 2>&1; do
 done
 
 echo "== ddpq submit resnet18 --gpus 2 (twice, at the same moment) ${data_flags[*]}"
-a=$(ddpq submit resnet18 --gpus 2 --name resnet-a --epochs "$epochs" "${data_flags[@]}")
-b=$(ddpq submit resnet18 --gpus 2 --name resnet-b --epochs "$epochs" "${data_flags[@]}")
+echo "   (${DDPQ_DEMO_EPOCHS:-3} epochs each; a few minutes on a 2-core CPU)"
+# A two-point learning-rate sweep: same model and data, each run on its own GPUs and port.
+common=(--gpus 2 --epochs "$epochs" --batch-size 32 "${data_flags[@]}")
+a=$(ddpq submit resnet18 --name resnet-lr0.05 --lr 0.05 "${common[@]}")
+b=$(ddpq submit resnet18 --name resnet-lr0.2 --lr 0.2 "${common[@]}")
 echo "submitted jobs $a and $b"
 
 deadline=$((SECONDS + ${DDPQ_DEMO_TIMEOUT:-900}))
@@ -57,10 +60,8 @@ ddpq ls --all --json | python3 -c '
 import json, sys
 jobs = json.load(sys.stdin)
 for j in jobs:
-    p = j.get("progress") or {}
-    acc = p.get("test_acc")
-    print(f"job {j[\"id\"]} {j[\"name\"]}: {j[\"state\"]}, final test accuracy "
-          + (f"{acc * 100:.1f}%" if isinstance(acc, (int, float)) else "n/a"))
-ok = all(j["state"] == "succeeded" for j in jobs)
-sys.exit(0 if ok else 1)
+    acc = (j.get("progress") or {}).get("test_acc")
+    shown = "%.1f%%" % (acc * 100) if isinstance(acc, (int, float)) else "n/a"
+    print("job %s %s: %s, final test accuracy %s" % (j["id"], j["name"], j["state"], shown))
+sys.exit(0 if all(j["state"] == "succeeded" for j in jobs) else 1)
 '

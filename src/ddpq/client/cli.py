@@ -388,7 +388,7 @@ def render_job(job: JobDetail, tail: bytes) -> None:
             )
     if tail:
         con.print("[bold]log tail[/]")
-        con.print(tail.decode(errors="replace"), markup=False, highlight=False)
+        con.print(tail.decode(errors="replace"), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
