@@ -1,0 +1,69 @@
+"""The built-in ResNet18 workload through ddpq: progress shown, a retry resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ddpq.schemas import JobSubmit
+from ddpq.worker import procs
+from tests.helpers import Daemon, wait_done, wait_for, wait_state
+
+pytestmark = pytest.mark.torch
+pytest.importorskip("torch")
+
+TINY = ["--synthetic", "192", "--batch-size", "16", "--stem", "cifar", "--max-steps-per-epoch", "3"]
+
+
+def test_resnet18_under_ddpq_reports_progress(daemon: Daemon) -> None:
+    c = daemon.client()
+    job = c.submit(JobSubmit(workload="resnet18", args=[*TINY, "--epochs", "2"], gpus=2))
+    assert job.launcher == "torchrun"
+    done = wait_done(c, job.id, timeout=240)
+    assert done.state == "succeeded", c.log_tail(job.id).decode()
+    assert done.progress is not None
+    assert done.progress["epoch"] == 2 and done.progress["epochs"] == 2
+    assert 0.0 <= done.progress["test_acc"] <= 1.0
+    shown = daemon.cli("ls", "--all").stdout
+    assert "epoch 2/2" in shown and "acc" in shown
+    # The CLI's own validation of workload arguments (through the workload's parser).
+    bad = daemon.cli("submit", "resnet18", "--gpus", "2", "--epochs", "zero", check=False)
+    assert bad.returncode == 1 and "epochs" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    d = make_daemon("--fake-gpus", "2", "--grace", "2s")
+    c = d.client()
+    args = [*TINY, "--max-steps-per-epoch", "8", "--epochs", "6"]
+    job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, retries=1))
+    running = wait_state(c, job.id, "running", timeout=60)
+    assert running.job_dir is not None
+    job_dir = Path(running.job_dir)
+    checkpoint = job_dir / "checkpoint.pt"
+    wait_for(checkpoint.exists, timeout=240, what="the first checkpoint")
+    # Kill one rank: torchrun fails the job, and ddpq retries it.
+    marker = f"DDPQ_JOB_DIR={job_dir}".encode()
+    ranks = [
+        p
+        for p in procs.marked_with(marker, 0)
+        if b"ddpq.workloads.resnet18" in Path(f"/proc/{p}/cmdline").read_bytes()
+        and b"torch.distributed.run" not in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
+    assert ranks, "no training rank found"
+    os.kill(ranks[0], signal.SIGKILL)
+    done = wait_done(c, job.id, timeout=400)
+    assert done.state == "succeeded", c.log_tail(job.id).decode()
+    assert [a.state for a in done.attempts] == ["failed", "succeeded"]
+    log = c.log_tail(job.id, 256 * 1024).decode()
+    assert "resuming from checkpoint" in log
+    records = [json.loads(x) for x in (job_dir / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r["epoch"] for r in records if r.get("phase") == "epoch"]
+    # The second attempt continued after the checkpointed epoch instead of starting over.
+    assert epochs.count(1) == 1 and epochs[-1] == 6
