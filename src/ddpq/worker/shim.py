@@ -12,16 +12,14 @@ worker starts it as the leader of a new session; it then
 * on SIGTERM/SIGINT sends SIGTERM to the job's group, then SIGKILL to every
   process of the job once the grace period is over;
 * when CMD exits, kills whatever of the job is left, waits until it is all
-  gone, and only then writes ``exit.json`` atomically (temp file, fsync,
+  gone, and only then writes ``exit.json`` atomically (temp file and
   rename). The record does not depend on the worker being alive or being the
   parent, so a restarted worker can finalise jobs that ended while it was down.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import json
 import os
 import select
 import signal
@@ -105,8 +103,10 @@ class CappedLog:
         os.close(self.fd)
 
 
-def session_members(sid: int) -> list[int]:
-    """PIDs in session ``sid`` or re-parented to this shim, except the shim itself."""
+def session_members(sid: int, marker: bytes = b"", since_ticks: int = 0) -> list[int]:
+    """The job's processes: in session ``sid``, re-parented to this shim, or (started
+    after the shim) carrying ``marker`` (``DDPQ_JOB_DIR=...``) in their environment,
+    which every process of the job inherits even after leaving the session."""
     me = os.getpid()
     found = []
     for name in os.listdir("/proc"):
@@ -122,9 +122,25 @@ def session_members(sid: int) -> list[int]:
         state, ppid, session = fields[0], int(fields[1]), int(fields[3])
         if state == b"Z" and ppid != me:
             continue  # a zombie of someone else: already dead
-        if session == sid or ppid == me:
+        ours = session == sid or ppid == me
+        escaped = bool(marker) and int(fields[19]) >= since_ticks and _has_marker(name, marker)
+        if ours or escaped:
             found.append(int(name))
     return found
+
+
+def _has_marker(pid: str, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\x00")
+    except OSError:
+        return False  # gone, or another user's: not ours either way
+
+
+def own_start_ticks() -> int:
+    with open("/proc/self/stat", "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rfind(b")") + 2 :].split()[19])
 
 
 # The job's wait status, kept here because reaping stragglers with waitpid(-1)
@@ -144,12 +160,12 @@ def reap_children() -> None:
             MAIN["status"] = status
 
 
-def kill_everything(sid: int, timeout: float = 30.0) -> None:
+def kill_everything(sid: int, marker: bytes, since: int, timeout: float = 30.0) -> None:
     """SIGKILL every process of the job until none is left (ESRCH means already gone)."""
     deadline = time.monotonic() + timeout
     while True:
         reap_children()
-        members = session_members(sid)
+        members = session_members(sid, marker, since)
         if not members or time.monotonic() > deadline:
             return
         for pid in members:
@@ -161,17 +177,28 @@ def kill_everything(sid: int, timeout: float = 30.0) -> None:
 
 
 def write_record(job_dir: str, record: dict[str, object]) -> None:
+    """Write the record atomically: a reader sees the whole record or none.
+
+    No fsync: the record must survive the worker's crash, not a power cut (after
+    which nothing of the job runs anyway, and a missing record reads as "lost").
+    """
+    import json
+
     tmp = os.path.join(job_dir, EXIT_RECORD + ".tmp")
     with open(tmp, "w") as f:
         json.dump(record, f)
-        f.flush()
-        os.fsync(f.fileno())
     os.replace(tmp, os.path.join(job_dir, EXIT_RECORD))
-    dir_fd = os.open(job_dir, os.O_RDONLY)
+
+
+def become_subreaper() -> None:
+    """Orphans of the job come to us, not to init, so they can still be found and killed."""
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # then double-forked daemons escape to init; the worker still finds them
 
 
 def main(argv: list[str]) -> int:
@@ -185,11 +212,10 @@ def main(argv: list[str]) -> int:
             sys.stderr.write("ddpq shim: must be started as a session leader (setsid)\n")
             return 2
     sid = os.getsid(0)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # without it, double-forked daemons of the job escape to init; still in our session
+    marker = f"DDPQ_JOB_DIR={os.environ.get('DDPQ_JOB_DIR', '')}".encode()
+    if not os.environ.get("DDPQ_JOB_DIR"):
+        marker = b""  # started by hand, outside ddpq: only the session and our orphans
+    since = own_start_ticks()
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -239,6 +265,10 @@ def main(argv: list[str]) -> int:
             os.write(2, f"ddpq: cannot run {cmd[0]!r}: {exc.strerror}\n".encode())
         os._exit(127)
     MAIN["pid"] = pid
+    # Only now, off the job's start path (ctypes costs milliseconds to import). An
+    # orphan made in the job's first instant still stays in our session unless it
+    # also left it; the worker's DDPQ_JOB_DIR sweep covers that corner.
+    become_subreaper()
     try:
         os.setpgid(pid, pid)  # also from here, so no signal can race the child's own call
     except OSError:
@@ -259,10 +289,10 @@ def main(argv: list[str]) -> int:
                 pass
         if termed and not killed and time.monotonic() - stop_requested["at"] >= grace:
             killed = True
-            kill_everything(sid)
+            kill_everything(sid, marker, since)
         if status is not None and pipe_open:
             # The job is gone; whatever still holds the pipe is a straggler.
-            kill_everything(sid)
+            kill_everything(sid, marker, since)
         timeout = 0.5
         if termed and not killed:
             timeout = max(0.0, min(timeout, stop_requested["at"] + grace - time.monotonic()))
@@ -295,7 +325,7 @@ def main(argv: list[str]) -> int:
         if status is None:
             reap_children()
             status = MAIN.get("status")
-    kill_everything(sid)
+    kill_everything(sid, marker, since)
     assert status is not None
     ended_at = time.time()
     try:
