@@ -433,7 +433,7 @@ def cancel(
             try:
                 r = c.cancel(job_id)
             except DdpqError as exc:
-                typer.echo(f"ddpq: job {job_id}: {exc}", err=True)
+                typer.echo(f"ddpq: {exc}", err=True)
                 worst = max(worst, exc.exit_code)
                 continue
             typer.echo(f"{r.id}: {r.state} ({r.reason})")
