@@ -84,9 +84,14 @@ def soak(make_daemon: Callable[..., Daemon], tmp_path: Path, n_jobs: int, kills:
                 assert a["port"] != b["port"], (a, b)
     devices = c.devices()
     assert all(g.status == "free" for g in devices.items) and devices.ports_leased == {}
-    shims = [p for p in procs.all_pids() if (x := procs.stat(p)) and x.state != "Z"
-             and b"shim.py" in Path(f"/proc/{p}/cmdline").read_bytes()
-             and str(d.home).encode() in Path(f"/proc/{p}/cmdline").read_bytes()]
+    shims = [
+        p
+        for p in procs.all_pids()
+        if (x := procs.stat(p))
+        and x.state != "Z"
+        and b"shim.py" in Path(f"/proc/{p}/cmdline").read_bytes()
+        and str(d.home).encode() in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
     assert shims == []
 
 
