@@ -118,7 +118,7 @@ def plan(
     head_shadow: float | None = None
     head_extra = 0
 
-    eligible = [j for j in queued if j.not_before is None or True]
+    eligible = [j for j in queued if j.not_before is None or j.not_before <= now]
     for job in sorted(eligible, key=lambda j: order_key(j, usage)):
         if not ports:
             break
