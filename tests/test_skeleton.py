@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import httpx
 
@@ -96,3 +97,34 @@ def test_missing_program_fails_with_reason(daemon: Daemon) -> None:
     done = wait_done(c, job.id)
     assert done.state == "failed" and done.exit_code == 127
     assert "cannot run" in c.log_tail(job.id).decode()
+
+
+def test_serve_without_gpus_or_with_bad_flags_says_why(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ddpq",
+                "serve",
+                "--home",
+                str(tmp_path),
+                "--port",
+                str(free_port()),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    if shutil.which("nvidia-smi") is None:
+        r = serve()
+        assert r.returncode == 2 and "--fake-gpus" in r.stderr and "Traceback" not in r.stderr
+    for bad in (["--grace", "soon"], ["--port-range", "30000"], ["--fake-gpus", "-1"]):
+        r = serve("--fake-gpus", "1", *bad) if bad[0] != "--fake-gpus" else serve(*bad)
+        assert r.returncode == 2, (bad, r.stderr)
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (bad, r.stderr)

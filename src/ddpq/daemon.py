@@ -69,9 +69,13 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     agent = None
     thread = None
     if worker:
+        from ddpq.worker.devices import DevicesUnavailable
         from ddpq.worker.loop import Worker
 
-        agent = Worker(settings)
+        try:
+            agent = Worker(settings)
+        except DevicesUnavailable as exc:
+            raise ConfigError(str(exc)) from None
         thread = threading.Thread(target=agent.run, name="ddpq-worker", daemon=True)
         thread.start()
         log.info(

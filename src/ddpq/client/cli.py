@@ -134,7 +134,11 @@ def _run_daemon(api: bool, worker: bool, **kw: Any) -> None:
     from ddpq.config import ConfigError
 
     try:
-        daemon.run(_settings(**kw), api=api, worker=worker)
+        settings = _settings(**kw)
+    except ValueError as exc:  # a malformed flag value (ConfigError is one too)
+        fail(str(exc), 2)
+    try:
+        daemon.run(settings, api=api, worker=worker)
     except ConfigError as exc:
         fail(str(exc), 2)
 
