@@ -21,7 +21,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 
 import httpx
+from machine import cpu_model, free_port
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
 
@@ -36,12 +36,6 @@ TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
@@ -53,16 +47,6 @@ def wait_until(check, timeout: float, what: str):  # type: ignore[no-untyped-def
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
         time.sleep(0.005)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from machine import cpu_model, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -56,22 +57,6 @@ class Program:
         text = shlex.join(argv).replace(self.data_dir, "$DATA").replace(f"{REPO}/", "")
         text = text.replace("'{port}'", "$PORT")
         return f"{env} {text}".strip()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gpu_names() -> str:
