@@ -121,3 +121,22 @@ def test_migrations_upgrade_head_and_check_on_a_fresh_file(tmp_path: Path) -> No
     check = subprocess.run([*alembic, "check"], env=env, cwd=ROOT, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr + check.stdout
     assert "No new upgrade operations detected" in check.stdout + check.stderr
+
+
+def test_concurrent_migrations_on_a_fresh_file(tmp_path: Path) -> None:
+    """`ddpq server` and `ddpq worker` started together both migrate the same new file."""
+    code = (
+        "import sys; from pathlib import Path; from ddpq.store.db import migrate; "
+        "migrate(Path(sys.argv[1]))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / "ddpq.db")],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err

@@ -100,10 +100,16 @@ def alembic_config(path: Path) -> Any:
 
 def migrate(path: Path) -> None:
     """Bring the database file to the newest schema (creating it if needed)."""
+    import fcntl
+
     from alembic import command
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    # WAL is a property of the file: set it once before Alembic connects.
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA journal_mode=WAL")
-    command.upgrade(alembic_config(path), "head")
+    # `ddpq server` and `ddpq worker` may start together on a fresh folder: one
+    # migrates while the other waits, instead of both creating the same tables.
+    with open(path.with_name(path.name + ".migrate-lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # WAL is a property of the file: set it once before Alembic connects.
+        with sqlite3.connect(path) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+        command.upgrade(alembic_config(path), "head")
