@@ -55,6 +55,16 @@ def by_name(session: Session, name: str) -> User | None:
     return session.scalar(select(User).where(User.name == name))
 
 
+def unix_accounts(session: Session, names: set[str]) -> dict[str, str]:
+    """name -> mapped Unix account, for the users among ``names`` that have one."""
+    if not names:
+        return {}
+    rows = session.execute(
+        select(User.name, User.unix_user).where(User.name.in_(names), User.unix_user.is_not(None))
+    )
+    return {name: unix for name, unix in rows if unix}
+
+
 def all_users(session: Session) -> list[User]:
     return list(session.scalars(select(User).order_by(User.name)))
 

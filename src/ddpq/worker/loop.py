@@ -38,6 +38,7 @@ from ddpq.core.states import ACTIVE, JobState
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store import users as user_store
 from ddpq.store.db import Database
 from ddpq.store.models import Job
 from ddpq.worker import procs
@@ -77,6 +78,7 @@ class Launch:
     job_id: int
     spec: LaunchSpec
     owner: str
+    unix_user: str | None  # the owner's mapped account, if a ddpq user maps one
 
 
 @dataclass
@@ -515,6 +517,7 @@ class Worker:
                     log.info("port %s is in use by another program; skipping it", port)
                     self._state.port_cooldown[port] = now + PORT_COOLDOWN_S
             launches = []
+            mapped = user_store.unix_accounts(s, {by_id[p.job_id].owner for p in placements})
             for p in placements:
                 job = by_id[p.job_id]
                 lease_store.acquire(s, job.id, p.gpus, p.port, now)
@@ -526,7 +529,7 @@ class Worker:
                     s, job, JobState.STARTING, f"leased GPUs {list(p.gpus)} and port {p.port}", now
                 )
                 self._state.last_port = p.port
-                launches.append(self._launch_of(job, p))
+                launches.append(self._launch_of(job, p, mapped.get(job.owner)))
             return launches
 
     def _usage(self, s: Session, now: float) -> dict[str, float]:
@@ -542,7 +545,7 @@ class Worker:
             self._usage_cache = (now, usage)
         return usage
 
-    def _launch_of(self, job: Job, p: planner.Placement) -> Launch:
+    def _launch_of(self, job: Job, p: planner.Placement, unix_user: str | None) -> Launch:
         spec = LaunchSpec(
             job_id=job.id,
             job_dir=self.settings.jobs_dir / str(job.id),
@@ -555,11 +558,14 @@ class Worker:
             env=dict(job.env or {}),
             attempt=job.attempt,
         )
-        return Launch(job.id, spec, job.owner)
+        return Launch(job.id, spec, job.owner, unix_user)
 
     def _spawn(self, launch: Launch) -> subprocess.Popen[bytes]:
         spec = launch.spec
-        account = account_for(launch.owner, self._unix_user_of(launch.owner))
+        account = account_for(launch.owner, launch.unix_user)
+        # Switching to the account we already are is a no-op, and asking Popen for it
+        # would stop it from using vfork: a full fork of the daemon per job.
+        switch = account is not None and account.uid != os.geteuid()
         spec.job_dir.mkdir(parents=True, exist_ok=True)
         (spec.job_dir / EXIT_RECORD).unlink(missing_ok=True)
         if account is not None:
@@ -590,17 +596,10 @@ class Worker:
                 stderr=err,
                 start_new_session=True,
                 close_fds=True,
-                user=account.uid if account else None,
-                group=account.gid if account else None,
-                extra_groups=[] if account else None,
+                user=account.uid if account and switch else None,
+                group=account.gid if account and switch else None,
+                extra_groups=[] if account and switch else None,
             )
-
-    def _unix_user_of(self, owner: str) -> str | None:
-        from ddpq.store import users as user_store
-
-        with self.db.read() as s:
-            user = user_store.by_name(s, owner)
-            return user.unix_user if user else None
 
     def _mark_running(self, job_id: int, ident: procs.Identity, job_dir: Path) -> None:
         with self.db.write() as s:

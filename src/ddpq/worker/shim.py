@@ -103,6 +103,24 @@ class CappedLog:
         os.close(self.fd)
 
 
+def ancestors() -> set[int]:
+    """Our parent, its parent, ... : never part of the job, whatever their environment."""
+    found: set[int] = set()
+    pid = os.getppid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            break
+        pid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+    return found
+
+
+ANCESTORS: set[int] = set()
+
+
 def session_members(sid: int, marker: bytes = b"", since_ticks: int = 0) -> list[int]:
     """The job's processes: in session ``sid``, re-parented to this shim, or (started
     after the shim) carrying ``marker`` (``DDPQ_JOB_DIR=...``) in their environment,
@@ -110,7 +128,7 @@ def session_members(sid: int, marker: bytes = b"", since_ticks: int = 0) -> list
     me = os.getpid()
     found = []
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit() or int(name) == me or int(name) in ANCESTORS:
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
@@ -216,6 +234,7 @@ def main(argv: list[str]) -> int:
     if not os.environ.get("DDPQ_JOB_DIR"):
         marker = b""  # started by hand, outside ddpq: only the session and our orphans
     since = own_start_ticks()
+    ANCESTORS.update(ancestors())
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
