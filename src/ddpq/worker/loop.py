@@ -84,6 +84,8 @@ class Launch:
 @dataclass
 class WorkerState:
     watched: dict[int, Watched] = field(default_factory=dict)
+    # Jobs whose shims ended, with their exit records, not yet recorded in the database.
+    exits: list[tuple[int, Watched, ExitRecord]] = field(default_factory=list)
     port_cooldown: dict[int, float] = field(default_factory=dict)
     last_port: int | None = None
 
@@ -157,10 +159,10 @@ class Worker:
             wake.drain(self._sock)
 
     def step(self) -> None:
-        self._collect_exits()
+        self._gather_exits()
         self._enforce_stops(time.time())
         self._refresh_devices()
-        self._schedule()
+        self._schedule()  # also records the exits gathered above, in the same transaction
         self._update_progress()
 
     # ---- reconcile: what is really running? --------------------------------
@@ -239,26 +241,37 @@ class Worker:
         self._state.watched[job_id] = Watched(ident, job_dir, fd, attempt, child)
 
     def _collect_exits(self) -> None:
+        self._gather_exits()
+        if self._state.exits:
+            with self.db.write() as s:
+                self._record_exits(s)
+            self._state.exits.clear()  # committed
+
+    def _gather_exits(self) -> None:
+        """Move every watched job whose shim has ended to ``exits`` (with its record)."""
         ended = []
         for job_id, w in self._state.watched.items():
             if w.child is not None:
                 w.child.poll()  # reap our own child so it does not linger as a zombie
             if not procs.is_alive(w.ident):
                 ended.append(job_id)
-        if not ended:
-            return
-        results = []
         for job_id in ended:
             w = self._state.watched.pop(job_id)
             if w.fd is not None:
                 os.close(w.fd)
-            results.append((job_id, w, self._exit_record(w)))
-        # One transaction for every job that ended since the last look: under a stream
-        # of short jobs this is what keeps the write lock free for submissions.
+            self._state.exits.append((job_id, w, self._exit_record(w)))
+
+    def _record_exits(self, s: Session) -> None:
+        """Finalise the gathered exits in the caller's transaction.
+
+        All the jobs that ended since the last look, and the jobs that start on their
+        GPUs, go in one transaction: under a stream of short jobs that is what keeps
+        the write lock free for submissions. The caller empties ``exits`` once the
+        transaction has committed, so a failed one is retried at the next step.
+        """
         now = time.time()
-        with self.db.write() as s:
-            for job_id, w, record in results:
-                self._apply_exit(s, job_id, w, record, now)
+        for job_id, w, record in self._state.exits:
+            self._apply_exit(s, job_id, w, record, now)
 
     def _exit_record(self, w: Watched) -> ExitRecord:
         record = read_exit_record(w.job_dir, w.attempt)
@@ -474,63 +487,70 @@ class Worker:
             self._watch(launch.job_id, ident, launch.spec.job_dir, launch.spec.attempt, child)
 
     def _lease_next(self) -> list[Launch]:
-        """Plan and lease in one BEGIN IMMEDIATE transaction; the jobs move to starting."""
+        """Record the gathered exits, then plan and lease, in one BEGIN IMMEDIATE transaction."""
+        with self.db.write() as s:
+            self._record_exits(s)
+            launches = self._plan_and_lease(s)
+        self._state.exits.clear()  # committed
+        return launches
+
+    def _plan_and_lease(self, s: Session) -> list[Launch]:
+        """Decide what starts now and lease it GPUs and a port; those jobs move to starting."""
         now = time.time()
         cfg = self.settings
         lo, hi = cfg.port_range
-        with self.db.write() as s:
-            queued = job_store.jobs_in(s, [JobState.QUEUED])
-            if not queued:
-                return []
-            active = job_store.jobs_in(s, ACTIVE)
-            held = lease_store.by_job(lease_store.live(s))
-            running = [
-                planner.RunningJob(
-                    j.id, tuple(held.get(j.id, ([], None))[0]), j.started_at or now, j.time_limit_s
-                )
-                for j in active
+        queued = job_store.jobs_in(s, [JobState.QUEUED])
+        if not queued:
+            return []
+        active = job_store.jobs_in(s, ACTIVE)
+        held = lease_store.by_job(lease_store.live(s))
+        running = [
+            planner.RunningJob(
+                j.id, tuple(held.get(j.id, ([], None))[0]), j.started_at or now, j.time_limit_s
+            )
+            for j in active
+        ]
+        leased_ports = {port for _, port in held.values() if port is not None}
+        if self._state.last_port is None:
+            self._state.last_port = lease_store.last_port(s)
+        usage = self._usage(s, now)
+        candidates = [
+            planner.QueuedJob(
+                j.id, j.owner, j.gpus, j.priority, j.submitted_at, j.time_limit_s, j.not_before
+            )
+            for j in queued
+        ]
+        usable = self.usable_gpus()
+        by_id = {j.id: j for j in queued}
+        placements: list[planner.Placement] = []
+        for _ in range(8):  # re-plan when a chosen port turns out to be taken
+            free_ports = [
+                p
+                for p in rotation(lo, hi, self._state.last_port)
+                if p not in leased_ports and self._state.port_cooldown.get(p, 0.0) <= now
             ]
-            leased_ports = {port for _, port in held.values() if port is not None}
-            if self._state.last_port is None:
-                self._state.last_port = lease_store.last_port(s)
-            usage = self._usage(s, now)
-            candidates = [
-                planner.QueuedJob(
-                    j.id, j.owner, j.gpus, j.priority, j.submitted_at, j.time_limit_s, j.not_before
-                )
-                for j in queued
-            ]
-            usable = self.usable_gpus()
-            by_id = {j.id: j for j in queued}
-            placements: list[planner.Placement] = []
-            for _ in range(8):  # re-plan when a chosen port turns out to be taken
-                free_ports = [
-                    p
-                    for p in rotation(lo, hi, self._state.last_port)
-                    if p not in leased_ports and self._state.port_cooldown.get(p, 0.0) <= now
-                ]
-                placements = planner.plan(candidates, usable, running, free_ports, usage, now)
-                busy = [p.port for p in placements if not port_is_free(p.port)]
-                if not busy:
-                    break
-                for port in busy:
-                    log.info("port %s is in use by another program; skipping it", port)
-                    self._state.port_cooldown[port] = now + PORT_COOLDOWN_S
-            launches = []
-            mapped = user_store.unix_accounts(s, {by_id[p.job_id].owner for p in placements})
-            for p in placements:
-                job = by_id[p.job_id]
-                lease_store.acquire(s, job.id, p.gpus, p.port, now)
-                job_store.start_attempt(s, job, p.gpus, p.port, now)
-                job.job_dir = str(cfg.jobs_dir / str(job.id))
-                job.not_before = None
-                job.sched_latency_s = max(0.0, now - max(self._woke_at, job.submitted_at))
-                job_store.set_state(
-                    s, job, JobState.STARTING, f"leased GPUs {list(p.gpus)} and port {p.port}", now
-                )
-                self._state.last_port = p.port
-                launches.append(self._launch_of(job, p, mapped.get(job.owner)))
-            return launches
+            placements = planner.plan(candidates, usable, running, free_ports, usage, now)
+            busy = [p.port for p in placements if not port_is_free(p.port)]
+            if not busy:
+                break
+            for port in busy:
+                log.info("port %s is in use by another program; skipping it", port)
+                self._state.port_cooldown[port] = now + PORT_COOLDOWN_S
+        launches = []
+        mapped = user_store.unix_accounts(s, {by_id[p.job_id].owner for p in placements})
+        for p in placements:
+            job = by_id[p.job_id]
+            lease_store.acquire(s, job.id, p.gpus, p.port, now)
+            job_store.start_attempt(s, job, p.gpus, p.port, now)
+            job.job_dir = str(cfg.jobs_dir / str(job.id))
+            job.not_before = None
+            job.sched_latency_s = max(0.0, now - max(self._woke_at, job.submitted_at))
+            job_store.set_state(
+                s, job, JobState.STARTING, f"leased GPUs {list(p.gpus)} and port {p.port}", now
+            )
+            self._state.last_port = p.port
+            launches.append(self._launch_of(job, p, mapped.get(job.owner)))
+        return launches
 
     def _usage(self, s: Session, now: float) -> dict[str, float]:
         """Recent GPU-seconds per owner, recomputed at most every few seconds.
