@@ -6,10 +6,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core.deps import dependency_verdict, waiting_reason
+from ddpq.core.plan import QueuedJob
 from ddpq.core.rules import Run
 from ddpq.core.states import ACTIVE, TERMINAL, JobState, check_transition
 from ddpq.store.models import Attempt, Job, JobDependency, JobEvent
@@ -163,6 +164,75 @@ def list_jobs(
 def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
     wanted = [s.value for s in states]
     return list(session.scalars(select(Job).where(Job.state.in_(wanted)).order_by(Job.id)))
+
+
+def mark_running(
+    session: Session, job_id: int, pid: int, start_ticks: int, reason: str, now: float
+) -> bool:
+    """starting -> running with the shim's identity, without loading the job.
+
+    One conditional UPDATE (and the event row): the worker does this for every job
+    it launches, so it skips the ORM round trip. False if the job was not starting.
+    """
+    check_transition(JobState.STARTING, JobState.RUNNING)
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.state == JobState.STARTING.value)
+        .values(
+            state=JobState.RUNNING.value, reason=reason, shim_pid=pid, shim_start_ticks=start_ticks
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    session.execute(
+        insert(JobEvent).values(
+            job_id=job_id,
+            at=now,
+            from_state=JobState.STARTING.value,
+            to_state=JobState.RUNNING.value,
+            reason=reason,
+        )
+    )
+    return True
+
+
+def queued_for_planning(session: Session) -> list[QueuedJob]:
+    """The queue as the planner's plain records: columns only, no ORM objects.
+
+    Read on every scheduling pass, so it stays cheap when hundreds of jobs wait.
+    """
+    rows = session.execute(
+        select(
+            Job.id,
+            Job.owner,
+            Job.gpus,
+            Job.priority,
+            Job.submitted_at,
+            Job.time_limit_s,
+            Job.not_before,
+        ).where(Job.state == JobState.QUEUED.value)
+    )
+    return [QueuedJob(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class RunningView:
+    id: int
+    started_at: float | None
+    time_limit_s: float | None
+    stop_request: str | None
+    stop_sent_at: float | None
+
+
+def running_for_supervision(session: Session) -> list[RunningView]:
+    """Running jobs' timing and stop fields, columns only (read on every worker pass)."""
+    rows = session.execute(
+        select(Job.id, Job.started_at, Job.time_limit_s, Job.stop_request, Job.stop_sent_at).where(
+            Job.state == JobState.RUNNING.value
+        )
+    )
+    return [RunningView(*row) for row in rows]
 
 
 def events_of(session: Session, job_id: int) -> list[JobEvent]:

@@ -362,7 +362,7 @@ class Worker:
     def _enforce_stops(self, now: float) -> None:
         to_signal: list[tuple[int, procs.Identity]] = []
         with self.db.read() as s:
-            active = job_store.jobs_in(s, [JobState.RUNNING])
+            active = job_store.running_for_supervision(s)
             need = [
                 j
                 for j in active
@@ -467,9 +467,9 @@ class Worker:
         now = time.time()
         with self.db.write() as s:
             for launch, ident, _ in started:
-                job = job_store.get_job(s, launch.job_id)
-                job.shim_pid, job.shim_start_ticks = ident.pid, ident.start_ticks
-                job_store.set_state(s, job, JobState.RUNNING, "started", now)
+                job_store.mark_running(
+                    s, launch.job_id, ident.pid, ident.start_ticks, "started", now
+                )
             for job_id, reason in failed:
                 job = job_store.get_job(s, job_id)
                 job_store.end_attempt(
@@ -499,8 +499,8 @@ class Worker:
         now = time.time()
         cfg = self.settings
         lo, hi = cfg.port_range
-        queued = job_store.jobs_in(s, [JobState.QUEUED])
-        if not queued:
+        candidates = job_store.queued_for_planning(s)
+        if not candidates:
             return []
         active = job_store.jobs_in(s, ACTIVE)
         held = lease_store.by_job(lease_store.live(s))
@@ -514,14 +514,7 @@ class Worker:
         if self._state.last_port is None:
             self._state.last_port = lease_store.last_port(s)
         usage = self._usage(s, now)
-        candidates = [
-            planner.QueuedJob(
-                j.id, j.owner, j.gpus, j.priority, j.submitted_at, j.time_limit_s, j.not_before
-            )
-            for j in queued
-        ]
         usable = self.usable_gpus()
-        by_id = {j.id: j for j in queued}
         placements: list[planner.Placement] = []
         for _ in range(8):  # re-plan when a chosen port turns out to be taken
             free_ports = [
@@ -537,9 +530,10 @@ class Worker:
                 log.info("port %s is in use by another program; skipping it", port)
                 self._state.port_cooldown[port] = now + PORT_COOLDOWN_S
         launches = []
-        mapped = user_store.unix_accounts(s, {by_id[p.job_id].owner for p in placements})
+        owners = {c.id: c.owner for c in candidates}
+        mapped = user_store.unix_accounts(s, {owners[p.job_id] for p in placements})
         for p in placements:
-            job = by_id[p.job_id]
+            job = job_store.get_job(s, p.job_id)
             lease_store.acquire(s, job.id, p.gpus, p.port, now)
             job_store.start_attempt(s, job, p.gpus, p.port, now)
             job.job_dir = str(cfg.jobs_dir / str(job.id))
