@@ -594,6 +594,11 @@ class Worker:
                 f"[ddpq] attempt started {time.strftime('%Y-%m-%d %H:%M:%S')}: "
                 f"GPUs {list(spec.gpus)}, port {spec.port}\n".encode()
             )
+        (spec.job_dir / "shim.err").touch()
+        if account is not None and switch:
+            # The shim runs as the owner and appends to both.
+            for name in ("output.log", "shim.err"):
+                os.chown(spec.job_dir / name, account.uid, account.gid)
         with open(spec.job_dir / "shim.err", "ab") as err:
             return subprocess.Popen(
                 shim_argv(

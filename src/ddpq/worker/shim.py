@@ -202,6 +202,8 @@ def write_record(job_dir: str, record: dict[str, object]) -> None:
     """
     import json
 
+    # Which attempt this record is about, so a stale record is never taken for a new one.
+    record = {**record, "attempt": os.environ.get("DDPQ_ATTEMPT")}
     tmp = os.path.join(job_dir, EXIT_RECORD + ".tmp")
     with open(tmp, "w") as f:
         json.dump(record, f)
@@ -358,8 +360,6 @@ def main(argv: list[str]) -> int:
         "ended_at": ended_at,
         "error": error,
         "log_dropped_bytes": log.dropped,
-        # Which attempt this record is about, so a stale record is never taken for a new one.
-        "attempt": os.environ.get("DDPQ_ATTEMPT"),
     }
     try:
         write_record(job_dir, record)
