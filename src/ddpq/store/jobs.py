@@ -225,13 +225,12 @@ class RunningView:
     stop_sent_at: float | None
 
 
-def running_for_supervision(session: Session) -> list[RunningView]:
-    """Running jobs' timing and stop fields, columns only (read on every worker pass)."""
-    rows = session.execute(
-        select(Job.id, Job.started_at, Job.time_limit_s, Job.stop_request, Job.stop_sent_at).where(
-            Job.state == JobState.RUNNING.value
-        )
-    )
+def running_for_supervision(
+    session: Session, states: Iterable[JobState] = (JobState.RUNNING,)
+) -> list[RunningView]:
+    """Timing and stop fields of the jobs in ``states``, columns only (read every pass)."""
+    columns = (Job.id, Job.started_at, Job.time_limit_s, Job.stop_request, Job.stop_sent_at)
+    rows = session.execute(select(*columns).where(Job.state.in_([s.value for s in states])))
     return [RunningView(*row) for row in rows]
 
 

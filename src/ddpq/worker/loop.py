@@ -502,7 +502,7 @@ class Worker:
         candidates = job_store.queued_for_planning(s)
         if not candidates:
             return []
-        active = job_store.jobs_in(s, ACTIVE)
+        active = job_store.running_for_supervision(s, ACTIVE)
         held = lease_store.by_job(lease_store.live(s))
         running = [
             planner.RunningJob(
