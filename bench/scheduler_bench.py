@@ -61,6 +61,8 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
     common = ["--home", str(home), "--fake-gpus", "8", "--port-range", "29600-29999"]
+    if os.geteuid() == 0:  # a throwaway loopback daemon
+        common.append("--allow-root")
     if args.split:  # API and worker as two processes (no shared interpreter lock)
         commands = [
             ["server", "--port", str(port), *common],

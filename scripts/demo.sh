@@ -10,6 +10,9 @@ export DDPQ_URL="http://127.0.0.1:$port"
 epochs=${DDPQ_DEMO_EPOCHS:-3}
 
 gpu_flags=(--fake-gpus 4)
+# A throwaway loopback daemon: as root it may run without per-user tokens.
+root_flags=()
+if [ "$(id -u)" = 0 ]; then root_flags=(--allow-root); fi
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   gpu_flags=()
 fi
@@ -20,7 +23,8 @@ if [ -d "$cifar/cifar-10-batches-py" ]; then
 fi
 
 echo "== ddpq serve --home $home --port $port ${gpu_flags[*]}"
-ddpq serve --home "$home" --port "$port" "${gpu_flags[@]}" --grace 5s >"$home/daemon.log" 2>&1 &
+ddpq serve --home "$home" --port "$port" "${gpu_flags[@]}" "${root_flags[@]}" --grace 5s \
+  >"$home/daemon.log" 2>&1 &
 daemon=$!
 cleanup() {
   kill -TERM "$daemon" 2>/dev/null || true

@@ -34,6 +34,11 @@ def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "
         time.sleep(0.02)
 
 
+def root_flags(args: list[str]) -> list[str]:
+    """CI runs as root: a daemon without --auth then needs --allow-root to start."""
+    return ["--allow-root"] if os.geteuid() == 0 and "--auth" not in args else []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,6 +74,7 @@ class Daemon:
                 "--port",
                 str(self.port),
                 *self.args,
+                *root_flags(self.args),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

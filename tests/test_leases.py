@@ -178,3 +178,22 @@ def test_two_torchrun_jobs_train_on_disjoint_gpus_and_ports(make_daemon: object)
     assert done_third.state == "succeeded"
     assert done_third.started_at is not None and done_a.ended_at is not None
     assert done_third.started_at >= min(done_a.ended_at, done_b.ended_at or done_a.ended_at)
+
+
+def test_an_unrelated_address_in_use_is_a_plain_failure(daemon: Daemon) -> None:
+    c = daemon.client()
+    script = 'echo "tensorboard: [Errno 98] Address already in use"; exit 1'
+    job = c.submit(JobSubmit(command=["sh", "-c", script]))
+    done = wait_done(c, job.id)
+    assert done.state == "failed" and len(done.attempts) == 1
+
+
+def test_port_clash_is_read_from_the_latest_attempt_only() -> None:
+    from ddpq.worker.loop import rendezvous_port_clash
+
+    clash = "name: EADDRINUSE, message: address already in use, port: 29601"
+    first = f"[ddpq] attempt started x: GPUs [0], port 29601\n{clash}\n"
+    second = "[ddpq] attempt started y: GPUs [0], port 29602\nTraceback: ValueError\n"
+    assert rendezvous_port_clash(first)
+    assert not rendezvous_port_clash(first + second)
+    assert not rendezvous_port_clash("[ddpq] attempt started z: GPUs [], port 29603\n" + clash)

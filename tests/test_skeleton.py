@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import httpx
 
 from ddpq.schemas import JobSubmit
-from tests.helpers import Daemon, free_port, wait_done, wait_state
+from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_state
 
 
 def test_cli_submit_show_true_false_and_cancelled(daemon: Daemon) -> None:
@@ -115,6 +116,7 @@ def test_serve_without_gpus_or_with_bad_flags_says_why(tmp_path: Path) -> None:
                 "--port",
                 str(free_port()),
                 *args,
+                *root_flags(list(args)),
             ],
             capture_output=True,
             text=True,
@@ -124,6 +126,14 @@ def test_serve_without_gpus_or_with_bad_flags_says_why(tmp_path: Path) -> None:
     if shutil.which("nvidia-smi") is None:
         r = serve()
         assert r.returncode == 2 and "--fake-gpus" in r.stderr and "Traceback" not in r.stderr
+    if os.geteuid() == 0:  # root without tokens: every local user could run as root
+        r = subprocess.run(
+            [sys.executable, "-m", "ddpq", "serve", "--home", str(tmp_path), "--fake-gpus", "1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2 and "--allow-root" in r.stderr and "Traceback" not in r.stderr
     for bad in (["--grace", "soon"], ["--port-range", "30000"], ["--fake-gpus", "-1"]):
         r = serve("--fake-gpus", "1", *bad) if bad[0] != "--fake-gpus" else serve(*bad)
         assert r.returncode == 2, (bad, r.stderr)

@@ -70,6 +70,8 @@ class Settings:
     grace_s: float = 10.0
     log_cap_bytes: int = 64 * 1024 * 1024
     auth: bool = False
+    # A root daemon without --auth lets every local user run commands as root.
+    allow_root_without_auth: bool = False
     stop_jobs_on_exit: bool = False
     usage_window_s: float = 7 * 24 * 3600.0
     max_port_retries: int = 3
@@ -112,6 +114,12 @@ class Settings:
             raise ConfigError(
                 f"refusing to listen on {self.host} without --auth: anyone on the network "
                 "could run commands as the daemon's user; use --auth or 127.0.0.1"
+            )
+        if not self.auth and os.geteuid() == 0 and not self.allow_root_without_auth:
+            raise ConfigError(
+                "refusing to run as root without --auth: any local user could run commands "
+                "as root (and jobs could not run as their owners). Use --auth, or "
+                "--allow-root on a machine where every local user is trusted with root"
             )
 
 

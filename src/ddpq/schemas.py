@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -62,7 +62,9 @@ class JobSubmit(BaseModel):
     priority: int = Field(default=0, ge=-1000, le=1000)
     time_limit_s: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
     retries: int = Field(default=0, ge=0, le=100)
-    after: list[int] = Field(default_factory=list, max_length=64)
+    after: list[Annotated[int, Field(ge=1, le=2**63 - 1)]] = Field(
+        default_factory=list, max_length=64
+    )
     hold: bool = False
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = Field(default=None, max_length=4096)
@@ -94,6 +96,13 @@ class JobSubmit(BaseModel):
                 raise ValueError("an argument contains a NUL byte")
         if sum(len(a) for a in v) > MAX_COMMAND_BYTES:
             raise ValueError(f"is longer than {MAX_COMMAND_BYTES} characters in all")
+        return v
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, v: str | None) -> str | None:
+        if v is not None and ("\x00" in v or not v.startswith("/")):
+            raise ValueError("must be an absolute path without NUL bytes")
         return v
 
     @field_validator("env")

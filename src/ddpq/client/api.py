@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import getpass
 import os
 from collections.abc import Iterator
@@ -108,6 +109,17 @@ class DdpqClient:
         if user:
             params["user"] = user
         return JobList.model_validate(self._request("GET", "/v1/jobs", params=params).json())
+
+    def list_all(
+        self, states: builtins.list[str] | None = None, user: str | None = None
+    ) -> builtins.list[JobOut]:
+        """Every matching job, oldest first, however many pages that takes."""
+        items: builtins.list[JobOut] = []
+        while True:
+            page = self.list(states=states, user=user, limit=1000, offset=len(items))
+            items += page.items
+            if not page.items or len(items) >= page.total:
+                return items
 
     def show(self, job_id: int) -> JobDetail:
         return JobDetail.model_validate(self._request("GET", f"/v1/jobs/{job_id}").json())

@@ -86,6 +86,7 @@ def _settings(
     log_cap: int,
     auth: bool,
     stop_jobs: bool,
+    allow_root: bool = False,
 ) -> Settings:
     from ddpq.client.format import parse_duration
     from ddpq.config import Settings, default_home, parse_port_range
@@ -104,6 +105,7 @@ def _settings(
         log_cap_bytes=log_cap,
         auth=auth,
         stop_jobs_on_exit=stop_jobs,
+        allow_root_without_auth=allow_root,
     )
 
 
@@ -126,6 +128,13 @@ LogCapOpt = Annotated[int, typer.Option(help="bytes of output kept per job (head
 AuthOpt = Annotated[bool, typer.Option(help="require per-user tokens (ddpq admin user add)")]
 StopJobsOpt = Annotated[
     bool, typer.Option(help="on shutdown, stop running jobs instead of leaving them to re-adopt")
+]
+AllowRootOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-root",
+        help="run as root without --auth (every local user can then run commands as root)",
+    ),
 ]
 
 
@@ -155,6 +164,7 @@ def serve(
     log_cap: LogCapOpt = 64 * 1024 * 1024,
     auth: AuthOpt = False,
     stop_jobs: StopJobsOpt = False,
+    allow_root: AllowRootOpt = False,
 ) -> None:
     """Run the API and the worker in one process (a one-box lab)."""
     _run_daemon(True, True, **locals())
@@ -172,6 +182,7 @@ def server(
     log_cap: LogCapOpt = 64 * 1024 * 1024,
     auth: AuthOpt = False,
     stop_jobs: StopJobsOpt = False,
+    allow_root: AllowRootOpt = False,
 ) -> None:
     """Run only the API (pair it with `ddpq worker` on the same state folder)."""
     _run_daemon(True, False, **locals())
@@ -186,9 +197,11 @@ def worker(
     grace: GraceOpt = "10s",
     log_cap: LogCapOpt = 64 * 1024 * 1024,
     stop_jobs: StopJobsOpt = False,
+    auth: AuthOpt = False,
+    allow_root: AllowRootOpt = False,
 ) -> None:
-    """Run only the worker loop (launches and watches jobs)."""
-    _run_daemon(False, True, host="127.0.0.1", port=0, auth=False, **locals())
+    """Run only the worker loop (launches and watches jobs); --auth as the API has it."""
+    _run_daemon(False, True, host="127.0.0.1", port=0, **locals())
 
 
 # ---- jobs -------------------------------------------------------------------
@@ -288,7 +301,7 @@ def ls(
     with client() as c:
         if mine:
             user = c.whoami()["name"]
-        jobs = c.list(states=states, user=user).items
+        jobs = c.list_all(states=states, user=user)
     if as_json:
         print_json([j.model_dump(mode="json") for j in jobs])
         return
@@ -429,7 +442,7 @@ def cancel(
         ids = list(job_ids or [])
         if mine:
             me = c.whoami()["name"]
-            ids += [j.id for j in c.list(states=ACTIVE_STATES, user=me).items]
+            ids += [j.id for j in c.list_all(states=ACTIVE_STATES, user=me)]
         if not ids:
             fail("no job to cancel: give job IDs or --mine", 2)
         worst = 0
@@ -516,7 +529,7 @@ def watch(
         try:
             while True:
                 states = None if all_ else ACTIVE_STATES
-                jobs = c.list(states=states).items
+                jobs = c.list_all(states=states)
                 live.update(render(jobs, c.devices()), refresh=True)
                 time.sleep(interval)
         except KeyboardInterrupt:

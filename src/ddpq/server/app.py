@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import stat
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ddpq import __version__, wake
@@ -92,6 +96,8 @@ def get_caller(request: Request) -> Caller:
 
 
 Auth = Annotated[Caller, Depends(get_caller)]
+# SQLite integers are 64-bit: a larger id is simply not a job (404), not a server error.
+JobId = Annotated[int, PathParam(ge=1, le=2**63 - 1)]
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -161,8 +167,6 @@ def create_app(settings: Settings) -> FastAPI:
                 raise ApiError(422, "invalid", f"args: {exc}") from None
             launcher = "torchrun"
         cwd = body.cwd or str(settings.home)
-        if not os.path.isabs(cwd):
-            raise ApiError(422, "invalid", "cwd: must be an absolute path")
         name = body.name or (body.workload or Path(command[0]).name)[:64]
         spec = job_store.NewJob(
             name=name,
@@ -206,12 +210,12 @@ def create_app(settings: Settings) -> FastAPI:
             return JobList(items=views.jobs_out(s, rows), total=total, offset=offset, limit=limit)
 
     @app.get("/v1/jobs/{job_id}", response_model=JobDetail, tags=["jobs"])
-    def show(job_id: int, _who: Auth) -> JobDetail:
+    def show(job_id: JobId, _who: Auth) -> JobDetail:
         with db().read() as s:
             return views.job_detail(s, job_store.get_job(s, job_id))
 
     @app.post("/v1/jobs/{job_id}/cancel", response_model=CancelResult, tags=["jobs"])
-    def cancel(job_id: int, who: Auth) -> CancelResult:
+    def cancel(job_id: JobId, who: Auth) -> CancelResult:
         with db().write() as s:
             job = job_store.get_job(s, job_id)
             may_touch(who, job.owner, job_id)
@@ -239,11 +243,11 @@ def create_app(settings: Settings) -> FastAPI:
         return out
 
     @app.post("/v1/jobs/{job_id}/hold", response_model=JobOut, tags=["jobs"])
-    def hold(job_id: int, who: Auth) -> JobOut:
+    def hold(job_id: JobId, who: Auth) -> JobOut:
         return _hold(job_id, who, True)
 
     @app.post("/v1/jobs/{job_id}/release", response_model=JobOut, tags=["jobs"])
-    def release(job_id: int, who: Auth) -> JobOut:
+    def release(job_id: JobId, who: Auth) -> JobOut:
         return _hold(job_id, who, False)
 
     def _log_target(job_id: int, who: Caller) -> tuple[Path | None, str]:
@@ -262,7 +266,7 @@ def create_app(settings: Settings) -> FastAPI:
         responses={200: {"content": {"text/plain": {}}, "description": "log bytes"}},
     )
     def read_log(
-        job_id: int,
+        job_id: JobId,
         who: Auth,
         offset: Annotated[int, Query(ge=0)] = 0,
         limit: Annotated[int, Query(ge=1, le=16 * 1024 * 1024)] = 1024 * 1024,
@@ -283,12 +287,15 @@ def create_app(settings: Settings) -> FastAPI:
             },
         )
 
-    def _follow(job_id: int, path: Path | None, offset: int) -> Iterator[bytes]:
+    async def _follow(job_id: int, path: Path | None, offset: int) -> AsyncIterator[bytes]:
+        # Async, so a quiet follower holds no worker thread while it waits (a blocking
+        # generator would, and 40 of them would starve the whole API); Starlette cancels
+        # it when the client goes away.
         while True:
-            state = _job_state(job_id)
+            state = await run_in_threadpool(_job_state, job_id)
             if path is None:
-                path, _ = _log_target(job_id, Caller("ddpq", True))
-            data, size = _read(path, offset, LOG_CHUNK)
+                path, _ = await run_in_threadpool(_log_target, job_id, Caller("ddpq", True))
+            data, size = await run_in_threadpool(_read, path, offset, LOG_CHUNK)
             if size < offset:  # the shim compacted the log past its cap
                 yield b"\n[ddpq: log compacted; some output skipped]\n"
                 offset = max(0, size - LOG_CHUNK)
@@ -299,7 +306,7 @@ def create_app(settings: Settings) -> FastAPI:
                 continue
             if JobState(state) in TERMINAL:
                 return
-            time.sleep(0.2)
+            await asyncio.sleep(0.2)
 
     @app.get("/v1/devices", response_model=DeviceList, tags=["devices"])
     def devices(_who: Auth) -> DeviceList:
@@ -356,14 +363,20 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def _read(path: Path | None, offset: int, limit: int) -> tuple[bytes, int]:
+    """Bytes of a job's log, which must be a regular file in its folder.
+
+    O_NOFOLLOW and the type check: the job owns its folder, and a link in place of its
+    log must not make the API (maybe root) serve some other file.
+    """
     if path is None:
         return b"", 0
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if offset >= size:
-                return b"", size
-            f.seek(offset)
-            return f.read(limit), size
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return b"", 0
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or offset >= info.st_size:
+            return b"", info.st_size if stat.S_ISREG(info.st_mode) else 0
+        f.seek(offset)
+        return f.read(limit), info.st_size

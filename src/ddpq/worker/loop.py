@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import select
 import signal
+import stat
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sqlalchemy.orm import Session
 
@@ -215,6 +217,14 @@ class Worker:
         with self.db.write() as s:
             job = job_store.get_job(s, job_id)
             lease_store.release(s, job_id, now)
+            if job.stop_request:  # cancelled (or out of time) before it ever ran
+                why = "cancelled before it started" if job.stop_request == "cancel" else reason
+                state = JobState.CANCELLED if job.stop_request == "cancel" else JobState.TIMED_OUT
+                job_store.end_attempt(
+                    s, job, exit_code=None, exit_signal=None, state=state, reason=why, now=now
+                )
+                job_store.finish(s, job, state, why, now)
+                return
             job_store.end_attempt(
                 s,
                 job,
@@ -271,21 +281,38 @@ class Worker:
         """
         now = time.time()
         for job_id, w, record in self._state.exits:
-            self._apply_exit(s, job_id, w, record, now)
+            try:
+                with s.begin_nested():  # a savepoint: one bad exit must not undo the others
+                    self._apply_exit(s, job_id, w, record, now)
+            except Exception:
+                log.exception("job %s: could not record its end; marking it failed", job_id)
+                broken = ExitRecord(None, None, now, now, error="its end could not be recorded")
+                try:
+                    with s.begin_nested():
+                        self._apply_exit(s, job_id, w, broken, now)
+                except Exception:  # leave it to reconcile at the next start, but go on
+                    log.exception("job %s: could not mark it failed either", job_id)
 
     def _exit_record(self, w: Watched) -> ExitRecord:
         record = read_exit_record(w.job_dir, w.attempt)
-        if record is not None:
-            return record
-        # The shim vanished without its record (killed -9, OOM killer...): the job is
-        # lost. Kill whatever of it survives before its GPUs are handed out again.
         marker = f"DDPQ_JOB_DIR={w.job_dir}".encode()
 
         def stragglers() -> list[int]:
             found = set(procs.session_members(w.ident))
-            if w.ident.start_ticks >= 0:
+            if record is None and w.ident.start_ticks >= 0:
                 found.update(procs.marked_with(marker, w.ident.start_ticks))
             return sorted(found)
+
+        if record is not None:
+            # The shim leaves nothing behind, so this finds nothing: unless the record
+            # was written by the job itself, which then killed its shim.
+            left = stragglers()
+            if not left:
+                return record
+            procs.kill_all(left)
+            record = None
+        # The shim vanished without its record (killed -9, OOM killer...): the job is
+        # lost. Kill whatever of it survives before its GPUs are handed out again.
 
         left = stragglers()
         deadline = time.monotonic() + 10
@@ -354,8 +381,7 @@ class Worker:
     def _port_clash(self, job: Job, job_dir: Path) -> bool:
         if job.port_retries >= self.settings.max_port_retries:
             return False
-        tail = read_tail(job_dir / "output.log", 64 * 1024).lower()
-        return any(marker in tail for marker in PORT_CLASH)
+        return rendezvous_port_clash(read_tail(job_dir / "output.log", 64 * 1024))
 
     # ---- stops: cancel requests and time limits ----------------------------
 
@@ -457,7 +483,7 @@ class Worker:
         for launch in launches:
             try:
                 child = self._spawn(launch)
-            except (OSError, NoAccount) as exc:
+            except Exception as exc:  # whatever it is, it fails this job, not the others
                 failed.append((launch.job_id, launch_error(exc)))
                 continue
             ident = procs.identity(child.pid)
@@ -576,7 +602,8 @@ class Worker:
 
     def _spawn(self, launch: Launch) -> subprocess.Popen[bytes]:
         spec = launch.spec
-        account = account_for(launch.owner, launch.unix_user)
+        # Only a token says who the owner really is; without --auth jobs run as the daemon.
+        account = account_for(launch.owner, launch.unix_user) if self.settings.auth else None
         # Switching to the account we already are is a no-op, and asking Popen for it
         # would stop it from using vfork: a full fork of the daemon per job.
         switch = account is not None and account.uid != os.geteuid()
@@ -589,17 +616,14 @@ class Worker:
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
         argv = job_argv(spec, self.settings.python)
-        with open(spec.job_dir / "output.log", "ab") as out:
-            out.write(
-                f"[ddpq] attempt started {time.strftime('%Y-%m-%d %H:%M:%S')}: "
-                f"GPUs {list(spec.gpus)}, port {spec.port}\n".encode()
-            )
-        (spec.job_dir / "shim.err").touch()
-        if account is not None and switch:
-            # The shim runs as the owner and appends to both.
-            for name in ("output.log", "shim.err"):
-                os.chown(spec.job_dir / name, account.uid, account.gid)
-        with open(spec.job_dir / "shim.err", "ab") as err:
+        header = (
+            f"{HEADER}{time.strftime('%Y-%m-%d %H:%M:%S')}: "
+            f"GPUs {list(spec.gpus)}, port {spec.port}\n"
+        )
+        owner = (account.uid, account.gid) if account is not None and switch else None
+        with open_job_file(spec.job_dir / "output.log", owner) as out:
+            out.write(header.encode())
+        with open_job_file(spec.job_dir / "shim.err", owner) as err:
             return subprocess.Popen(
                 shim_argv(
                     self.settings.python,
@@ -647,6 +671,49 @@ class Worker:
                     job_store.set_progress(s, job, progress)
 
 
+HEADER = "[ddpq] attempt started "
+_HEADER_PORT = re.compile(r"port (\d+)$")
+
+
+def rendezvous_port_clash(log_tail: str) -> bool:
+    """Did this attempt fail because its leased port was taken (EADDRINUSE)?
+
+    Only the output of the latest attempt counts (after its "[ddpq] attempt started
+    ... port N" line), and only a line that names that port: an unrelated "address
+    already in use" (a TensorBoard, say) is a plain failure, not a reason to requeue.
+    """
+    start = log_tail.rfind(HEADER)
+    if start < 0:
+        return False
+    header, _, output = log_tail[start:].partition("\n")
+    match = _HEADER_PORT.search(header.strip())
+    if match is None:
+        return False
+    port = match.group(1)
+    return any(
+        port in line and any(m in line.lower() for m in PORT_CLASH) for line in output.splitlines()
+    )
+
+
+def open_job_file(path: Path, owner: tuple[int, int] | None) -> BinaryIO:
+    """Open a file of the job's folder for appending, handed to the job's account.
+
+    The job owns its folder and may have put a link where its log was: O_NOFOLLOW and
+    fchown on the opened file keep a root worker from writing to or giving away whatever
+    such a link points at.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if owner is not None:
+            os.fchown(fd, *owner)
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "ab")
+
+
 def launch_error(exc: BaseException) -> str:
     if isinstance(exc, NoAccount):
         return str(exc)
@@ -660,30 +727,50 @@ def launch_error(exc: BaseException) -> str:
 
 
 def read_exit_record(job_dir: Path, attempt: int) -> ExitRecord | None:
-    """The shim's record of how ``attempt`` ended; None if there is none (yet)."""
+    """The shim's record of how ``attempt`` ended; None if there is none (yet).
+
+    The job can write its own folder, so the record is checked like any input: a
+    record of the wrong shape counts as none (the job is then lost), never as a crash
+    of the worker.
+    """
+    raw = read_regular(job_dir / EXIT_RECORD, 64 * 1024)
     try:
-        data = json.loads((job_dir / EXIT_RECORD).read_text())
-    except (OSError, ValueError):
+        data = json.loads(raw) if raw else None
+    except ValueError:
         return None
-    if str(data.get("attempt")) != str(attempt):
-        return None  # left over from an earlier attempt
-    return ExitRecord(
-        exit_code=data.get("exit_code"),
-        signal=data.get("signal"),
-        started_at=float(data.get("started_at") or 0.0),
-        ended_at=float(data.get("ended_at") or 0.0),
-        error=data.get("error"),
-    )
+    if not isinstance(data, dict) or str(data.get("attempt")) != str(attempt):
+        return None  # missing, malformed, or left over from an earlier attempt
+    code, sig, error = data.get("exit_code"), data.get("signal"), data.get("error")
+    started, ended = data.get("started_at"), data.get("ended_at")
+    if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (code, sig)):
+        return None
+    times = [v for v in (started, ended) if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(times) != 2 or (error is not None and not isinstance(error, str)):
+        return None
+    return ExitRecord(code, sig, float(times[0]), float(times[1]), error[:500] if error else None)
+
+
+def read_regular(path: Path, size: int, tail: bool = False) -> bytes:
+    """Up to ``size`` bytes of ``path`` (its end with ``tail``), only if it is a regular file.
+
+    O_NOFOLLOW and the file-type check: a job that swaps a file of its folder for a link
+    must not get a root daemon to read something else.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        if tail:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+        return f.read(size)
 
 
 def read_tail(path: Path, size: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+    return read_regular(path, size, tail=True).decode(errors="replace")
 
 
 def read_progress(job_dir: Path) -> dict[str, Any] | None:
