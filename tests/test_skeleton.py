@@ -138,3 +138,16 @@ def test_serve_without_gpus_or_with_bad_flags_says_why(tmp_path: Path) -> None:
         r = serve("--fake-gpus", "1", *bad) if bad[0] != "--fake-gpus" else serve(*bad)
         assert r.returncode == 2, (bad, r.stderr)
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (bad, r.stderr)
+
+
+def test_the_api_never_serves_a_link_in_place_of_a_log(tmp_path: Path) -> None:
+    from ddpq.server.app import _read
+
+    secret = tmp_path / "secret"
+    secret.write_text("root-only")
+    log = tmp_path / "output.log"
+    log.symlink_to(secret)
+    assert _read(log, 0, 1024) == (b"", 0)
+    log.unlink()
+    log.write_text("hello")
+    assert _read(log, 0, 1024) == (b"hello", 5)

@@ -219,3 +219,42 @@ def test_sigterm_leaves_jobs_running_and_stop_jobs_stops_them(
     assert d.stop() == 0
     assert procs.find_shim(running.job_dir) is None
     assert "cancelled" in (d.home / "ddpq.db").read_bytes().decode(errors="replace")
+
+
+def test_malformed_or_linked_exit_records_count_as_none(tmp_path: Path) -> None:
+    from ddpq.worker.loop import read_exit_record
+
+    valid = '{"attempt": "1", "exit_code": 0, "signal": null, "started_at": 1, "ended_at": 2}'
+    record = tmp_path / "exit.json"
+    for content in [
+        "[1]",
+        "not json",
+        '{"attempt": "1", "exit_code": [1], "started_at": 1, "ended_at": 2}',
+        '{"attempt": "1", "exit_code": 0, "started_at": "x", "ended_at": 2}',
+        valid.replace('"1"', '"2"'),  # another attempt's
+    ]:
+        record.write_text(content)
+        assert read_exit_record(tmp_path, 1) is None, content
+    record.write_text(valid)
+    good = read_exit_record(tmp_path, 1)
+    assert good is not None and good.exit_code == 0
+    record.unlink()
+    (tmp_path / "elsewhere.json").write_text(valid)
+    record.symlink_to(tmp_path / "elsewhere.json")
+    assert read_exit_record(tmp_path, 1) is None  # a link is never followed
+
+
+def test_a_job_forging_its_exit_record_cannot_stall_the_queue(daemon: Daemon) -> None:
+    forger = (
+        "import json, os, signal, time\n"
+        "d = os.environ['DDPQ_JOB_DIR']\n"
+        "open(os.path.join(d, 'exit.json'), 'w').write(json.dumps([1]))\n"
+        "os.kill(os.getppid(), signal.SIGKILL)\n"
+        "time.sleep(60)\n"
+    )
+    c = daemon.client()
+    bad = c.submit(JobSubmit(command=[sys.executable, "-c", forger], gpus=4))
+    done = wait_done(c, bad.id)
+    assert done.state == "failed" and "lost" in done.reason
+    after = c.submit(JobSubmit(command=["true"], gpus=4))
+    assert wait_done(c, after.id).state == "succeeded"
