@@ -645,3 +645,30 @@ def test_shadow_counts_jobs_placed_in_this_round() -> None:
     short = q(3, 2, time_limit_s=50.0)
     placements = plan([first, head, short], [0, 1, 2, 3], [], [1, 2, 3], {}, NOW)
     assert placements == [Placement(1, (0, 1), 1), Placement(3, (2, 3), 2)]
+
+
+def test_explain_waits_says_why_each_unplaced_job_waits() -> None:
+    from ddpq.core.plan import explain_waits
+
+    now = 100.0
+    big = QueuedJob(1, "a", 9, 0, 1.0)
+    head = QueuedJob(2, "a", 3, 0, 2.0)
+    behind = QueuedJob(3, "b", 1, 0, 3.0)
+    backing_off = QueuedJob(4, "a", 1, 0, 4.0, not_before=now + 5)
+    placed = QueuedJob(5, "c", 0, 5, 5.0)
+    reasons = explain_waits(
+        [big, head, behind, backing_off, placed],
+        [0, 1, 2, 3],
+        [Placement(5, (), 29600)],
+        [29601],
+        {},
+        now,
+    )
+    assert reasons == {
+        1: "needs 9 GPUs; only 4 can be handed out",
+        2: "waiting for 3 free GPUs (next in line)",
+        3: "waiting behind job 2",
+        4: "waiting out its retry back-off",
+    }
+    no_ports = explain_waits([head], [0, 1, 2, 3], [], [], {}, now)
+    assert no_ports == {2: "waiting for a free rendezvous port"}

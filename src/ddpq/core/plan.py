@@ -152,3 +152,38 @@ def _place(job: QueuedJob, free: list[int], ports: list[int]) -> Placement:
     taken = tuple(free[: job.gpus])
     del free[: job.gpus]
     return Placement(job.id, taken, ports.pop(0))
+
+
+def explain_waits(
+    queued: Sequence[QueuedJob],
+    usable_gpus: Sequence[int],
+    placements: Sequence[Placement],
+    free_ports: Sequence[int],
+    usage: Mapping[str, float],
+    now: float,
+) -> dict[int, str]:
+    """Why each queued job that ``plan`` did not place is still waiting, in words.
+
+    Coarse on purpose (no counts that change every pass), so the reasons change, and
+    are written, only when a job's situation really does.
+    """
+    placed = {p.job_id for p in placements}
+    usable = len(set(usable_gpus))
+    reasons: dict[int, str] = {}
+    head: QueuedJob | None = None
+    for job in sorted(queued, key=lambda j: order_key(j, usage)):
+        if job.id in placed:
+            continue
+        if job.not_before is not None and job.not_before > now:
+            reasons[job.id] = "waiting out its retry back-off"
+        elif job.gpus > usable:
+            reasons[job.id] = f"needs {job.gpus} GPUs; only {usable} can be handed out"
+        elif not free_ports:
+            reasons[job.id] = "waiting for a free rendezvous port"
+        elif head is None:
+            head = job
+            plural = "" if job.gpus == 1 else "s"
+            reasons[job.id] = f"waiting for {job.gpus} free GPU{plural} (next in line)"
+        else:
+            reasons[job.id] = f"waiting behind job {head.id}"
+    return reasons

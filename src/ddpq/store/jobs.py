@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core.deps import dependency_verdict, waiting_reason
@@ -197,10 +197,11 @@ def mark_running(
     return True
 
 
-def queued_for_planning(session: Session) -> list[QueuedJob]:
-    """The queue as the planner's plain records: columns only, no ORM objects.
+def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
+    """The queue as the planner's plain records, with each job's current reason.
 
-    Read on every scheduling pass, so it stays cheap when hundreds of jobs wait.
+    Columns only, no ORM objects: read on every scheduling pass, so it stays cheap when
+    hundreds of jobs wait.
     """
     rows = session.execute(
         select(
@@ -211,9 +212,26 @@ def queued_for_planning(session: Session) -> list[QueuedJob]:
             Job.submitted_at,
             Job.time_limit_s,
             Job.not_before,
+            Job.reason,
         ).where(Job.state == JobState.QUEUED.value)
     )
-    return [QueuedJob(*row) for row in rows]
+    return [(QueuedJob(*row[:-1]), row[-1]) for row in rows]
+
+
+def set_waiting_reasons(
+    session: Session, reasons: Mapping[int, str], current: Mapping[int, str]
+) -> None:
+    """Update the reason of queued jobs whose reason changed (not recorded as events)."""
+    changed = [{"job_id": i, "why": why} for i, why in reasons.items() if current.get(i) != why]
+    if changed:
+        jobs = cast(Table, Job.__table__)
+        # A plain executemany on the table (not the ORM's bulk-update-by-primary-key).
+        session.connection().execute(
+            update(jobs)
+            .where(jobs.c.id == bindparam("job_id"), jobs.c.state == JobState.QUEUED.value)
+            .values(reason=bindparam("why")),
+            changed,
+        )
 
 
 @dataclass(frozen=True)

@@ -525,9 +525,10 @@ class Worker:
         now = time.time()
         cfg = self.settings
         lo, hi = cfg.port_range
-        candidates = job_store.queued_for_planning(s)
-        if not candidates:
+        waiting = job_store.queued_for_planning(s)
+        if not waiting:
             return []
+        candidates = [job for job, _ in waiting]
         active = job_store.running_for_supervision(s, ACTIVE)
         held = lease_store.by_job(lease_store.live(s))
         running = [
@@ -555,6 +556,8 @@ class Worker:
             for port in busy:
                 log.info("port %s is in use by another program; skipping it", port)
                 self._state.port_cooldown[port] = now + PORT_COOLDOWN_S
+        reasons = planner.explain_waits(candidates, usable, placements, free_ports, usage, now)
+        job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         launches = []
         owners = {c.id: c.owner for c in candidates}
         mapped = user_store.unix_accounts(s, {owners[p.job_id] for p in placements})
