@@ -137,7 +137,7 @@ def test_priority_orders_the_queue(make_daemon: object, tmp_path: Path) -> None:
     low = c.submit(JobSubmit(command=["true"], gpus=1, priority=0))
     high = c.submit(JobSubmit(command=["true"], gpus=1, priority=5))
     # Each waiting job says why it waits.
-    wait_for(lambda: c.show(low.id).reason == f"waiting behind job {high.id}", what="reason")
+    wait_for(lambda: c.show(low.id).reason == "waiting in line", what="the reason")
     assert c.show(high.id).reason == "waiting for 1 free GPU (next in line)"
     c.cancel(blocker.id)
     low_done, high_done = wait_done(c, low.id), wait_done(c, high.id)

@@ -667,7 +667,7 @@ def test_explain_waits_says_why_each_unplaced_job_waits() -> None:
     assert reasons == {
         1: "needs 9 GPUs; only 4 can be handed out",
         2: "waiting for 3 free GPUs (next in line)",
-        3: "waiting behind job 2",
+        3: "waiting in line",
         4: "waiting out its retry back-off",
     }
     no_ports = explain_waits([head], [0, 1, 2, 3], [], [], {}, now)

@@ -185,5 +185,7 @@ def explain_waits(
             plural = "" if job.gpus == 1 else "s"
             reasons[job.id] = f"waiting for {job.gpus} free GPU{plural} (next in line)"
         else:
-            reasons[job.id] = f"waiting behind job {head.id}"
+            # Not "behind job N": the head changes with every start, and a reason that
+            # changes for the whole queue on each pass would be a write per queued job.
+            reasons[job.id] = "waiting in line"
     return reasons

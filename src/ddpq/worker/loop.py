@@ -265,11 +265,15 @@ class Worker:
                 w.child.poll()  # reap our own child so it does not linger as a zombie
             if not procs.is_alive(w.ident):
                 ended.append(job_id)
+        if not ended:
+            return
+        # One look at /proc for all of them: which sessions still have processes.
+        occupied = procs.occupied_sessions()
         for job_id in ended:
             w = self._state.watched.pop(job_id)
             if w.fd is not None:
                 os.close(w.fd)
-            self._state.exits.append((job_id, w, self._exit_record(w)))
+            self._state.exits.append((job_id, w, self._exit_record(w, occupied)))
 
     def _record_exits(self, s: Session) -> None:
         """Finalise the gathered exits in the caller's transaction.
@@ -293,7 +297,7 @@ class Worker:
                 except Exception:  # leave it to reconcile at the next start, but go on
                     log.exception("job %s: could not mark it failed either", job_id)
 
-    def _exit_record(self, w: Watched) -> ExitRecord:
+    def _exit_record(self, w: Watched, occupied: set[int]) -> ExitRecord:
         record = read_exit_record(w.job_dir, w.attempt)
         marker = f"DDPQ_JOB_DIR={w.job_dir}".encode()
 
@@ -304,8 +308,10 @@ class Worker:
             return sorted(found)
 
         if record is not None:
-            # The shim leaves nothing behind, so this finds nothing: unless the record
+            # The shim leaves nothing behind, so its session is empty: unless the record
             # was written by the job itself, which then killed its shim.
+            if w.ident.pid not in occupied:
+                return record
             left = stragglers()
             if not left:
                 return record

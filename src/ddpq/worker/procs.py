@@ -58,6 +58,16 @@ def all_pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 
 
+def occupied_sessions() -> set[int]:
+    """Session ids that live processes belong to (one pass over /proc)."""
+    sessions = set()
+    for pid in all_pids():
+        st = stat(pid)
+        if st is not None and st.state != "Z":
+            sessions.add(st.session)
+    return sessions
+
+
 def session_members(leader: Identity) -> list[int]:
     """Live processes of the session that ``leader`` (a job's shim) started.
 
