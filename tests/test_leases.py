@@ -83,9 +83,8 @@ def test_rendezvous_port_clash_is_requeued_on_another_port(daemon: Daemon) -> No
     assert done.state == "succeeded"
     assert len(done.attempts) == 2
     assert done.attempts[0].port != done.attempts[1].port
-    assert "EADDRINUSE" in done.events[-3].reason or any(
-        "EADDRINUSE" in e.reason for e in done.events
-    )
+    requeued = [e for e in done.events if e.from_state == "running" and e.to_state == "queued"]
+    assert len(requeued) == 1 and "EADDRINUSE" in requeued[0].reason
 
 
 def test_contract_env_and_leases_shown_while_running(daemon: Daemon) -> None:

@@ -218,7 +218,9 @@ def test_sigterm_leaves_jobs_running_and_stop_jobs_stops_them(
     assert d.client().show(job.id).state == "running"
     assert d.stop() == 0
     assert procs.find_shim(running.job_dir) is None
-    assert "cancelled" in (d.home / "ddpq.db").read_bytes().decode(errors="replace")
+    with sqlite3.connect(d.home / "ddpq.db") as db:
+        (state,) = db.execute("SELECT state FROM jobs WHERE id = ?", (job.id,)).fetchone()
+    assert state == "cancelled"
 
 
 def test_malformed_or_linked_exit_records_count_as_none(tmp_path: Path) -> None:

@@ -72,16 +72,9 @@ class JobSubmit(BaseModel):
         default=None, description="ignored when the daemon has --auth (the token says who)"
     )
 
-    @field_validator("name")
+    @field_validator("name", "owner")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        if v is not None and not NAME_RE.match(v):
-            raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-'")
-        return v
-
-    @field_validator("owner")
-    @classmethod
-    def _owner(cls, v: str | None) -> str | None:
         if v is not None and not NAME_RE.match(v):
             raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-'")
         return v

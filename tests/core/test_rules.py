@@ -18,8 +18,6 @@ from ddpq.core.rules import (
     recent_usage,
     retry_backoff_s,
     should_retry,
-    time_limit_deadline,
-    usage_of,
 )
 from ddpq.core.states import JobState
 
@@ -69,8 +67,6 @@ def test_zero_gpu_run_weighs_a_tenth() -> None:
 def test_usage_sums_per_owner() -> None:
     runs = [Run("a", 1, NOW - 10, NOW), Run("b", 2, NOW - 10, NOW), Run("a", 3, NOW - 10, NOW)]
     assert recent_usage(runs, NOW, HOUR) == {"a": 40.0, "b": 20.0}
-    assert usage_of({"a": 40.0}, "a") == 40.0
-    assert usage_of({"a": 40.0}, "nobody") == 0.0
 
 
 runs_st = st.lists(
@@ -256,9 +252,3 @@ def test_past_time_limit() -> None:
     assert past_time_limit(NOW - 61, 60.0, NOW)
     assert not past_time_limit(None, 60.0, NOW)
     assert not past_time_limit(NOW - 1e9, None, NOW)
-
-
-def test_time_limit_deadline() -> None:
-    assert time_limit_deadline(NOW, 60.0) == NOW + 60
-    assert time_limit_deadline(None, 60.0) is None
-    assert time_limit_deadline(NOW, None) is None

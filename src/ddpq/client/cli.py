@@ -152,40 +152,34 @@ def _run_daemon(api: bool, worker: bool, **kw: Any) -> None:
         fail(str(exc), 2)
 
 
-@app.command()
-def serve(
-    home: HomeOpt = None,
-    host: HostOpt = "127.0.0.1",
-    port: PortOpt = 8765,
-    fake_gpus: FakeOpt = None,
-    port_range: RangeOpt = "29600-29999",
-    external_gpus: ExternalOpt = "avoid",
-    grace: GraceOpt = "10s",
-    log_cap: LogCapOpt = 64 * 1024 * 1024,
-    auth: AuthOpt = False,
-    stop_jobs: StopJobsOpt = False,
-    allow_root: AllowRootOpt = False,
-) -> None:
-    """Run the API and the worker in one process (a one-box lab)."""
-    _run_daemon(True, True, **locals())
+def _api_command(with_worker: bool, doc: str) -> Any:
+    """`serve` and `server` take the same options; only whether the worker runs differs."""
+
+    def command(
+        home: HomeOpt = None,
+        host: HostOpt = "127.0.0.1",
+        port: PortOpt = 8765,
+        fake_gpus: FakeOpt = None,
+        port_range: RangeOpt = "29600-29999",
+        external_gpus: ExternalOpt = "avoid",
+        grace: GraceOpt = "10s",
+        log_cap: LogCapOpt = 64 * 1024 * 1024,
+        auth: AuthOpt = False,
+        stop_jobs: StopJobsOpt = False,
+        allow_root: AllowRootOpt = False,
+    ) -> None:
+        _run_daemon(True, with_worker, **locals())
+
+    command.__doc__ = doc
+    return command
 
 
-@app.command()
-def server(
-    home: HomeOpt = None,
-    host: HostOpt = "127.0.0.1",
-    port: PortOpt = 8765,
-    fake_gpus: FakeOpt = None,
-    port_range: RangeOpt = "29600-29999",
-    external_gpus: ExternalOpt = "avoid",
-    grace: GraceOpt = "10s",
-    log_cap: LogCapOpt = 64 * 1024 * 1024,
-    auth: AuthOpt = False,
-    stop_jobs: StopJobsOpt = False,
-    allow_root: AllowRootOpt = False,
-) -> None:
-    """Run only the API (pair it with `ddpq worker` on the same state folder)."""
-    _run_daemon(True, False, **locals())
+app.command("serve")(
+    _api_command(True, "Run the API and the worker in one process (a one-box lab).")
+)
+app.command("server")(
+    _api_command(False, "Run only the API (pair it with `ddpq worker` on the same state folder).")
+)
 
 
 @app.command()

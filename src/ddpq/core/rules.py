@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -37,12 +37,6 @@ def past_time_limit(started_at: float | None, time_limit_s: float | None, now: f
     if started_at is None or time_limit_s is None:
         return False
     return now - started_at >= time_limit_s
-
-
-def time_limit_deadline(started_at: float | None, time_limit_s: float | None) -> float | None:
-    if started_at is None or time_limit_s is None:
-        return None
-    return started_at + time_limit_s
 
 
 def retry_backoff_s(attempt: int, base_s: float = 2.0, cap_s: float = 300.0) -> float:
@@ -110,7 +104,3 @@ def recent_usage(runs: Iterable[Run], now: float, window_s: float) -> dict[str, 
         weight = run.gpus if run.gpus > 0 else 0.1
         usage[run.owner] = usage.get(run.owner, 0.0) + weight * (end - start)
     return usage
-
-
-def usage_of(usage: Mapping[str, float], owner: str) -> float:
-    return usage.get(owner, 0.0)

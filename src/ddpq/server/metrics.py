@@ -18,10 +18,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from sqlalchemy.orm import Session
 
 from ddpq import __version__
 from ddpq.store import stats
+from ddpq.store.db import Session
 
 # Training jobs run from seconds (smoke tests) to days.
 H = 3600.0

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy.orm import Session
-
 from ddpq.schemas import AttemptOut, EventOut, JobDetail, JobOut, LeaseOut
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store.db import Session
 from ddpq.store.models import Job
 
 

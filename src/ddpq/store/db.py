@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.orm import Session, sessionmaker
+
+# Re-exported: the worker and the server annotate with it without importing SQLAlchemy.
+from sqlalchemy.orm import Session as Session
+from sqlalchemy.orm import sessionmaker
 
 
 def make_engine(path: Path, *, immediate: bool, durable: bool = True) -> Engine:

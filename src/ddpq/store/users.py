@@ -38,15 +38,6 @@ def add_user(
     return user, token
 
 
-def rotate_token(session: Session, name: str) -> str:
-    user = session.scalar(select(User).where(User.name == name))
-    if user is None:
-        raise LookupError(f"no user {name!r}")
-    token = "ddpq_" + secrets.token_urlsafe(32)
-    user.token_hash = hash_token(token)
-    return token
-
-
 def by_token(session: Session, token: str) -> User | None:
     return session.scalar(select(User).where(User.token_hash == hash_token(token)))
 

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sqlalchemy.orm import Session
-
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import plan as planner
@@ -41,10 +39,10 @@ from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import users as user_store
-from ddpq.store.db import Database
+from ddpq.store.db import Database, Session
 from ddpq.store.models import Job
 from ddpq.worker import procs
-from ddpq.worker.devices import Device, DevicesUnavailable, discover
+from ddpq.worker.devices import Device, DevicesUnavailable, discover, external_pids
 from ddpq.worker.launch import (
     LaunchSpec,
     NoAccount,
@@ -216,25 +214,10 @@ class Worker:
         now = time.time()
         with self.db.write() as s:
             job = job_store.get_job(s, job_id)
-            lease_store.release(s, job_id, now)
-            if job.stop_request:  # cancelled (or out of time) before it ever ran
-                why = "cancelled before it started" if job.stop_request == "cancel" else reason
-                state = JobState.CANCELLED if job.stop_request == "cancel" else JobState.TIMED_OUT
-                job_store.end_attempt(
-                    s, job, exit_code=None, exit_signal=None, state=state, reason=why, now=now
-                )
-                job_store.finish(s, job, state, why, now)
-                return
-            job_store.end_attempt(
-                s,
-                job,
-                exit_code=None,
-                exit_signal=None,
-                state=JobState.QUEUED,
-                reason=reason,
-                now=now,
-            )
-            job_store.set_state(s, job, JobState.QUEUED, reason, now)
+            if job.stop_request == StopRequest.CANCEL:  # cancelled before it ever ran
+                end_unlaunched(s, job, JobState.CANCELLED, "cancelled before it started", now)
+            else:
+                end_unlaunched(s, job, JobState.QUEUED, reason, now)
 
     # ---- watch ---------------------------------------------------------------
 
@@ -446,12 +429,11 @@ class Worker:
         ours: set[int] = set()
         for w in self._state.watched.values():
             ours.update(procs.session_members(w.ident))
-        self._external = {
-            d.index for d in self._devices if any(p.pid not in ours for p in d.processes)
-        }
+        self._external = {d.index for d in self._devices if external_pids(d, ours)}
         self._publish_devices(ours)
 
     def _publish_devices(self, ours: set[int] | None = None) -> None:
+        outside = {d.index: set(external_pids(d, ours or set())) for d in self._devices}
         rows = [
             device_store.DeviceRow(
                 index=d.index,
@@ -464,7 +446,7 @@ class Worker:
                 external_processes=[
                     {"pid": p.pid, "used_memory_mb": p.used_memory_mb}
                     for p in d.processes
-                    if ours is None or p.pid not in ours
+                    if p.pid in outside[d.index]
                 ],
             )
             for d in self._devices
@@ -503,18 +485,7 @@ class Worker:
                     s, launch.job_id, ident.pid, ident.start_ticks, "started", now
                 )
             for job_id, reason in failed:
-                job = job_store.get_job(s, job_id)
-                job_store.end_attempt(
-                    s,
-                    job,
-                    exit_code=None,
-                    exit_signal=None,
-                    state=JobState.FAILED,
-                    reason=reason,
-                    now=now,
-                )
-                lease_store.release(s, job_id, now)
-                job_store.finish(s, job, JobState.FAILED, reason, now)
+                end_unlaunched(s, job_store.get_job(s, job_id), JobState.FAILED, reason, now)
         for launch, ident, child in started:
             self._watch(launch.job_id, ident, launch.spec.job_dir, launch.spec.attempt, child)
 
@@ -721,6 +692,18 @@ def open_job_file(path: Path, owner: tuple[int, int] | None) -> BinaryIO:
         os.close(fd)
         raise
     return os.fdopen(fd, "ab")
+
+
+def end_unlaunched(s: Session, job: Job, state: JobState, reason: str, now: float) -> None:
+    """End an attempt whose shim never ran: free its leases; requeue or finish the job."""
+    job_store.end_attempt(
+        s, job, exit_code=None, exit_signal=None, state=state, reason=reason, now=now
+    )
+    lease_store.release(s, job.id, now)
+    if state is JobState.QUEUED:
+        job_store.set_state(s, job, state, reason, now)
+    else:
+        job_store.finish(s, job, state, reason, now)
 
 
 def launch_error(exc: BaseException) -> str:

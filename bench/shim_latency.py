@@ -1,0 +1,56 @@
+"""How long the shim takes to start a job: spawn -> the job's first output line.
+
+    python bench/shim_latency.py [--runs 30]
+
+Starts `python -S worker/shim.py -- sh -c 'date +%s.%N'` in a new session, as the worker
+does, and compares the timestamp the job prints with the moment before the spawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHIM = Path(__file__).resolve().parents[1] / "src" / "ddpq" / "worker" / "shim.py"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=30)
+    args = ap.parse_args()
+    samples = []
+    for _ in range(args.runs):
+        job_dir = Path(tempfile.mkdtemp(prefix="ddpq-shim-"))
+        t0 = time.time()
+        subprocess.run(
+            [
+                sys.executable,
+                "-S",
+                str(SHIM),
+                "--job-dir",
+                str(job_dir),
+                "--",
+                "sh",
+                "-c",
+                "date +%s.%N",
+            ],
+            start_new_session=True,
+            check=True,
+        )
+        first = (job_dir / "output.log").read_text().split()[0]
+        samples.append((float(first) - t0) * 1000)
+    samples.sort()
+    print(
+        f"spawn -> job's first line over {args.runs} runs: "
+        f"p50 {statistics.median(samples):.1f} ms, "
+        f"p90 {samples[int(0.9 * (len(samples) - 1))]:.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
