@@ -151,3 +151,35 @@ def test_the_api_never_serves_a_link_in_place_of_a_log(tmp_path: Path) -> None:
     log.unlink()
     log.write_text("hello")
     assert _read(log, 0, 1024) == (b"hello", 5)
+
+
+def test_server_and_worker_as_two_processes(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.helpers import wait_for
+
+    port = free_port()
+    common = ["--home", str(tmp_path), "--fake-gpus", "2", *root_flags([])]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "ddpq", *cmd, *common], start_new_session=True)
+        for cmd in (["server", "--port", str(port)], ["worker"])
+    ]
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            try:
+                return len(httpx.get(url + "/v1/devices", timeout=1).json()["items"]) == 2
+            except (httpx.TransportError, ValueError, KeyError):
+                return False
+
+        wait_for(ready, 60, "the server and the worker")
+        from ddpq.client.api import DdpqClient
+
+        with DdpqClient(url) as c:
+            job = c.submit(JobSubmit(command=["true"], gpus=1))
+            assert wait_done(c, job.id).state == "succeeded"
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(60)

@@ -168,7 +168,8 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         stop_jobs: StopJobsOpt = False,
         allow_root: AllowRootOpt = False,
     ) -> None:
-        _run_daemon(True, with_worker, **locals())
+        options = {k: v for k, v in locals().items() if k != "with_worker"}  # a closure var
+        _run_daemon(True, with_worker, **options)
 
     command.__doc__ = doc
     return command
