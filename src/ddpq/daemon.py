@@ -89,10 +89,10 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             import uvicorn
 
             from ddpq.server.app import create_app
+            from ddpq.server.protocol import http_config
 
-            config = uvicorn.Config(
-                create_app(settings), log_level="warning", access_log=False, lifespan="on"
-            )
+            # uvicorn with a header deadline and a connection bound (slowloris).
+            config = http_config(create_app(settings))
             log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
             # uvicorn re-raises the signal that stopped it once it is done; with
             # the default handler that would kill us before the worker is stopped.

@@ -1,0 +1,158 @@
+"""Slow or idle connections cannot starve the API (slowloris): a deadline on a request's
+headers and a bound on open connections, against a real daemon."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import select
+import socket
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from ddpq.schemas import JobSubmit
+from tests.helpers import Daemon, wait_for, wait_state
+
+HEADER_TIMEOUT = 1.0
+STALLS = [
+    b"",  # connects and says nothing
+    b"GET /healthz HT",  # half a request line
+    b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",  # headers never end
+]
+
+
+def connect(daemon: Daemon, first: bytes = b"") -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", daemon.port), timeout=5)
+    if first:
+        s.sendall(first)
+    return s
+
+
+def closed_by_server(s: socket.socket) -> bool:
+    """Has the server closed ``s``? (EOF or a reset; never blocks)."""
+    readable, _, _ = select.select([s], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return s.recv(65536) == b""
+    except (ConnectionResetError, TimeoutError):
+        return True
+
+
+def healthy(daemon: Daemon) -> bool:
+    return httpx.get(daemon.url + "/healthz", timeout=5).status_code == 200
+
+
+@pytest.fixture
+def sockets() -> Iterator[list[socket.socket]]:
+    opened: list[socket.socket] = []
+    yield opened
+    for s in opened:
+        s.close()
+
+
+def test_stalled_connections_are_closed_and_healthz_answers(
+    make_daemon: Callable[..., Daemon], sockets: list[socket.socket]
+) -> None:
+    d = make_daemon("--fake-gpus", "1", DDPQ_HEADER_TIMEOUT=str(HEADER_TIMEOUT))
+    started = time.monotonic()
+    sockets += [connect(d, STALLS[i % len(STALLS)]) for i in range(200)]
+    assert healthy(d)  # at once, with 200 stalled connections open
+    wait_for(
+        lambda: all(closed_by_server(s) for s in sockets),
+        HEADER_TIMEOUT + 20,
+        "the server to close every stalled connection",
+    )
+    assert time.monotonic() - started >= HEADER_TIMEOUT  # not before their time
+    assert healthy(d)
+
+
+@pytest.mark.parametrize("after_a_response", [False, True])
+def test_trickling_bytes_does_not_extend_the_deadline(
+    make_daemon: Callable[..., Daemon], after_a_response: bool
+) -> None:
+    """One header byte every 0.1 s, for ever: closed at the deadline all the same, whether
+    on a new connection or on one kept alive after a complete request."""
+    d = make_daemon("--fake-gpus", "1", DDPQ_HEADER_TIMEOUT=str(HEADER_TIMEOUT))
+    with connect(d) as s:
+        if after_a_response:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            reply = b""
+            while b'"ok":true' not in reply:
+                chunk = s.recv(65536)
+                assert chunk, reply
+                reply += chunk
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        deadline = time.monotonic() + HEADER_TIMEOUT + 20
+        while True:
+            assert time.monotonic() < deadline, "the server kept a trickling connection"
+            # The wait for the server's close is also the trickle's pace.
+            readable, _, _ = select.select([s], [], [], 0.1)
+            if readable and closed_by_server(s):
+                break
+            try:
+                s.sendall(b"a")
+            except (BrokenPipeError, ConnectionResetError):
+                break
+    assert healthy(d)
+
+
+def test_a_flood_of_connections_beyond_the_descriptor_limit(
+    make_daemon: Callable[..., Daemon], sockets: list[socket.socket]
+) -> None:
+    """400 stalled connections against a daemon allowed 256 open files: the oldest waiting
+    ones are closed to make room, so /healthz is still accepted and answered."""
+    d = make_daemon("--fake-gpus", "1", DDPQ_HEADER_TIMEOUT="120", DDPQ_MAX_CONNECTIONS="64")
+    assert d.proc is not None
+    resource.prlimit(d.proc.pid, resource.RLIMIT_NOFILE, (256, 256))
+    for i in range(400):
+        sockets.append(connect(d, STALLS[i % len(STALLS)]))
+    assert healthy(d)
+    wait_for(
+        lambda: sum(not closed_by_server(s) for s in sockets) <= 64,
+        30,
+        "the server to keep at most 64 connections",
+    )
+    assert not closed_by_server(sockets[-1])  # the newest stay; the oldest made room
+    assert healthy(d)
+
+
+def test_when_every_connection_is_busy_a_newcomer_is_told_so(
+    make_daemon: Callable[..., Daemon], sockets: list[socket.socket]
+) -> None:
+    """Connections in the middle of a request (here: following a log) are not closed to
+    make room; one more connection gets a 503 and the rest keep streaming."""
+    d = make_daemon("--fake-gpus", "1", DDPQ_MAX_CONNECTIONS="8")
+    c = d.client()
+    job = c.submit(JobSubmit(command=["sh", "-c", "echo hello; sleep 60"]))
+    wait_state(c, job.id, "running")
+    c.close()
+    request = f"GET /v1/jobs/{job.id}/log?follow=true HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    for _ in range(8):
+        s = connect(d, request.encode())
+        reply = b""
+        while b"hello" not in reply:
+            chunk = s.recv(65536)
+            assert chunk, reply
+            reply += chunk
+        sockets.append(s)
+    with connect(d) as extra:
+        reply = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := extra.recv(65536):
+                reply += chunk
+    assert reply.startswith(b"HTTP/1.1 503") and b'"code":"too_busy"' in reply, reply
+    assert not any(closed_by_server(s) for s in sockets)
+    for s in sockets:
+        s.close()
+    wait_for(lambda: _healthy_quietly(d), 10, "the API to take connections again")
+
+
+def _healthy_quietly(d: Daemon) -> bool:
+    try:
+        return healthy(d)
+    except httpx.TransportError:
+        return False
