@@ -5,12 +5,14 @@ from __future__ import annotations
 import builtins
 import getpass
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from ddpq.client.format import sanitize
 from ddpq.config import DEFAULT_URL
 from ddpq.schemas import CancelResult, DeviceList, JobDetail, JobList, JobOut, JobSubmit
 
@@ -29,6 +31,24 @@ class Unreachable(DdpqError):
 
 
 EXIT_BY_STATUS = {401: 5, 403: 5, 404: 4}
+# A token travels in an HTTP header: visible ASCII only (what `ddpq admin user add` prints
+# is "ddpq_" + URL-safe base64). Anything else is a paste gone wrong, and httpx would raise
+# on it deep inside a request instead of saying so.
+TOKEN_RE = re.compile(r"[\x21-\x7e]{1,1024}")
+
+
+def check_token(token: str) -> str:
+    """``token`` without surrounding whitespace, or ``DdpqError`` (exit 2) if it cannot be one."""
+    token = token.strip()
+    if not token:
+        raise DdpqError("the token is empty", exit_code=2)
+    if not TOKEN_RE.fullmatch(token):
+        raise DdpqError(
+            "that is not a token (a token is one word of visible ASCII characters, "
+            "as `ddpq admin user add` printed it)",
+            exit_code=2,
+        )
+    return token
 
 
 def token_file() -> Path:
@@ -67,7 +87,7 @@ class DdpqClient:
         self.url = (url or os.environ.get("DDPQ_URL") or DEFAULT_URL).rstrip("/")
         headers = {"X-Ddpq-User": getpass.getuser()}
         if token:
-            headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {check_token(token)}"
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
     def close(self) -> None:
@@ -185,7 +205,9 @@ def _api_error(response: httpx.Response) -> DdpqError:
         detail = None
     message = detail if isinstance(detail, str) else response.text[:200] or response.reason_phrase
     return DdpqError(
-        f"{message} (HTTP {response.status_code})",
+        # The CLI prints this as one line, and the detail may quote a job's name or whatever
+        # answered on that port: no control characters, no newlines.
+        f"{sanitize(message)} (HTTP {response.status_code})",
         exit_code=EXIT_BY_STATUS.get(response.status_code, 1),
         status=response.status_code,
     )

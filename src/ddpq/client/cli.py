@@ -230,7 +230,7 @@ def submit(
     """
     from pydantic import ValidationError
 
-    from ddpq.client.format import parse_duration
+    from ddpq.client.format import human_duration, parse_duration, sanitize
     from ddpq.schemas import JobSubmit
 
     argv = list(ctx.args)
@@ -259,19 +259,25 @@ def submit(
         fields.update(workload=argv[0], args=argv[1:], torchrun=False)
     else:
         fields["command"] = argv
-    try:
-        if time_limit:
+    # `is not None`: an explicitly empty `--time-limit ""` (an unset shell variable) is a
+    # mistake to report, not a request for no limit.
+    if time_limit is not None:
+        try:
             fields["time_limit_s"] = parse_duration(time_limit)
+        except ValueError as exc:
+            fail(f"--time-limit: {sanitize(str(exc))}", 2)
+    try:
         job = JobSubmit(**fields)
-    except ValueError as exc:
-        if isinstance(exc, ValidationError):
-            msg = "; ".join(
-                f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}".lstrip(": ")
-                for e in exc.errors()
-            ).replace("Value error, ", "")
-        else:
-            msg = str(exc)
-        fail(msg, 2)
+    except ValidationError as exc:
+        problems = []
+        for e in exc.errors():
+            loc = ".".join(str(x) for x in e["loc"])
+            if loc == "time_limit_s" and "le" in e.get("ctx", {}):
+                # Say it as the option and unit the user typed, not the wire field's seconds.
+                problems.append(f"--time-limit: at most {human_duration(e['ctx']['le'])}")
+                continue
+            problems.append(f"{loc}: {e['msg']}".lstrip(": ").replace("Value error, ", ""))
+        fail(sanitize("; ".join(problems)), 2)
     with client() as c:
         out = c.submit(job)
     if as_json:
@@ -304,9 +310,11 @@ def ls(
 
 
 def jobs_table(jobs: list[JobOut]) -> Any:
+    """The queue as a Rich table. Names, owners and progress are the users' and jobs' own
+    text: ``plain`` cells, never markup, with control characters made visible."""
     from rich.table import Table
 
-    from ddpq.client.format import age, progress_line
+    from ddpq.client.format import age, plain, progress_line
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("ID", "NAME", "OWNER", "STATE", "GPUS", "PORT", "PROGRESS", "AGE"):
@@ -315,12 +323,12 @@ def jobs_table(jobs: list[JobOut]) -> Any:
         gpus = ",".join(map(str, j.leases.gpus)) if j.leases.gpus else str(j.gpus)
         table.add_row(
             str(j.id),
-            j.name,
-            j.owner,
+            plain(j.name),
+            plain(j.owner),
             _styled_state(j.state),
             gpus,
             str(j.leases.port or ""),
-            progress_line(j.progress),
+            plain(progress_line(j.progress)),
             age(j.submitted_at),
         )
     return table
@@ -338,9 +346,10 @@ STATE_STYLE = {
 }
 
 
-def _styled_state(state: str) -> str:
-    style = STATE_STYLE.get(state, "")
-    return f"[{style}]{state}[/]" if style else state
+def _styled_state(state: str) -> Any:
+    from ddpq.client.format import plain
+
+    return plain(state, STATE_STYLE.get(state, ""))
 
 
 @app.command()
@@ -359,48 +368,67 @@ def show(
 
 
 def render_job(job: JobDetail, tail: bytes) -> None:
-    from ddpq.client.format import human_duration, progress_line
+    """Print one job for people. Every line is a ``Text`` (never markup: a command may hold
+    ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
+    from rich.text import Text
+
+    from ddpq.client.format import human_duration, plain, progress_line, sanitize
 
     con = console()
-    con.print(f"[bold]job {job.id}[/] {job.name}  {_styled_state(job.state)}  {job.reason}")
-    con.print(f"  owner      {job.owner}")
+
+    def line(text: str) -> None:
+        con.print(Text(text))
+
     con.print(
-        f"  command    {' '.join(job.command)}"
+        Text.assemble(
+            (f"job {job.id}", "bold"),
+            f" {sanitize(job.name)}  ",
+            _styled_state(job.state),
+            f"  {sanitize(job.reason)}",
+        )
+    )
+    line(f"  owner      {sanitize(job.owner)}")
+    line(
+        f"  command    {sanitize(' '.join(job.command))}"
         + ("  (torchrun)" if job.launcher == "torchrun" else "")
     )
-    con.print(
+    line(
         f"  gpus       {job.gpus} requested"
         + (f", leased {job.leases.gpus}" if job.leases.gpus else "")
     )
     if job.leases.port:
-        con.print(f"  port       {job.leases.port}")
-    con.print(f"  priority   {job.priority}")
+        line(f"  port       {job.leases.port}")
+    line(f"  priority   {job.priority}")
     if job.time_limit_s:
-        con.print(f"  time limit {human_duration(job.time_limit_s)}")
+        line(f"  time limit {human_duration(job.time_limit_s)}")
     if job.after:
-        con.print(f"  after      {', '.join(map(str, job.after))}")
-    con.print(f"  attempt    {job.attempt} (retries allowed: {job.retries})")
+        line(f"  after      {', '.join(map(str, job.after))}")
+    line(f"  attempt    {job.attempt} (retries allowed: {job.retries})")
     if job.exit_code is not None or job.exit_signal is not None:
-        con.print(
+        line(
             f"  exit       code {job.exit_code}"
             + (f", signal {job.exit_signal}" if job.exit_signal else "")
         )
     if job.progress:
-        con.print(f"  progress   {progress_line(job.progress)}")
+        line(f"  progress   {sanitize(progress_line(job.progress))}")
     if job.job_dir:
-        con.print(f"  folder     {job.job_dir}")
-    con.print("[bold]history[/]")
+        line(f"  folder     {sanitize(job.job_dir)}")
+    con.print(plain("history", "bold"))
     for e in job.events:
-        con.print(f"  {e.at.astimezone():%Y-%m-%d %H:%M:%S}  {e.to_state:<10} {e.reason}")
+        at = f"{e.at.astimezone():%Y-%m-%d %H:%M:%S}"
+        line(f"  {at}  {sanitize(e.to_state):<10} {sanitize(e.reason)}")
     if job.attempts:
-        con.print("[bold]attempts[/]")
+        con.print(plain("attempts", "bold"))
         for a in job.attempts:
-            con.print(
-                f"  #{a.number} GPUs {a.gpus} port {a.port}  {a.state or 'running'}  {a.reason}"
-            )
+            state = sanitize(a.state or "running")
+            line(f"  #{a.number} GPUs {a.gpus} port {a.port}  {state}  {sanitize(a.reason)}")
     if tail:
-        con.print("[bold]log tail[/]")
-        con.print(tail.decode(errors="replace"), markup=False, highlight=False, soft_wrap=True)
+        con.print(plain("log tail", "bold"))
+        # `ddpq logs` prints a job's bytes raw on purpose (they are the job's, and may be
+        # piped to a file); this tail is part of a rendering, so it is made safe like the
+        # rest: lines kept, escapes and other control characters made visible.
+        text = sanitize(tail.decode(errors="replace"), multiline=True)
+        con.print(Text(text), highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -427,6 +455,12 @@ def logs(
     out.flush()
 
 
+def _safe(text: str) -> str:
+    from ddpq.client.format import sanitize
+
+    return sanitize(text)
+
+
 @app.command()
 def cancel(
     job_ids: Annotated[list[int] | None, typer.Argument(help="job IDs")] = None,
@@ -448,7 +482,7 @@ def cancel(
                 typer.echo(f"ddpq: {exc}", err=True)
                 worst = max(worst, exc.exit_code)
                 continue
-            typer.echo(f"{r.id}: {r.state} ({r.reason})")
+            typer.echo(f"{r.id}: {_safe(r.state)} ({_safe(r.reason)})")
     if worst:
         raise typer.Exit(worst)
 
@@ -458,7 +492,7 @@ def hold_cmd(job_id: int) -> None:
     """Keep a queued job from starting until `ddpq release`."""
     with client() as c:
         j = c.hold(job_id, True)
-    typer.echo(f"{j.id}: {j.state} ({j.reason})")
+    typer.echo(f"{j.id}: {_safe(j.state)} ({_safe(j.reason)})")
 
 
 @app.command("release")
@@ -466,7 +500,7 @@ def release_cmd(job_id: int) -> None:
     """Let a held job start."""
     with client() as c:
         j = c.hold(job_id, False)
-    typer.echo(f"{j.id}: {j.state} ({j.reason})")
+    typer.echo(f"{j.id}: {_safe(j.state)} ({_safe(j.reason)})")
 
 
 @app.command()
@@ -483,7 +517,7 @@ def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 def gpu_table(devs: DeviceList) -> Any:
     from rich.table import Table
 
-    from ddpq.client.format import age
+    from ddpq.client.format import age, plain
 
     port_of = {job: port for port, job in devs.ports_leased.items()}
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -498,10 +532,11 @@ def gpu_table(devs: DeviceList) -> Any:
         outside = ", ".join(f"pid {p.pid}" for p in d.external_processes)
         table.add_row(
             str(d.index),
-            d.name + (" (fake)" if d.fake and d.name != "fake" else ""),
+            # The driver's name for the GPU and a user's name: plain text, never markup.
+            plain(d.name + (" (fake)" if d.fake and d.name != "fake" else "")),
             status,
             str(d.job_id or ""),
-            d.owner or "",
+            plain(d.owner or ""),
             str(port_of.get(d.job_id, "")) if d.job_id else "",
             age(d.since) if d.since else "",
             f"{d.memory_used_mb}/{d.memory_total_mb} MiB",
@@ -533,13 +568,44 @@ def watch(
 
 @app.command()
 def login(
-    token: Annotated[str, typer.Argument(help="the token `ddpq admin user add` printed")],
+    token: Annotated[
+        str | None,
+        typer.Argument(
+            help="the token `ddpq admin user add` printed; better left out: an argument shows "
+            "in `ps` and your shell history, so paste it at the prompt or pipe it in"
+        ),
+    ] = None,
 ) -> None:
-    """Save your API token (0600) in your config folder."""
-    from ddpq.client.api import save_token
+    """Save your API token (0600) in your config folder: paste it, or `... | ddpq login`."""
+    from ddpq.client.api import check_token, save_token
 
-    path = save_token(token.strip())
+    if token is not None:
+        # Kept so that existing scripts work, but anyone on the machine can read a command
+        # line (`ps`), and the shell keeps it in its history.
+        typer.echo(
+            "ddpq: warning: a token given as an argument is visible to other users (ps) and "
+            "kept in your shell history; run `ddpq login` and paste it, or pipe it in",
+            err=True,
+        )
+    else:
+        token = _read_token()
+    path = save_token(check_token(token))
     typer.echo(f"token saved to {path}")
+
+
+def _read_token() -> str:
+    """The token from a hidden prompt on a terminal, else from standard input."""
+    import getpass
+
+    if sys.stdin is None:
+        return ""
+    if sys.stdin.isatty():
+        try:
+            return getpass.getpass("token: ")
+        except EOFError:  # Ctrl-D at the prompt
+            return ""
+    # A token is one short line; a bound keeps a mistaken `ddpq login < big.file` cheap.
+    return sys.stdin.read(4096)
 
 
 @app.command()
@@ -547,7 +613,7 @@ def whoami() -> None:
     """Who the daemon thinks you are."""
     with client() as c:
         me = c.whoami()
-    typer.echo(f"{me['name']}{' (admin)' if me['admin'] else ''}")
+    typer.echo(f"{_safe(str(me['name']))}{' (admin)' if me['admin'] else ''}")
 
 
 # ---- admin (local: works on the state folder directly) -----------------------------

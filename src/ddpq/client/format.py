@@ -1,37 +1,109 @@
-"""Text for people: durations, ages, progress lines. Pure functions."""
+"""Text for people: durations, ages, progress lines, untrusted text made safe. Pure functions."""
 
 from __future__ import annotations
 
+import math
 import re
+import unicodedata
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+# ASCII digits only: float() and \d would also take "nan", "inf", "1e400", "1_000" and
+# other scripts' digits, none of which anyone means as a duration.
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+_PLAIN = re.compile(_NUMBER)
+_DURATION = re.compile(rf"({_NUMBER})([smhd])")
+_EXAMPLES = "examples: 90s, 30m, 2h, 1h30m, 1d"
 
 
 def parse_duration(text: str) -> float:
-    """'90', '90s', '30m', '2h', '1h30m', '1d' -> seconds."""
-    text = text.strip().lower()
-    try:
-        seconds = float(text)
-    except ValueError:
+    """'90', '90s', '30m', '2h', '1h30m', '1d' -> seconds: finite and more than 0.
+
+    Raises ``ValueError`` with a message for people (empty, malformed, negative, zero, or
+    too large to be a number of seconds at all).
+    """
+    cleaned = text.strip().lower()
+    if not cleaned:
+        raise ValueError(f"a duration cannot be empty ({_EXAMPLES})")
+    if _PLAIN.fullmatch(cleaned):
+        seconds = float(cleaned)
+    else:
         pos, seconds = 0, 0.0
-        for m in _DURATION.finditer(text):
+        for m in _DURATION.finditer(cleaned):
             if m.start() != pos:
                 break
             seconds += float(m.group(1)) * _UNITS[m.group(2)]
             pos = m.end()
-        if pos != len(text) or not text:
-            raise ValueError(
-                f"{text!r} is not a duration (examples: 90s, 30m, 2h, 1h30m, 1d)"
-            ) from None
+        if pos != len(cleaned):
+            if cleaned.startswith("-"):
+                raise ValueError(f"{text!r}: a duration must be more than 0")
+            raise ValueError(f"{text!r} is not a duration ({_EXAMPLES})")
+    if not math.isfinite(seconds):  # hundreds of digits overflow to inf
+        raise ValueError(f"{text!r} is too long a duration")
     if seconds <= 0:
-        raise ValueError("a duration must be positive")
+        raise ValueError(f"{text!r}: a duration must be more than 0")
     return seconds
 
 
+# Invisible characters that are not controls: real text needs them (joined emoji,
+# Persian and Indic scripts), and a terminal does nothing with them but join glyphs.
+_JOINERS = {"\u200c", "\u200d"}
+# Control (C0, DEL, C1), format (bidi overrides, zero-width spaces, BOM), lone surrogates
+# (cannot be encoded for output at all), and line/paragraph separators (some terminals
+# break lines on them).
+_UNSAFE_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def sanitize(text: str, *, multiline: bool = False) -> str:
+    """``text`` made safe to print on a terminal: every character that could move the
+    cursor, change colours or the title, reorder what follows (bidi overrides), or hide
+    itself is shown as a visible escape (``\\x1b``, ``\\u202e``) instead.
+
+    For whatever came from a user or a job (names, owners, commands, reasons, progress,
+    GPU names, the server's error messages). ``multiline`` keeps newlines and tabs (a log
+    tail); otherwise they are escaped too, so one value stays on one line. Backslashes are
+    left alone, so a literal ``\\x1b`` typed by someone looks like an escaped ESC: ``--json``
+    has the exact data.
+    """
+    if text.isprintable():  # the common case: nothing to do (printable spaces included)
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch in _JOINERS or (multiline and ch in "\n\t"):
+            out.append(ch)
+        elif unicodedata.category(ch) not in _UNSAFE_CATEGORIES:
+            out.append(ch)  # non-ASCII spaces, private use, not yet assigned: harmless
+        elif ch in _SHORT:
+            out.append(_SHORT[ch])
+        else:
+            code = ord(ch)
+            out.append(
+                f"\\x{code:02x}"
+                if code < 0x100
+                else f"\\u{code:04x}"
+                if code < 0x10000
+                else f"\\U{code:08x}"
+            )
+    return "".join(out)
+
+
+def plain(text: str, style: str = "") -> Text:
+    """Untrusted text as a Rich renderable: sanitized, and never read as markup (``[red]``,
+    ``[/bold]``, ``[link=…]``) or emoji codes (``:smile:``), as a ``str`` would be, table
+    cells included."""
+    from rich.text import Text
+
+    return Text(sanitize(text), style=style)
+
+
 def human_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):  # a job's own ETA may be anything; round() would raise
+        return "?"
     whole = max(0, round(seconds))
     if whole < 60:
         return f"{whole}s"
@@ -50,8 +122,23 @@ def age(when: datetime, now: datetime | None = None) -> str:
     return human_duration((now - when).total_seconds())
 
 
+def _number(value: Any) -> float | None:
+    """A progress value as a finite float, or None: a job writes what it likes, and NaN,
+    infinities, ints too big for a float, or ``true`` must not break the listing."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def progress_line(p: dict[str, Any] | None) -> str:
-    """'epoch 3/5 · acc 71.2% · 2,400 img/s · ETA 1m10s' from a metrics.jsonl record."""
+    """'epoch 3/5 · acc 71.2% · 2,400 img/s · ETA 1m10s' from a metrics.jsonl record.
+
+    Values come from the job: print the result through ``sanitize``/``plain``.
+    """
     if not p:
         return ""
     parts = []
@@ -59,15 +146,16 @@ def progress_line(p: dict[str, Any] | None) -> str:
         parts.append(f"epoch {p['epoch']}" + (f"/{p['epochs']}" if "epochs" in p else ""))
     elif "step" in p:
         parts.append(f"step {p['step']}" + (f"/{p['steps']}" if "steps" in p else ""))
-    acc = p.get("test_acc", p.get("train_acc"))
-    if isinstance(acc, int | float):
+    acc = _number(p.get("test_acc", p.get("train_acc")))
+    loss = _number(p.get("train_loss"))
+    if acc is not None:
         parts.append(f"acc {acc * 100 if acc <= 1 else acc:.1f}%")
-    elif isinstance(p.get("train_loss"), int | float):
-        parts.append(f"loss {p['train_loss']:.3f}")
-    if isinstance(p.get("images_per_s"), int | float):
-        parts.append(f"{p['images_per_s']:,.0f} img/s")
-    if isinstance(p.get("eta_s"), int | float):
-        parts.append(f"ETA {human_duration(p['eta_s'])}")
+    elif loss is not None:
+        parts.append(f"loss {loss:.3f}")
+    if (speed := _number(p.get("images_per_s"))) is not None:
+        parts.append(f"{speed:,.0f} img/s")
+    if (eta := _number(p.get("eta_s"))) is not None:
+        parts.append(f"ETA {human_duration(eta)}")
     return " · ".join(parts)
 
 
@@ -80,9 +168,9 @@ def progress_fraction(p: dict[str, Any] | None) -> float | None:
         epoch = float(p.get("epoch", 0))
         steps = float(p.get("steps") or 0)
         step = float(p.get("step") or 0)
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
-    if epochs <= 0:
-        return None
+    if not all(map(math.isfinite, (epochs, epoch, steps, step))) or epochs <= 0:
+        return None  # "nan" or "inf" from the job: no bar rather than a full one
     done = epoch - 1 + (step / steps if steps else 1.0) if p.get("phase") == "train" else epoch
     return max(0.0, min(1.0, done / epochs))

@@ -1,10 +1,14 @@
-"""What `ddpq watch` draws: the queue with progress bars, and the GPU map."""
+"""What `ddpq watch` draws: the queue with progress bars, and the GPU map.
+
+Every string a user, a job or the GPU driver chose goes in as ``plain(...)``: a ``str``
+cell would be read as Rich markup, and control characters would reach the terminal.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ddpq.client.format import age, progress_fraction, progress_line
+from ddpq.client.format import age, plain, progress_fraction, progress_line
 from ddpq.schemas import DeviceList, JobOut
 
 
@@ -25,13 +29,13 @@ def render(jobs: list[JobOut], devices: DeviceList) -> Any:
     for j in jobs:
         queue.add_row(
             str(j.id),
-            j.name,
-            j.owner,
-            j.state,
+            plain(j.name),
+            plain(j.owner),
+            plain(j.state),
             ",".join(map(str, j.leases.gpus)) or str(j.gpus),
             str(j.leases.port or ""),
             bar(progress_fraction(j.progress)),
-            progress_line(j.progress),
+            plain(progress_line(j.progress)),
             age(j.submitted_at),
         )
     owner_of = {j.id: j.owner for j in jobs}
@@ -42,9 +46,9 @@ def render(jobs: list[JobOut], devices: DeviceList) -> Any:
     for d in devices.items:
         gpus.add_row(
             str(d.index),
-            d.status,
+            plain(d.status),
             str(d.job_id or ""),
-            d.owner or owner_of.get(d.job_id or -1, ""),
+            plain(d.owner or owner_of.get(d.job_id or -1, "")),
             str(port_of.get(d.job_id, "")) if d.job_id else "",
             f"{d.memory_used_mb}/{d.memory_total_mb} MiB",
         )
