@@ -24,6 +24,23 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         d.stop()
     # A test must not leave jobs running: stop them through a last daemon if any remain.
     _kill_leftover_shims(tmp_path)
+    for d in started:
+        _remove_job_cgroups(d.home)
+
+
+def _remove_job_cgroups(home: Path) -> None:
+    """End and remove what is left in the job cgroups of a test's daemon, and its tree,
+    as a daemon restarted on that state folder would (found through its own record)."""
+    from ddpq.worker import cgroups
+
+    try:
+        trees = [Path(p) for p in (home / cgroups.TREES_FILE).read_text().split()]
+    except OSError:
+        return
+    for tree in trees:
+        for job in tree.glob("job-*"):
+            cgroups.destroy(job, timeout=5)
+        cgroups.remove(tree)
 
 
 def _kill_leftover_shims(root: Path) -> None:
