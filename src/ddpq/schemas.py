@@ -6,15 +6,31 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 MAX_ARGS = 1024
 MAX_ARG_LEN = 4096
 MAX_COMMAND_BYTES = 64 * 1024
 MAX_ENV_VARS = 128
 MAX_ENV_BYTES = 32 * 1024
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# The patterns as JSON Schema (ECMA) writes them, for the OpenAPI document; the compiled
+# ones end with \Z, because Python's `$` also matches before a trailing newline ("alice\n").
+NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+NAME_RE = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+CWD_PATTERN = "^/[^\\u0000]*$"
+NAME_RULE = "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+# What a non-admin may ask for (admins: PRIORITY_MAX). Without --auth every caller is an
+# admin: the daemon then believes whatever name a client sends, so a cap would be theatre.
+USER_PRIORITY_MAX = 100
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 # Set by ddpq for every job (the job contract); a submission may not override them.
 RESERVED_ENV = frozenset(
     {
@@ -34,11 +50,48 @@ JobStateName = Literal[
 ]
 
 
+def _encodable(value: str) -> str:
+    """Refuse a string that cannot be written as UTF-8 (a lone surrogate, ``"\\ud800"`` in JSON).
+
+    Python's JSON parser accepts such escapes, SQLite stores them inside JSON columns, and
+    then no response that contains them can be encoded: refused at the door, the value never
+    reaches the database.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            "contains a character that is not valid Unicode (a lone surrogate)"
+        ) from None
+    return value
+
+
+# Every string a request may carry is this type.
+Text = Annotated[str, AfterValidator(_encodable)]
+
+
+def derive_name(program: str) -> str:
+    """A job name from a program path that always passes NAME_RE ("job" if nothing is left).
+
+    The basename's runs of other characters (spaces, control characters, non-ASCII, escape
+    sequences) become one '-', and the name starts with a letter or digit.
+    """
+    base = program.rstrip("/").rsplit("/", 1)[-1]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", base)
+    name = re.sub(r"^[^A-Za-z0-9]+", "", name)[:64]
+    return name if NAME_RE.match(name) else "job"
+
+
 class JobSubmit(BaseModel):
-    """A job to queue: a command, or a built-in workload with its arguments."""
+    """A job to queue: a command, or a built-in workload with its arguments.
+
+    Strict types: ``"gpus": "2"``, ``"gpus": true`` or ``"hold": "yes"`` are refused rather
+    than guessed at (an int is still accepted where a float is expected).
+    """
 
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [
                 {"command": ["python", "train.py", "--epochs", "3"], "gpus": 2, "name": "exp1"},
@@ -51,32 +104,49 @@ class JobSubmit(BaseModel):
         },
     )
 
-    command: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
-    workload: str | None = Field(default=None, description="a built-in workload, e.g. resnet18")
-    args: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
-    name: str | None = None
+    command: list[Text] = Field(default_factory=list, max_length=MAX_ARGS)
+    workload: Text | None = Field(default=None, description="a built-in workload, e.g. resnet18")
+    args: list[Text] = Field(default_factory=list, max_length=MAX_ARGS)
+    name: Text | None = Field(
+        default=None,
+        description="default: the program's file name, made to fit the pattern",
+        json_schema_extra={"pattern": NAME_PATTERN},
+    )
     gpus: int = Field(default=0, ge=0, le=1024)
     torchrun: bool = Field(
         default=False, description="run the command under torchrun on the leased GPUs and port"
     )
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    time_limit_s: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
+    priority: int = Field(
+        default=0,
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        description=f"higher starts first; with --auth, above {USER_PRIORITY_MAX} needs an admin",
+    )
+    time_limit_s: float | None = Field(default=None, gt=0, le=365 * 24 * 3600, allow_inf_nan=False)
     retries: int = Field(default=0, ge=0, le=100)
     after: list[Annotated[int, Field(ge=1, le=2**63 - 1)]] = Field(
         default_factory=list, max_length=64
     )
     hold: bool = False
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = Field(default=None, max_length=4096)
-    owner: str | None = Field(
-        default=None, description="ignored when the daemon has --auth (the token says who)"
+    env: dict[Text, Text] = Field(default_factory=dict)
+    cwd: Text | None = Field(
+        default=None,
+        max_length=4096,
+        description="an absolute path to a directory the job's owner can enter "
+        "(default: the daemon's state folder)",
+        json_schema_extra={"pattern": CWD_PATTERN},
+    )
+    owner: Text | None = Field(
+        default=None,
+        description="ignored when the daemon has --auth (the token says who)",
+        json_schema_extra={"pattern": NAME_PATTERN},
     )
 
     @field_validator("name", "owner")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
         if v is not None and not NAME_RE.match(v):
-            raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-'")
+            raise ValueError(NAME_RULE)
         return v
 
     @field_validator("command", "args")

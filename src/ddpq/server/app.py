@@ -6,23 +6,28 @@ import asyncio
 import os
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from ddpq import __version__, wake
 from ddpq.config import Settings
 from ddpq.core.states import TERMINAL, JobState
 from ddpq.schemas import (
+    NAME_PATTERN,
+    NAME_RE,
+    NAME_RULE,
+    USER_PRIORITY_MAX,
     CancelResult,
     DeviceList,
     DeviceOut,
@@ -32,8 +37,10 @@ from ddpq.schemas import (
     JobList,
     JobOut,
     JobSubmit,
+    derive_name,
 )
-from ddpq.server import views
+from ddpq.server import paths, views
+from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
@@ -43,6 +50,8 @@ from ddpq.workloads.registry import BadWorkload, resolve
 
 STATIC = Path(__file__).with_name("static")
 LOG_CHUNK = 64 * 1024
+# SQLite integers are 64-bit: a larger id or offset is refused (422) before it reaches SQL.
+INT64_MAX = 2**63 - 1
 
 
 class ApiError(Exception):
@@ -57,8 +66,12 @@ class Caller:
     admin: bool
 
 
-def _error(status: int, code: str, detail: str) -> JSONResponse:
-    return JSONResponse(ErrorOut(detail=detail, code=code).model_dump(), status_code=status)
+def _error(
+    status: int, code: str, detail: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    # servable: a detail may quote what a client sent, which must not make the answer fail.
+    body = ErrorOut(detail=views.servable(detail), code=code).model_dump()
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -73,17 +86,51 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing or wrong token"},
-    403: {"model": ErrorOut, "description": "not your job"},
+    403: {
+        "model": ErrorOut,
+        "description": "not your job, a priority above the users' cap, or a request from a "
+        "web page of another origin or for a Host that is not this daemon",
+    },
     404: {"model": ErrorOut, "description": "no such job"},
     422: {"model": ErrorOut, "description": "invalid request; `detail` names the field"},
+    503: {
+        "model": ErrorOut,
+        "description": "storage fault (the disk is full, the database is read-only or "
+        "locked); `detail` names it",
+    },
+}
+# Writes take JSON only, so an HTML form on another site cannot make a browser post one.
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    415: {"model": ErrorOut, "description": "a write whose body is not JSON"},
+}
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorOut, "description": "the job is not waiting, so it cannot be held"},
 }
 
 
-def get_caller(request: Request) -> Caller:
-    """Who is asking: the token's user with --auth, else whoever the client says it is."""
+def get_caller(
+    request: Request,
+    x_ddpq_user: Annotated[
+        str | None,
+        Header(
+            description="who is asking, without --auth (ignored with it); a user name",
+            json_schema_extra={"pattern": NAME_PATTERN},
+        ),
+    ] = None,
+) -> Caller:
+    """Who is asking: the token's user with --auth, else whoever the client says it is.
+
+    Without --auth every caller is an admin: the daemon cannot tell users apart, so it
+    enforces nothing between them (no owner checks, no priority cap).
+    """
     settings: Settings = request.app.state.settings
     if not settings.auth:
-        return Caller(name=request.headers.get("x-ddpq-user") or "anonymous", admin=True)
+        if x_ddpq_user is None:
+            return Caller(name="anonymous", admin=True)
+        # Checked like any user name: it becomes the owner of what this caller submits.
+        if not NAME_RE.match(x_ddpq_user):
+            raise ApiError(422, "invalid", f"X-Ddpq-User: {NAME_RULE}")
+        return Caller(name=x_ddpq_user, admin=True)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "unauthorized", "this daemon needs a token: set DDPQ_TOKEN")
@@ -96,8 +143,8 @@ def get_caller(request: Request) -> Caller:
 
 
 Auth = Annotated[Caller, Depends(get_caller)]
-# SQLite integers are 64-bit: a larger id is simply not a job (404), not a server error.
-JobId = Annotated[int, PathParam(ge=1, le=2**63 - 1)]
+JobId = Annotated[int, PathParam(ge=1, le=INT64_MAX)]
+Offset = Annotated[int, Query(ge=0, le=INT64_MAX)]
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -137,9 +184,14 @@ def create_app(settings: Settings) -> FastAPI:
         return _error(422, "invalid", _validation_message(exc))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error")
-        return _error(exc.status_code, code, str(exc.detail))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route of the path in Allow; FastAPI has one
+            # route per method, so gather them all (GET and POST /v1/jobs).
+            headers["Allow"] = ", ".join(_allowed_methods(app, request))
+        return _error(exc.status_code, code, str(exc.detail), headers=headers)
 
     def may_touch(who: Caller, owner: str, job_id: int) -> None:
         if settings.auth and not who.admin and who.name != owner:
@@ -155,9 +207,37 @@ def create_app(settings: Settings) -> FastAPI:
     def whoami(who: Auth) -> dict[str, Any]:
         return {"name": who.name, "admin": who.admin, "auth": settings.auth}
 
-    @app.post("/v1/jobs", status_code=201, response_model=JobOut, tags=["jobs"])
+    def check_cwd(cwd: str, owner: str) -> None:
+        """Refuse a working directory the job could not enter, without revealing more.
+
+        A root daemon with --auth runs the job as its owner's mapped account, so it judges
+        the path as that account would (missing and out of reach read the same); without a
+        mapping the launch refuses the job anyway. Otherwise jobs run as the daemon's own
+        account (without --auth every caller is trusted with it), which the kernel asks.
+        """
+        if settings.auth and os.geteuid() == 0:
+            with db().read() as s:
+                mapped = user_store.unix_accounts(s, {owner}).get(owner)
+            account = paths.account(mapped) if mapped else None
+            if account is None:
+                return
+            ok = paths.can_enter(cwd, account)
+        else:
+            ok = paths.daemon_can_enter(cwd)
+        if not ok:
+            raise ApiError(422, "invalid", f"cwd: {cwd} is not a directory the job can enter")
+
+    @app.post(
+        "/v1/jobs", status_code=201, response_model=JobOut, tags=["jobs"], responses=WRITE_ERRORS
+    )
     def submit(body: JobSubmit, who: Auth) -> JobOut:
         owner = who.name if settings.auth else (body.owner or who.name)
+        if body.priority > USER_PRIORITY_MAX and not who.admin:
+            raise ApiError(
+                403,
+                "forbidden",
+                f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
+            )
         launcher = "torchrun" if body.torchrun else "plain"
         command = body.command
         if body.workload is not None:
@@ -166,8 +246,10 @@ def create_app(settings: Settings) -> FastAPI:
             except BadWorkload as exc:
                 raise ApiError(422, "invalid", f"args: {exc}") from None
             launcher = "torchrun"
+        if body.cwd is not None:
+            check_cwd(body.cwd, owner)
         cwd = body.cwd or str(settings.home)
-        name = body.name or (body.workload or Path(command[0]).name)[:64]
+        name = body.name or derive_name(body.workload or command[0])
         spec = job_store.NewJob(
             name=name,
             owner=owner,
@@ -201,7 +283,7 @@ def create_app(settings: Settings) -> FastAPI:
         state: Annotated[list[JobState] | None, Query()] = None,
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Offset = 0,
     ) -> JobList:
         with db().read() as s:
             rows, total = job_store.list_jobs(
@@ -214,18 +296,34 @@ def create_app(settings: Settings) -> FastAPI:
         with db().read() as s:
             return views.job_detail(s, job_store.get_job(s, job_id))
 
-    @app.post("/v1/jobs/{job_id}/cancel", response_model=CancelResult, tags=["jobs"])
+    @app.post(
+        "/v1/jobs/{job_id}/cancel",
+        response_model=CancelResult,
+        tags=["jobs"],
+        responses=WRITE_ERRORS,
+    )
     def cancel(job_id: JobId, who: Auth) -> CancelResult:
+        """Cancel a job. One that has already ended stays as it is: 200 with its state and
+        a reason that says so (cancelling is idempotent)."""
         with db().write() as s:
             job = job_store.get_job(s, job_id)
             may_touch(who, job.owner, job_id)
+            if JobState(job.state) in TERMINAL:
+                # Checked first: an ended job may still carry the stop request that ended
+                # it (a time limit, an earlier cancel), which is no news now.
+                why = f"already {job.state}" + (f": {job.reason}" if job.reason else "")
+                return CancelResult(
+                    id=job.id,
+                    state=job.state,  # type: ignore[arg-type]
+                    reason=views.servable(why),
+                )
             job_store.cancel(s, job, time.time())
             result = CancelResult(
                 id=job.id,
                 state=job.state,  # type: ignore[arg-type]
                 reason="stopping (SIGTERM sent, SIGKILL after the grace period)"
                 if job.stop_request
-                else job.reason,
+                else views.servable(job.reason),
             )
         wake.nudge(settings.wake_socket)
         return result
@@ -242,11 +340,21 @@ def create_app(settings: Settings) -> FastAPI:
         wake.nudge(settings.wake_socket)
         return out
 
-    @app.post("/v1/jobs/{job_id}/hold", response_model=JobOut, tags=["jobs"])
+    @app.post(
+        "/v1/jobs/{job_id}/hold",
+        response_model=JobOut,
+        tags=["jobs"],
+        responses={**CONFLICT, **WRITE_ERRORS},
+    )
     def hold(job_id: JobId, who: Auth) -> JobOut:
         return _hold(job_id, who, True)
 
-    @app.post("/v1/jobs/{job_id}/release", response_model=JobOut, tags=["jobs"])
+    @app.post(
+        "/v1/jobs/{job_id}/release",
+        response_model=JobOut,
+        tags=["jobs"],
+        responses={**CONFLICT, **WRITE_ERRORS},
+    )
     def release(job_id: JobId, who: Auth) -> JobOut:
         return _hold(job_id, who, False)
 
@@ -268,7 +376,7 @@ def create_app(settings: Settings) -> FastAPI:
     def read_log(
         job_id: JobId,
         who: Auth,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Offset = 0,
         limit: Annotated[int, Query(ge=1, le=16 * 1024 * 1024)] = 1024 * 1024,
         follow: bool = False,
     ) -> Response:
@@ -325,8 +433,8 @@ def create_app(settings: Settings) -> FastAPI:
             items.append(
                 DeviceOut(
                     index=d.index,
-                    uuid=d.uuid,
-                    name=d.name,
+                    uuid=views.servable(d.uuid),
+                    name=views.servable(d.name),
                     fake=d.fake,
                     memory_total_mb=d.memory_total_mb,
                     memory_used_mb=d.memory_used_mb,
@@ -359,7 +467,17 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
+    # The last added runs first: the guard refuses foreign requests before anything else.
+    app.add_middleware(RequestGuard, names=allowed_names(settings.host, extra_names_from_env()))
     return app
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route.methods or set()
+    return sorted(methods)
 
 
 def _read(path: Path | None, offset: int, limit: int) -> tuple[bytes, int]:

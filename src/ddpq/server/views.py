@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from ddpq.schemas import AttemptOut, EventOut, JobDetail, JobOut, LeaseOut
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store.db import Session
 from ddpq.store.models import Job
+
+T = TypeVar("T")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def servable(value: T) -> T:
+    """``value`` with every string made encodable as UTF-8 (lone surrogates become U+FFFD).
+
+    The API refuses such strings at the door, but rows stored before it did (or written by
+    a job into its progress) must not make a whole listing fail to encode for every user.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return _SURROGATE.sub("\ufffd", value)  # type: ignore[return-value]
+        return value
+    if isinstance(value, list):
+        return [servable(x) for x in value]  # type: ignore[return-value]
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {servable(k): servable(x) for k, x in value.items()}
+        return out  # type: ignore[return-value]
+    return value
 
 
 def ts(value: float | None) -> datetime | None:
@@ -23,14 +48,14 @@ def job_out(job: Job, leases: tuple[list[int], int | None], after: list[int]) ->
     gpus, port = leases
     return JobOut(
         id=job.id,
-        name=job.name,
-        owner=job.owner,
-        command=list(job.command),
-        launcher=job.launcher,
+        name=servable(job.name),
+        owner=servable(job.owner),
+        command=servable(list(job.command)),
+        launcher=servable(job.launcher),
         gpus=job.gpus,
         priority=job.priority,
         state=job.state,  # type: ignore[arg-type]  # validated by pydantic
-        reason=job.reason,
+        reason=servable(job.reason),
         submitted_at=ts_req(job.submitted_at),
         started_at=ts(job.started_at),
         ended_at=ts(job.ended_at),
@@ -42,8 +67,8 @@ def job_out(job: Job, leases: tuple[list[int], int | None], after: list[int]) ->
         after=after,
         hold=job.user_hold,
         leases=LeaseOut(gpus=sorted(gpus), port=port),
-        progress=job.progress,
-        job_dir=job.job_dir,
+        progress=servable(job.progress),
+        job_dir=servable(job.job_dir),
     )
 
 
@@ -61,7 +86,12 @@ def job_detail(session: Session, job: Job) -> JobDetail:
     return JobDetail(
         **base.model_dump(),
         events=[
-            EventOut(at=ts_req(e.at), from_state=e.from_state, to_state=e.to_state, reason=e.reason)
+            EventOut(
+                at=ts_req(e.at),
+                from_state=e.from_state,
+                to_state=e.to_state,
+                reason=servable(e.reason),
+            )
             for e in job_store.events_of(session, job.id)
         ],
         attempts=[
@@ -74,7 +104,7 @@ def job_detail(session: Session, job: Job) -> JobDetail:
                 exit_code=a.exit_code,
                 exit_signal=a.exit_signal,
                 state=a.state,
-                reason=a.reason,
+                reason=servable(a.reason),
             )
             for a in job_store.attempts_of(session, job.id)
         ],

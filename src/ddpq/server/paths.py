@@ -1,0 +1,113 @@
+"""Whether a job could enter its working directory, judged at submission.
+
+A root daemon must not tell a user which paths exist where they cannot look (a 0700
+folder of someone else's): it judges the path as the job's own Unix account would reach
+it, walking every component with the account's uid and groups, and answers the same
+whether the path is missing or merely out of reach. This is a courtesy check, so a typo
+fails at once instead of at launch; the launch, which enters the directory after dropping
+privileges, stays the authority (a POSIX ACL, which the walk does not evaluate, is left
+to it).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from collections import deque
+from dataclasses import dataclass
+
+# Linux gives up after 40 links in one lookup (ELOOP); so does the walk.
+MAX_LINKS = 40
+ACL_XATTR = "system.posix_acl_access"
+
+
+@dataclass(frozen=True)
+class Account:
+    uid: int
+    gids: frozenset[int]
+
+
+def account(name: str) -> Account | None:
+    """The Unix account ``name`` with all its groups, or None if there is no such account."""
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    # The groups a login (and the launch's initgroups) would give it.
+    return Account(pw.pw_uid, frozenset({pw.pw_gid, *os.getgrouplist(name, pw.pw_gid)}))
+
+
+def _searchable(path: str, info: os.stat_result, who: Account) -> bool:
+    """May ``who`` pass through (search) the directory ``path``, by its mode bits?"""
+    if who.uid == 0:
+        return True
+    if _has_acl(path):
+        return True  # not judged here: the launch as the account decides
+    if info.st_uid == who.uid:
+        return bool(info.st_mode & stat.S_IXUSR)
+    if info.st_gid in who.gids:
+        return bool(info.st_mode & stat.S_IXGRP)
+    return bool(info.st_mode & stat.S_IXOTH)
+
+
+def _has_acl(path: str) -> bool:
+    try:
+        os.getxattr(path, ACL_XATTR)
+    except OSError:
+        return False
+    return True
+
+
+def can_enter(path: str, who: Account) -> bool:
+    """Could ``who`` make the absolute ``path`` its working directory?
+
+    The walk resolves the path as the kernel would for that account: it needs search
+    permission on every directory it passes, including those a symbolic link leads
+    through, and on the last one. Every failure (missing, not a directory, out of reach,
+    a link loop) is the same False.
+    """
+    parts = deque(path.split("/"))
+    current = "/"
+    links = 0
+    while parts:
+        part = parts.popleft()
+        if part in ("", "."):
+            continue
+        try:
+            here = os.stat(current)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(here.st_mode) or not _searchable(current, here, who):
+            return False
+        if part == "..":
+            current = os.path.dirname(current)  # `current` never holds a link: exact
+            continue
+        candidate = os.path.join(current, part)
+        try:
+            info = os.lstat(candidate)
+        except OSError:
+            return False
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if links > MAX_LINKS:
+                return False
+            try:
+                target = os.readlink(candidate)
+            except OSError:
+                return False
+            if target.startswith("/"):
+                current = "/"
+            parts.extendleft(reversed(target.split("/")))
+            continue
+        current = candidate
+    try:
+        last = os.stat(current)
+    except OSError:
+        return False
+    return stat.S_ISDIR(last.st_mode) and _searchable(current, last, who)
+
+
+def daemon_can_enter(path: str) -> bool:
+    """The same question for the daemon's own account, which the kernel answers exactly."""
+    return os.path.isdir(path) and os.access(path, os.X_OK)
