@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SHIM = Path(__file__).resolve().parents[1] / "src" / "ddpq" / "worker" / "shim.py"
+from ddpq.worker.launch import shim_argv
 
 
 def main() -> None:
@@ -28,17 +28,7 @@ def main() -> None:
         job_dir = Path(tempfile.mkdtemp(prefix="ddpq-shim-"))
         t0 = time.time()
         subprocess.run(
-            [
-                sys.executable,
-                "-S",
-                str(SHIM),
-                "--job-dir",
-                str(job_dir),
-                "--",
-                "sh",
-                "-c",
-                "date +%s.%N",
-            ],
+            shim_argv(sys.executable, job_dir, "/", 10.0, 1 << 20, ["sh", "-c", "date +%s.%N"]),
             start_new_session=True,
             check=True,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import resource
 import shutil
 import socket
 import tempfile
@@ -674,3 +675,80 @@ def test_405_says_what_is_allowed(api: TestClient, method: str, path: str, allow
     r = api.request(method, path)
     assert_error(r, 405, "method_not_allowed")
     assert r.headers["Allow"] == allowed
+
+
+# ---- item 13: storage faults --------------------------------------------------------------
+
+
+def test_a_storage_fault_is_503_with_its_cause_logged_once(daemon: Daemon) -> None:
+    """A real fault: the kernel refuses the daemon's writes past a file size (RLIMIT_FSIZE,
+    set on the running daemon with prlimit(2)), as a full disk refuses them; SQLite reports
+    it as an I/O error. Reads go on, each write is a 503 naming the cause, the log says it
+    once, and once the limit is lifted the same daemon writes again.
+
+    (A read-only file or a full disk cannot be made here: the tests run as root, which
+    ignores file modes, and cannot mount a small file system.)
+    """
+    assert daemon.proc is not None
+    files = [p for p in daemon.home.iterdir() if p.is_file()]
+    limit = max(p.stat().st_size for p in files) + 64 * 1024
+    resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    env = {f"K{i}": "x" * 200 for i in range(120)}  # ~24 KiB a job: the WAL grows fast
+    body = {"command": ["true"], "hold": True, "env": env}
+    answers = [httpx.post(daemon.url + "/v1/jobs", json=body, timeout=30) for _ in range(40)]
+    statuses = [r.status_code for r in answers]
+    assert 503 in statuses and set(statuses) <= {201, 503}, statuses
+    first = statuses.index(503)
+    assert set(statuses[first:]) == {503}  # while the fault lasts, every write says so
+    for r in answers[first:]:
+        assert_error(r, 503, "unavailable", "database")
+        assert r.headers["Retry-After"]
+    listed = httpx.get(daemon.url + "/v1/jobs", params={"limit": 1})
+    assert listed.status_code == 200 and listed.json()["total"] == first
+    assert httpx.get(daemon.url + "/healthz").status_code == 200
+    log = (daemon.home / "daemon.log").read_text()
+    assert log.count("answering 503") == 1 and "Traceback" not in log, log
+
+    resource.prlimit(
+        daemon.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    )
+    again = httpx.post(daemon.url + "/v1/jobs", json=body)
+    assert again.status_code == 201
+    assert httpx.get(daemon.url + "/v1/jobs").json()["total"] == first + 1
+
+
+@pytest.mark.parametrize(
+    "message, words",
+    [
+        ("attempt to write a readonly database", "read-only"),
+        ("database or disk is full", "full"),
+        ("database is locked", "busy"),
+    ],
+)
+def test_each_storage_fault_is_named(
+    message: str, words: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The middleware on its own, with the errors SQLite raises for the faults that cannot
+    be made for real here (see above): each is a 503 that names it, logged once."""
+    import sqlite3
+
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.routing import Route
+
+    from ddpq.server.faults import StorageFaults
+
+    def broken(_request: object) -> None:
+        raise sqlite3.OperationalError(message)
+
+    def bug(_request: object) -> None:
+        raise RuntimeError("a bug")
+
+    app = Starlette(
+        routes=[Route("/w", broken), Route("/bug", bug)], middleware=[Middleware(StorageFaults)]
+    )
+    with TestClient(app, raise_server_exceptions=False) as c:
+        for _ in range(5):
+            assert_error(c.get("/w"), 503, "unavailable", words)
+        assert c.get("/bug").status_code == 500  # anything else stays a 500
+    assert sum("answering 503" in r.getMessage() for r in caplog.records) == 1

@@ -62,7 +62,7 @@ def test_a_port_held_by_an_outside_program_is_skipped(make_daemon: object) -> No
         c = d.client()
         ports = []
         for _ in range(3):
-            job = c.submit(JobSubmit(command=["true"]))
+            job = c.submit(JobSubmit(command=["true"], gpus=1))
             ports.append(wait_done(c, job.id).attempts[0].port)
         assert 29650 not in ports
         assert set(ports) <= {29651, 29652}
@@ -185,7 +185,7 @@ def test_two_torchrun_jobs_train_on_disjoint_gpus_and_ports(make_daemon: object)
 def test_an_unrelated_address_in_use_is_a_plain_failure(daemon: Daemon) -> None:
     c = daemon.client()
     script = 'echo "tensorboard: [Errno 98] Address already in use"; exit 1'
-    job = c.submit(JobSubmit(command=["sh", "-c", script]))
+    job = c.submit(JobSubmit(command=["sh", "-c", script], gpus=1))
     done = wait_done(c, job.id)
     assert done.state == "failed" and len(done.attempts) == 1
 

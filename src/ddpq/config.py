@@ -72,9 +72,15 @@ class Settings:
     auth: bool = False
     # A root daemon without --auth lets every local user run commands as root.
     allow_root_without_auth: bool = False
+    # --auth without root: every job runs as the daemon's one account, so jobs can
+    # read each other's files and the database. Only with the admin's explicit yes.
+    shared_account: bool = False
     stop_jobs_on_exit: bool = False
     usage_window_s: float = 7 * 24 * 3600.0
     max_port_retries: int = 3
+    # Rendezvous ports one user's jobs may hold at once (0: a quarter of --port-range),
+    # so one user's flood of torchrun jobs cannot take every port.
+    max_user_ports: int = 0
     # Interpreter for the shim and for torchrun: the daemon's own, which has torch
     # installed on a GPU host.
     python: str = sys.executable
@@ -94,11 +100,27 @@ class Settings:
     def wake_socket(self) -> Path:
         return self.home / "worker.sock"
 
-    def validate(self, ephemeral: tuple[int, int] | None = None) -> None:
+    @property
+    def trust_file(self) -> Path:
+        return self.home / "trust-mode"
+
+    @property
+    def ports_per_user(self) -> int:
+        lo, hi = self.port_range
+        return self.max_user_ports or max(1, (hi - lo + 1) // 4)
+
+    @property
+    def trust_mode(self) -> str:
+        """Whom the API believes; ``ddpq server`` and ``ddpq worker`` must agree on it."""
+        return "auth" if self.auth else "no-auth"
+
+    def validate(self, ephemeral: tuple[int, int] | None = None, *, runs_jobs: bool = True) -> None:
         if self.fake_gpus is not None and not 0 <= self.fake_gpus <= 1024:
             raise ConfigError("--fake-gpus must be between 0 and 1024")
         if self.external_policy not in ("avoid", "ignore"):
             raise ConfigError("--external-gpus must be 'avoid' or 'ignore'")
+        if self.max_user_ports < 0:
+            raise ConfigError("--ports-per-user must not be negative")
         if self.grace_s < 0:
             raise ConfigError("--grace must not be negative")
         if self.log_cap_bytes < 4096:
@@ -114,6 +136,13 @@ class Settings:
             raise ConfigError(
                 f"refusing to listen on {self.host} without --auth: anyone on the network "
                 "could run commands as the daemon's user; use --auth or 127.0.0.1"
+            )
+        if runs_jobs and self.auth and os.geteuid() != 0 and not self.shared_account:
+            raise ConfigError(
+                "refusing --auth without root: the daemon could not run jobs as their "
+                "owners, so every job would run as this account and could read the database "
+                "(tokens, everyone's --env secrets) and stop other users' jobs. Run as root, "
+                "or add --shared-account if every user may be trusted with every job"
             )
         if not self.auth and os.geteuid() == 0 and not self.allow_root_without_auth:
             raise ConfigError(

@@ -87,6 +87,8 @@ def _settings(
     auth: bool,
     stop_jobs: bool,
     allow_root: bool = False,
+    shared_account: bool = False,
+    ports_per_user: int = 0,
 ) -> Settings:
     from ddpq.client.format import parse_duration
     from ddpq.config import Settings, default_home, parse_port_range
@@ -106,6 +108,8 @@ def _settings(
         auth=auth,
         stop_jobs_on_exit=stop_jobs,
         allow_root_without_auth=allow_root,
+        shared_account=shared_account,
+        max_user_ports=ports_per_user,
     )
 
 
@@ -135,6 +139,19 @@ AllowRootOpt = Annotated[
         "--allow-root",
         help="run as root without --auth (every local user can then run commands as root)",
     ),
+]
+
+SharedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--shared-account",
+        help="--auth without root: every job runs as the daemon's account and can read the "
+        "database and other jobs' files; tokens only keep honest users apart",
+    ),
+]
+PortsPerUserOpt = Annotated[
+    int,
+    typer.Option(help="rendezvous ports one user's jobs may hold at once (0: a quarter of them)"),
 ]
 
 
@@ -167,6 +184,8 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         auth: AuthOpt = False,
         stop_jobs: StopJobsOpt = False,
         allow_root: AllowRootOpt = False,
+        shared_account: SharedOpt = False,
+        ports_per_user: PortsPerUserOpt = 0,
     ) -> None:
         options = {k: v for k, v in locals().items() if k != "with_worker"}  # a closure var
         _run_daemon(True, with_worker, **options)
@@ -194,6 +213,8 @@ def worker(
     stop_jobs: StopJobsOpt = False,
     auth: AuthOpt = False,
     allow_root: AllowRootOpt = False,
+    shared_account: SharedOpt = False,
+    ports_per_user: PortsPerUserOpt = 0,
 ) -> None:
     """Run only the worker loop (launches and watches jobs); --auth as the API has it."""
     _run_daemon(False, True, host="127.0.0.1", port=0, **locals())
@@ -638,12 +659,21 @@ def user_add(
     ] = None,
     home: HomeOpt = None,
 ) -> None:
-    """Create a user and print their token (once: only a hash is stored)."""
+    """Create a user and print their token (once: only a hash is stored).
+
+    A root daemon with --auth runs the user's jobs as the Unix account given with
+    --unix-user; without it, as the account of the same name if that is an ordinary
+    login account (not root, not a system account). The mapping is stored either way.
+    """
     from ddpq.schemas import NAME_RE
     from ddpq.store import users
 
     if not NAME_RE.match(name):
         fail("a user name is 1-64 letters, digits, '.', '_' or '-'", 2)
+    if unix_user is not None:
+        _check_account(unix_user)
+    else:
+        unix_user = _same_name_account(name)
     db = _admin_db(home)
     try:
         with db.write() as s:
@@ -653,6 +683,79 @@ def user_add(
     finally:
         db.dispose()
     typer.echo(token)
+    where = f"Unix account {unix_user!r}" if unix_user else "no account (`ddpq admin user map`)"
+    typer.echo(f"{name}: jobs under a root daemon run as {where}", err=True)
+
+
+def _check_account(unix_user: str) -> None:
+    import pwd
+
+    from ddpq.store.users import UNIX_NAME
+
+    if not UNIX_NAME.match(unix_user):
+        fail(f"--unix-user {unix_user!r} is not a Unix account name", 2)
+    try:
+        pwd.getpwnam(unix_user)
+    except KeyError:
+        fail(f"no Unix account {unix_user!r} on this host", 2)
+
+
+def _same_name_account(name: str) -> str | None:
+    """The login account named like the ddpq user, unless it is root or a system account."""
+    import pwd
+
+    from ddpq.store.users import UNIX_NAME
+
+    if not UNIX_NAME.match(name):
+        return None
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    low, high = _login_uids()
+    return name if low <= entry.pw_uid <= high else None
+
+
+def _login_uids(login_defs: str = "/etc/login.defs") -> tuple[int, int]:
+    """UID_MIN..UID_MAX of /etc/login.defs (1000..60000 where it does not say): outside
+    it are system accounts, and nobody (65534)."""
+    found = {"UID_MIN": 1000, "UID_MAX": 60000}
+    try:
+        with open(login_defs) as f:
+            for line in f:
+                key, *value = line.split()
+                if key in found and len(value) == 1 and value[0].isdigit():
+                    found[key] = int(value[0])
+    except (OSError, ValueError):
+        pass
+    return found["UID_MIN"], found["UID_MAX"]
+
+
+@user_app.command("map")
+def user_map(
+    name: str,
+    unix_user: Annotated[
+        str | None, typer.Argument(help="the Unix account; leave out with --clear")
+    ] = None,
+    clear: Annotated[bool, typer.Option(help="map the user to no account")] = False,
+    home: HomeOpt = None,
+) -> None:
+    """Choose the Unix account a user's jobs run as under a root daemon (uid 0 only if named)."""
+    from ddpq.store import users
+
+    if (unix_user is None) == (not clear):
+        fail("give a Unix account, or --clear", 2)
+    if unix_user is not None:
+        _check_account(unix_user)
+    db = _admin_db(home)
+    try:
+        with db.write() as s:
+            users.map_unix_user(s, name, unix_user)
+    except LookupError as exc:
+        fail(str(exc).strip("'\""), 4)
+    finally:
+        db.dispose()
+    typer.echo(f"{name}: jobs run as {unix_user!r}" if unix_user else f"{name}: mapped to none")
 
 
 @user_app.command("list")
@@ -663,7 +766,7 @@ def user_list(home: HomeOpt = None) -> None:
     db = _admin_db(home)
     with db.read() as s:
         for u in users.all_users(s):
-            typer.echo(f"{u.name}\t{'admin' if u.is_admin else 'user'}\t{u.unix_user or u.name}")
+            typer.echo(f"{u.name}\t{'admin' if u.is_admin else 'user'}\t{u.unix_user or '-'}")
     db.dispose()
 
 

@@ -24,6 +24,12 @@ from dataclasses import dataclass
 from itertools import groupby
 
 
+def needs_port(gpus: int, launcher: str) -> bool:
+    """Whether a job gets a rendezvous port: torchrun needs one, and so may any job on
+    GPUs (a script that starts its own ranks); a plain CPU job does not."""
+    return gpus > 0 or launcher == "torchrun"
+
+
 @dataclass(frozen=True)
 class QueuedJob:
     id: int
@@ -33,6 +39,9 @@ class QueuedJob:
     submitted_at: float
     time_limit_s: float | None = None
     not_before: float | None = None  # retry back-off: not eligible before this time
+    # Only jobs that rendezvous (torchrun, or any job on GPUs) lease a port: a CPU-only
+    # helper job must not use up the range that DDP jobs need.
+    needs_port: bool = True
 
 
 @dataclass(frozen=True)
@@ -47,7 +56,21 @@ class RunningJob:
 class Placement:
     job_id: int
     gpus: tuple[int, ...]
-    port: int
+    port: int | None
+
+
+@dataclass(frozen=True)
+class PortBudget:
+    """Rendezvous ports one owner may hold at once, and how many each holds now."""
+
+    per_owner: int
+    held: Mapping[str, int]
+
+    def allows(self, owner: str, placed: Mapping[str, int]) -> bool:
+        return self.held.get(owner, 0) + placed.get(owner, 0) < self.per_owner
+
+
+NO_PORT_LIMIT = PortBudget(per_owner=2**31, held={})
 
 
 def order_key(job: QueuedJob, usage: Mapping[str, float]) -> tuple[int, float, float, int]:
@@ -94,6 +117,7 @@ def plan(
     free_ports: Sequence[int],
     usage: Mapping[str, float],
     now: float,
+    port_budget: PortBudget = NO_PORT_LIMIT,
 ) -> list[Placement]:
     """Decide what starts now. Pure: same inputs, same answer.
 
@@ -101,6 +125,8 @@ def plan(
     ``running``: jobs holding leases; their GPUs are not free.
     ``free_ports``: unleased ports in the order they should be used.
     ``usage``: recent GPU-seconds per owner (see ``rules.recent_usage``).
+    ``port_budget``: how many ports each owner may hold; a job over it waits, and
+    (like a job waiting for a port) does not block the jobs behind it.
     """
     usable = set(usable_gpus)
     held = {g for job in running for g in job.gpus}
@@ -117,16 +143,25 @@ def plan(
     ]
     head_shadow: float | None = None
     head_extra = 0
+    ports_placed: dict[str, int] = {}
+
+    def place(job: QueuedJob) -> Placement:
+        port = ports.pop(0) if job.needs_port else None
+        if port is not None:
+            ports_placed[job.owner] = ports_placed.get(job.owner, 0) + 1
+        taken = tuple(free[: job.gpus])
+        del free[: job.gpus]
+        placements.append(Placement(job.id, taken, port))
+        return placements[-1]
 
     eligible = [j for j in queued if j.not_before is None or j.not_before <= now]
     for job in sorted(eligible, key=lambda j: order_key(j, usage)):
-        if not ports:
-            break
+        if job.needs_port and not (ports and port_budget.allows(job.owner, ports_placed)):
+            continue  # waits for a port; it holds nothing, so it delays nobody
         fits = job.gpus <= len(free)
         if head_shadow is None:
             if fits:
-                placements.append(_place(job, free, ports))
-                live.append(RunningJob(job.id, placements[-1].gpus, now, job.time_limit_s))
+                live.append(RunningJob(job.id, place(job).gpus, now, job.time_limit_s))
                 continue
             if job.gpus > len(usable):
                 continue  # can never fit here (e.g. GPUs became external); do not block others
@@ -136,22 +171,16 @@ def plan(
         if not fits:
             continue
         if job.gpus == 0:
-            placements.append(_place(job, free, ports))  # holds no GPU the head needs
+            place(job)  # holds no GPU the head needs
             continue
         if job.time_limit_s is None or head_shadow == math.inf:
             continue
         if now + job.time_limit_s <= head_shadow:
-            placements.append(_place(job, free, ports))
+            place(job)
         elif job.gpus <= head_extra:
-            placements.append(_place(job, free, ports))
+            place(job)
             head_extra -= job.gpus
     return placements
-
-
-def _place(job: QueuedJob, free: list[int], ports: list[int]) -> Placement:
-    taken = tuple(free[: job.gpus])
-    del free[: job.gpus]
-    return Placement(job.id, taken, ports.pop(0))
 
 
 def explain_waits(
@@ -161,6 +190,7 @@ def explain_waits(
     free_ports: Sequence[int],
     usage: Mapping[str, float],
     now: float,
+    port_budget: PortBudget = NO_PORT_LIMIT,
 ) -> dict[int, str]:
     """Why each queued job that ``plan`` did not place is still waiting, in words.
 
@@ -178,7 +208,12 @@ def explain_waits(
             reasons[job.id] = "waiting out its retry back-off"
         elif job.gpus > usable:
             reasons[job.id] = f"needs {job.gpus} GPUs; only {usable} can be handed out"
-        elif not free_ports:
+        elif job.needs_port and not port_budget.allows(job.owner, {}):
+            reasons[job.id] = (
+                f"{job.owner} holds {port_budget.per_owner} rendezvous ports, "
+                "the most one user may hold at once"
+            )
+        elif job.needs_port and not free_ports:
             reasons[job.id] = "waiting for a free rendezvous port"
         elif head is None:
             head = job

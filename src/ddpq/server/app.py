@@ -40,6 +40,7 @@ from ddpq.schemas import (
     derive_name,
 )
 from ddpq.server import paths, views
+from ddpq.server.faults import StorageFaults
 from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
@@ -468,6 +469,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     # The last added runs first: the guard refuses foreign requests before anything else.
+    app.add_middleware(StorageFaults)
     app.add_middleware(RequestGuard, names=allowed_names(settings.host, extra_names_from_env()))
     return app
 

@@ -8,6 +8,7 @@ deferred ``BEGIN`` so readers never queue behind the writer (WAL mode).
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
 
 # Re-exported: the worker and the server annotate with it without importing SQLAlchemy.
 from sqlalchemy.orm import Session as Session
@@ -79,6 +81,29 @@ class Database:
     def dispose(self) -> None:
         self.write_engine.dispose()
         self.read_engine.dispose()
+
+
+def storage_fault(exc: BaseException) -> str | None:
+    """What is wrong with the storage, in words, if ``exc`` is a storage fault; else None.
+
+    These are conditions of the machine (a full disk, a read-only file), not bugs:
+    callers report them plainly (503, one log line) instead of as a traceback.
+    """
+    if isinstance(exc, OperationalError | sqlite3.OperationalError):
+        text = str(exc).lower()
+    elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT):
+        text = {errno.EROFS: "readonly"}.get(exc.errno, "disk is full")
+    else:
+        return None
+    if "disk is full" in text or "database or disk is full" in text:
+        return "the disk holding ddpq's state is full"
+    if "readonly" in text or "read-only" in text:
+        return "ddpq's database is read-only"
+    if "locked" in text or "busy" in text:
+        return "ddpq's database is busy (locked by another process for too long)"
+    if "disk i/o error" in text or "unable to open" in text:
+        return "ddpq's database cannot be read or written (I/O error)"
+    return None
 
 
 def migrations_dir() -> Path:

@@ -10,7 +10,7 @@ from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core.deps import dependency_verdict, waiting_reason
-from ddpq.core.plan import QueuedJob
+from ddpq.core.plan import QueuedJob, needs_port
 from ddpq.core.rules import Run
 from ddpq.core.states import ACTIVE, TERMINAL, JobState, check_transition
 from ddpq.store.models import Attempt, Job, JobDependency, JobEvent
@@ -212,10 +212,14 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
             Job.submitted_at,
             Job.time_limit_s,
             Job.not_before,
+            Job.launcher,
             Job.reason,
         ).where(Job.state == JobState.QUEUED.value)
     )
-    return [(QueuedJob(*row[:-1]), row[-1]) for row in rows]
+    return [
+        (QueuedJob(*row[:7], needs_port=needs_port(row.gpus, row.launcher)), row.reason)
+        for row in rows
+    ]
 
 
 def set_waiting_reasons(
@@ -237,6 +241,7 @@ def set_waiting_reasons(
 @dataclass(frozen=True)
 class RunningView:
     id: int
+    owner: str
     started_at: float | None
     time_limit_s: float | None
     stop_request: str | None
@@ -247,7 +252,14 @@ def running_for_supervision(
     session: Session, states: Iterable[JobState] = (JobState.RUNNING,)
 ) -> list[RunningView]:
     """Timing and stop fields of the jobs in ``states``, columns only (read every pass)."""
-    columns = (Job.id, Job.started_at, Job.time_limit_s, Job.stop_request, Job.stop_sent_at)
+    columns = (
+        Job.id,
+        Job.owner,
+        Job.started_at,
+        Job.time_limit_s,
+        Job.stop_request,
+        Job.stop_sent_at,
+    )
     rows = session.execute(select(*columns).where(Job.state.in_([s.value for s in states])))
     return [RunningView(*row) for row in rows]
 

@@ -7,6 +7,7 @@ brute-force the way there is with a human-chosen password.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 
 from sqlalchemy import select
@@ -14,9 +15,18 @@ from sqlalchemy.orm import Session
 
 from ddpq.store.models import User
 
+# A portable Unix account name (POSIX, plus the trailing '$' of machine accounts).
+UNIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\$?$")
+
 
 class UserExists(ValueError):
     pass
+
+
+def check_unix_name(name: str) -> str:
+    if not UNIX_NAME.match(name):
+        raise ValueError(f"{name!r} is not a Unix account name")
+    return name
 
 
 def hash_token(token: str) -> str:
@@ -29,6 +39,8 @@ def add_user(
     """Create a user; returns the user and the token, which is shown once and not stored."""
     if session.scalar(select(User).where(User.name == name)) is not None:
         raise UserExists(f"user {name!r} exists already")
+    if unix_user is not None:
+        check_unix_name(unix_user)
     token = "ddpq_" + secrets.token_urlsafe(32)
     user = User(
         name=name, token_hash=hash_token(token), is_admin=admin, unix_user=unix_user, created_at=now
@@ -54,6 +66,14 @@ def unix_accounts(session: Session, names: set[str]) -> dict[str, str]:
         select(User.name, User.unix_user).where(User.name.in_(names), User.unix_user.is_not(None))
     )
     return {name: unix for name, unix in rows if unix}
+
+
+def map_unix_user(session: Session, name: str, unix_user: str | None) -> None:
+    """Set (or with None, clear) the Unix account a user's jobs run as."""
+    user = by_name(session, name)
+    if user is None:
+        raise LookupError(f"no user {name!r}")
+    user.unix_user = None if unix_user is None else check_unix_name(unix_user)
 
 
 def all_users(session: Session) -> list[User]:

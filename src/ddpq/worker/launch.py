@@ -8,7 +8,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddpq.store.users import UNIX_NAME
+
 SHIM = Path(__file__).with_name("shim.py")
+# The daemon itself runs with umask 077; a job gets the usual one. Its folder is 0700,
+# so what it writes there stays private all the same.
+JOB_UMASK = 0o022
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ def job_argv(spec: LaunchSpec, python: str) -> list[str]:
 
 
 def shim_argv(
-    python: str, job_dir: Path, grace_s: float, log_cap: int, argv: list[str]
+    python: str, job_dir: Path, cwd: str, grace_s: float, log_cap: int, argv: list[str]
 ) -> list[str]:
     # -S: no site-packages, so the shim starts in ~10 ms; it needs only the stdlib.
     return [
@@ -89,6 +94,8 @@ def shim_argv(
         str(SHIM),
         "--job-dir",
         str(job_dir),
+        "--cwd",
+        cwd,
         "--grace",
         repr(grace_s),
         "--log-cap",
@@ -113,18 +120,22 @@ class Account:
 def account_for(owner: str, mapped: str | None) -> Account | None:
     """The Unix account a job runs as; None means "as the daemon itself".
 
-    Only a root daemon can switch users. Then a job runs as its owner's mapped
-    account (or the account of the owner's name), never as root unless the
-    owner is mapped to root.
+    Only a root daemon can switch users. Then a job runs as the account its owner
+    is explicitly mapped to (``ddpq admin user add NAME --unix-user ACCOUNT``), and
+    never as one that merely shares the owner's name: a ddpq user called ``root``
+    or ``daemon`` gets no system account by accident.
     """
     if os.geteuid() != 0:
         return None
-    name = mapped or owner
+    if mapped is None or not UNIX_NAME.match(mapped):
+        raise NoAccount(
+            f"owner {owner!r} is mapped to no Unix account on this host; map one with "
+            f"`ddpq admin user map {owner} ACCOUNT`"
+        )
     try:
-        entry = pwd.getpwnam(name)
+        entry = pwd.getpwnam(mapped)
     except KeyError:
         raise NoAccount(
-            f"owner {owner!r} has no Unix account {name!r} on this host; map one with "
-            f"`ddpq admin user add {owner} --unix-user NAME`"
+            f"owner {owner!r} is mapped to Unix account {mapped!r}, which does not exist here"
         ) from None
     return Account(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir)

@@ -8,8 +8,13 @@ and every database access goes through ``ddpq.store``.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import dataclasses
+import errno
 import json
 import logging
+import math
 import os
 import re
 import select
@@ -18,6 +23,7 @@ import stat
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,15 +41,17 @@ from ddpq.core.rules import (
     should_retry,
 )
 from ddpq.core.states import ACTIVE, JobState
+from ddpq.core.untrusted import clean_text, nesting_depth, parse_progress
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import users as user_store
-from ddpq.store.db import Database, Session
+from ddpq.store.db import Database, Session, storage_fault
 from ddpq.store.models import Job
-from ddpq.worker import procs
+from ddpq.worker import cgroups, gpu_fence, procs
 from ddpq.worker.devices import Device, DevicesUnavailable, discover, external_pids
 from ddpq.worker.launch import (
+    JOB_UMASK,
     LaunchSpec,
     NoAccount,
     account_for,
@@ -110,6 +118,33 @@ class Worker:
         self._woke_at = time.time()
         self._cpu = os.cpu_count() or 1
         self._usage_cache: tuple[float, dict[str, float]] = (0.0, {})
+        self._failing: dict[str, str] = {}  # phase -> the failure last logged for it
+        self._tracking = self._detect_tracking()
+        self._warned: set[str] = set()
+
+    def _detect_tracking(self) -> cgroups.Tracking:
+        """A cgroup per job where cgroup v2 allows it (``DDPQ_TRACKING=session`` says no),
+        with a device fence where the kernel allows that too; else the job's session."""
+        try:
+            tracking = cgroups.detect(self.settings.home)
+        except OSError as exc:  # an odd hierarchy must not stop the daemon: fall back
+            tracking = cgroups.Tracking("session", why=f"cgroup setup failed: {exc}")
+        tree = tracking.tree
+        if tree is not None:
+            tracking = dataclasses.replace(tracking, fence_error=gpu_fence.probe(tree))
+            # Removed when the daemon exits, unless jobs still run in it (they keep
+            # running, and a restart finds them there).
+            atexit.register(cgroups.remove, tree)
+        return tracking
+
+    @property
+    def tracking(self) -> cgroups.Tracking:
+        return self._tracking
+
+    def _warn_once(self, what: str, message: str, *args: object) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning(message, *args)
 
     # ---- life cycle -------------------------------------------------------
 
@@ -127,10 +162,7 @@ class Worker:
         except Exception:
             log.exception("reconcile failed; serving on")
         while not self._stop.is_set():
-            try:
-                self.step()
-            except Exception:  # keep serving: one bad job must not stop the queue
-                log.exception("worker step failed")
+            self.step()
             self._wait()
         if self.settings.stop_jobs_on_exit:
             self.stop_all_jobs()
@@ -159,11 +191,32 @@ class Worker:
             wake.drain(self._sock)
 
     def step(self) -> None:
-        self._gather_exits()
-        self._enforce_stops(time.time())
-        self._refresh_devices()
-        self._schedule()  # also records the exits gathered above, in the same transaction
-        self._update_progress()
+        """One pass. Each phase runs even when another failed: a broken progress file or
+        a failing stop must not keep the queue from being scheduled."""
+        self._guarded("gathering exits", self._gather_exits)
+        self._guarded("enforcing stops", lambda: self._enforce_stops(time.time()))
+        self._guarded("refreshing devices", self._refresh_devices)
+        # Also records the exits gathered above, in the same transaction.
+        self._guarded("scheduling", self._schedule)
+        self._guarded("reading progress", self._update_progress)
+
+    def _guarded(self, phase: str, run: Callable[[], None]) -> None:
+        """Run one phase; log a failure once per condition, not every pass.
+
+        A full disk or a read-only database fails every pass (twice a second) until
+        someone fixes it: the first failure is logged with its traceback, the same
+        failure again is not, and the recovery is.
+        """
+        try:
+            run()
+        except Exception as exc:
+            condition = f"{type(exc).__name__}: {storage_fault(exc) or exc}"
+            if self._failing.get(phase) != condition:
+                self._failing[phase] = condition
+                log.exception("worker: %s failed (%s); retrying every pass", phase, condition)
+            return
+        if self._failing.pop(phase, None) is not None:
+            log.info("worker: %s works again", phase)
 
     # ---- reconcile: what is really running? --------------------------------
 
@@ -276,12 +329,17 @@ class Worker:
                 broken = ExitRecord(None, None, now, now, error="its end could not be recorded")
                 try:
                     with s.begin_nested():
-                        self._apply_exit(s, job_id, w, broken, now)
+                        # Nothing the job wrote is read this time: that may be what failed.
+                        self._apply_exit(s, job_id, w, broken, now, read_files=False)
                 except Exception:  # leave it to reconcile at the next start, but go on
                     log.exception("job %s: could not mark it failed either", job_id)
 
     def _exit_record(self, w: Watched, occupied: set[int]) -> ExitRecord:
         record = read_exit_record(w.job_dir, w.attempt)
+        cgroup = self._cgroup_of(w.job_dir, w.attempt)
+        if cgroup is not None:
+            return self._end_cgroup(cgroup, record)
+        # No cgroup (session tracking): find what is left by session and environment.
         marker = f"DDPQ_JOB_DIR={w.job_dir}".encode()
 
         def stragglers() -> list[int]:
@@ -314,8 +372,42 @@ class Worker:
             None, None, now, now, error="lost: the job's shim ended without an exit record"
         )
 
+    def _cgroup_of(self, job_dir: Path, attempt: int) -> Path | None:
+        """The job attempt's cgroup, if it has one: named from the job's id and attempt,
+        in this run's tree or (re-adopted) an earlier run's."""
+        for tree in self._tracking.trees:
+            path = cgroups.job_cgroup(tree, job_dir.name, attempt)
+            if path.is_dir():
+                return path
+        return None
+
+    def _end_cgroup(self, cgroup: Path, record: ExitRecord | None) -> ExitRecord:
+        """The shim has ended: kill all that is left of the job, then remove its cgroup.
+
+        The shim empties its cgroup before it writes its record, so a process still in
+        it means the shim did not get that far (killed, or the record is the job's own
+        forgery): the job is lost. Either way nothing of it outlives this call (bounded
+        wait), so its GPUs are free when its leases are released.
+        """
+        if cgroups.populated(cgroup):
+            record = None
+        if not cgroups.destroy(cgroup, timeout=10):
+            log.warning("%s: processes left that even cgroup.kill did not end", cgroup)
+        if record is not None:
+            return record
+        now = time.time()
+        return ExitRecord(
+            None, None, now, now, error="lost: the job's shim ended without an exit record"
+        )
+
     def _apply_exit(
-        self, s: Session, job_id: int, w: Watched, record: ExitRecord, now: float
+        self,
+        s: Session,
+        job_id: int,
+        w: Watched,
+        record: ExitRecord,
+        now: float,
+        read_files: bool = True,
     ) -> None:
         job = job_store.get_job(s, job_id)
         if JobState(job.state) not in ACTIVE or job.attempt != w.attempt:
@@ -339,10 +431,11 @@ class Worker:
         job.shim_pid = None
         job.shim_start_ticks = None
         job.ended_at = ended_at
-        progress = read_progress(w.job_dir)
+        progress = read_progress(w.job_dir) if read_files else None
         if progress is not None:
             job.progress = progress
-        if outcome.state is JobState.FAILED and self._port_clash(job, w.job_dir):
+        clash = read_files and self._port_clash(job, w.job_dir)
+        if outcome.state is JobState.FAILED and clash:
             job.port_retries += 1
             job_store.set_state(
                 s,
@@ -515,6 +608,11 @@ class Worker:
             for j in active
         ]
         leased_ports = {port for _, port in held.values() if port is not None}
+        ports_held: dict[str, int] = {}
+        for j in active:
+            if held.get(j.id, ([], None))[1] is not None:
+                ports_held[j.owner] = ports_held.get(j.owner, 0) + 1
+        budget = planner.PortBudget(cfg.ports_per_user, ports_held)
         if self._state.last_port is None:
             self._state.last_port = lease_store.last_port(s)
         usage = self._usage(s, now)
@@ -526,14 +624,16 @@ class Worker:
                 for p in rotation(lo, hi, self._state.last_port)
                 if p not in leased_ports and self._state.port_cooldown.get(p, 0.0) <= now
             ]
-            placements = planner.plan(candidates, usable, running, free_ports, usage, now)
-            busy = [p.port for p in placements if not port_is_free(p.port)]
+            placements = planner.plan(candidates, usable, running, free_ports, usage, now, budget)
+            busy = [p.port for p in placements if p.port is not None and not port_is_free(p.port)]
             if not busy:
                 break
             for port in busy:
                 log.info("port %s is in use by another program; skipping it", port)
                 self._state.port_cooldown[port] = now + PORT_COOLDOWN_S
-        reasons = planner.explain_waits(candidates, usable, placements, free_ports, usage, now)
+        reasons = planner.explain_waits(
+            candidates, usable, placements, free_ports, usage, now, budget
+        )
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         launches = []
         owners = {c.id: c.owner for c in candidates}
@@ -545,10 +645,9 @@ class Worker:
             job.job_dir = str(cfg.jobs_dir / str(job.id))
             job.not_before = None
             job.sched_latency_s = max(0.0, now - max(self._woke_at, job.submitted_at))
-            job_store.set_state(
-                s, job, JobState.STARTING, f"leased GPUs {list(p.gpus)} and port {p.port}", now
-            )
-            self._state.last_port = p.port
+            job_store.set_state(s, job, JobState.STARTING, f"leased {lease_text(p)}", now)
+            if p.port is not None:
+                self._state.last_port = p.port
             launches.append(self._launch_of(job, p, mapped.get(job.owner)))
         return launches
 
@@ -588,6 +687,7 @@ class Worker:
         # would stop it from using vfork: a full fork of the daemon per job.
         switch = account is not None and account.uid != os.geteuid()
         spec.job_dir.mkdir(parents=True, exist_ok=True)
+        spec.job_dir.chmod(0o700)  # its owner's (and the daemon's) alone
         (spec.job_dir / EXIT_RECORD).unlink(missing_ok=True)
         if account is not None:
             os.chown(spec.job_dir, account.uid, account.gid)
@@ -596,33 +696,91 @@ class Worker:
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
         argv = job_argv(spec, self.settings.python)
-        header = (
-            f"{HEADER}{time.strftime('%Y-%m-%d %H:%M:%S')}: "
-            f"GPUs {list(spec.gpus)}, port {spec.port}\n"
-        )
+        header = f"{HEADER}{time.strftime('%Y-%m-%d %H:%M:%S')}: {lease_text(spec)}\n"
         owner = (account.uid, account.gid) if account is not None and switch else None
         with open_job_file(spec.job_dir / "output.log", owner) as out:
             out.write(header.encode())
-        with open_job_file(spec.job_dir / "shim.err", owner) as err:
-            return subprocess.Popen(
-                shim_argv(
-                    self.settings.python,
-                    spec.job_dir,
-                    self.settings.grace_s,
-                    self.settings.log_cap_bytes,
-                    argv,
-                ),
-                cwd=spec.cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-                user=account.uid if account and switch else None,
-                group=account.gid if account and switch else None,
-                extra_groups=[] if account and switch else None,
-            )
+        cgroup = self._new_cgroup(spec)
+        # The shim waits on this pipe before it starts the job, so the job is in its
+        # cgroup (and fenced to its GPUs) before it can fork anything.
+        gate_r, gate_w = os.pipe()
+        try:
+            with open_job_file(spec.job_dir / "shim.err", owner) as err:
+                child = subprocess.Popen(
+                    gated(
+                        shim_argv(
+                            self.settings.python,
+                            spec.job_dir,
+                            spec.cwd,
+                            self.settings.grace_s,
+                            self.settings.log_cap_bytes,
+                            argv,
+                        ),
+                        gate_r,
+                        cgroup,
+                    ),
+                    # No cwd here: the shim enters it once it runs as the job's account.
+                    cwd="/",
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(gate_r,),
+                    umask=JOB_UMASK,
+                    user=account.uid if account and switch else None,
+                    group=account.gid if account and switch else None,
+                    extra_groups=[] if account and switch else None,
+                )
+        except BaseException:
+            os.close(gate_w)
+            if cgroup is not None:
+                cgroups.remove(cgroup)
+            raise
+        finally:
+            os.close(gate_r)
+        self._admit(child, spec, cgroup, gate_w)
+        return child
+
+    def _new_cgroup(self, spec: LaunchSpec) -> Path | None:
+        tree = self._tracking.tree
+        if tree is None:
+            return None
+        path = cgroups.job_cgroup(tree, spec.job_dir.name, spec.attempt)
+        try:
+            cgroups.create(path)
+        except OSError as exc:
+            self._warn_once("cgroup", "cannot create job cgroups (%s): tracking by session", exc)
+            return None
+        return path
+
+    def _admit(
+        self, child: subprocess.Popen[bytes], spec: LaunchSpec, cgroup: Path | None, gate: int
+    ) -> None:
+        """Move the shim into the job's cgroup, fence its GPUs, then let it start the job."""
+        word = b"s"
+        try:
+            if cgroup is not None:
+                try:
+                    cgroups.add(cgroup, child.pid)
+                    word = b"c"
+                except OSError as exc:
+                    if exc.errno != errno.ESRCH:  # not "the shim has exited already"
+                        self._warn_once("cgroup-add", "cannot move a shim into %s: %s", cgroup, exc)
+                    cgroups.remove(cgroup)
+            if cgroup is not None and word == b"c" and self._tracking.fence_error is None:
+                try:
+                    gpu_fence.attach(cgroup, spec.gpus)
+                    # Real GPUs: CUDA now sees only the leased ones, numbered from 0; the
+                    # shim renumbers CUDA_VISIBLE_DEVICES to match.
+                    word = b"c" if self.settings.fake_gpus is not None else b"f"
+                except gpu_fence.FenceUnavailable as exc:
+                    self._warn_once("fence", "jobs run without a GPU fence: %s", exc)
+            with contextlib.suppress(OSError):  # the shim is gone already: gathered as lost
+                os.write(gate, word)
+        finally:
+            os.close(gate)
 
     def _mark_running(self, job_id: int, ident: procs.Identity, job_dir: Path) -> None:
         with self.db.write() as s:
@@ -639,7 +797,10 @@ class Worker:
         self._progress_at = time.monotonic()
         fresh: dict[int, dict[str, Any]] = {}
         for job_id, w in self._state.watched.items():
-            progress = read_progress(w.job_dir)
+            try:
+                progress = read_progress(w.job_dir)
+            except OSError:  # its folder is unreadable: that job shows no progress
+                continue
             if progress is not None:
                 fresh[job_id] = progress
         if not fresh:
@@ -675,6 +836,13 @@ def rendezvous_port_clash(log_tail: str) -> bool:
     )
 
 
+def lease_text(lease: planner.Placement | LaunchSpec) -> str:
+    """'GPUs [0, 1], port 29601': the log header's words, which ``rendezvous_port_clash``
+    reads back. A job without a port has no port clash to detect."""
+    text = f"GPUs {list(lease.gpus)}"
+    return text if lease.port is None else f"{text}, port {lease.port}"
+
+
 def open_job_file(path: Path, owner: tuple[int, int] | None) -> BinaryIO:
     """Open a file of the job's folder for appending, handed to the job's account.
 
@@ -692,6 +860,14 @@ def open_job_file(path: Path, owner: tuple[int, int] | None) -> BinaryIO:
         os.close(fd)
         raise
     return os.fdopen(fd, "ab")
+
+
+def gated(shim: list[str], gate: int, cgroup: Path | None) -> list[str]:
+    """The shim's command line plus the handshake: wait on ``gate`` before starting the
+    job; ``cgroup`` is where the worker puts it (when it says so on the pipe)."""
+    at = shim.index("--job-dir")
+    extra = ["--wait-fd", str(gate)] + (["--cgroup", str(cgroup)] if cgroup is not None else [])
+    return shim[:at] + extra + shim[at:]
 
 
 def end_unlaunched(s: Session, job: Job, state: JobState, reason: str, now: float) -> None:
@@ -725,10 +901,12 @@ def read_exit_record(job_dir: Path, attempt: int) -> ExitRecord | None:
     record of the wrong shape counts as none (the job is then lost), never as a crash
     of the worker.
     """
-    raw = read_regular(job_dir / EXIT_RECORD, 64 * 1024)
+    raw = read_regular(job_dir / EXIT_RECORD, 64 * 1024).decode(errors="replace")
+    if not raw or nesting_depth(raw) > 2:  # the shim writes one flat object
+        return None
     try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or str(data.get("attempt")) != str(attempt):
         return None  # missing, malformed, or left over from an earlier attempt
@@ -739,7 +917,13 @@ def read_exit_record(job_dir: Path, attempt: int) -> ExitRecord | None:
     times = [v for v in (started, ended) if isinstance(v, int | float) and not isinstance(v, bool)]
     if len(times) != 2 or (error is not None and not isinstance(error, str)):
         return None
-    return ExitRecord(code, sig, float(times[0]), float(times[1]), error[:500] if error else None)
+    if not all(math.isfinite(t) for t in times) or not all(
+        v is None or abs(v) < 2**31 for v in (code, sig)
+    ):
+        return None
+    return ExitRecord(
+        code, sig, float(times[0]), float(times[1]), clean_text(error, 500) if error else None
+    )
 
 
 def read_regular(path: Path, size: int, tail: bool = False) -> bytes:
@@ -766,14 +950,14 @@ def read_tail(path: Path, size: int) -> str:
 
 
 def read_progress(job_dir: Path) -> dict[str, Any] | None:
-    """The newest complete JSON line of the job's metrics.jsonl, if any."""
+    """The newest well-formed record of the job's metrics.jsonl, cleaned; None if none.
+
+    Only the file's last 16 KiB are read, and each line goes through
+    ``core.untrusted.parse_progress``: a job writes this file, so a hostile line is
+    skipped, never raised.
+    """
     for line in reversed(read_tail(job_dir / "metrics.jsonl", 16 * 1024).splitlines()):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue  # a line being written right now
-        return value if isinstance(value, dict) else None
+        record = parse_progress(line)
+        if record is not None:
+            return record
     return None

@@ -1,9 +1,12 @@
-"""The parent of one job: ``python -S shim.py --job-dir D [--grace S] [--log-cap B] -- CMD...``
+"""The parent of one job: ``python -S shim.py --job-dir D --cwd W --grace S --log-cap B -- CMD``
 
 Standard library only, started by file path with ``python -S`` because it sits
 on every job's start path (about 10 ms instead of a second of imports). The
 worker starts it as the leader of a new session; it then
 
+* with ``--wait-fd N --cgroup DIR``, waits for the worker's word on pipe N before
+  anything else: the worker first moves it into the job's cgroup (and fences the
+  job's GPUs), so the whole job is that cgroup's members (see ``job_members``);
 * becomes a child subreaper, so anything the job forks and orphans is
   re-parented here rather than to init and can still be found and killed;
 * runs CMD as the leader of its own process group (so the whole job can be
@@ -31,25 +34,39 @@ EXIT_RECORD = "exit.json"
 LOG = "output.log"
 
 
-def parse_args(argv: list[str]) -> tuple[str, float, int, list[str]]:
-    job_dir, grace, cap = "", 10.0, 64 * 1024 * 1024
+class Options:
+    """The shim's flags. Every one is required: the worker's settings are the one
+    place their values come from."""
+
+    def __init__(self) -> None:
+        self.job_dir = ""
+        self.cwd = ""
+        self.grace = -1.0
+        self.cap = -1
+        self.cmd: list[str] = []
+
+
+def parse_args(argv: list[str]) -> Options:
+    opts = Options()
     i = 0
     while i < len(argv) and argv[i] != "--":
         flag = argv[i]
-        value = argv[i + 1]
+        value = argv[i + 1] if i + 1 < len(argv) else ""
         if flag == "--job-dir":
-            job_dir = value
+            opts.job_dir = value
+        elif flag == "--cwd":
+            opts.cwd = value
         elif flag == "--grace":
-            grace = float(value)
+            opts.grace = float(value)
         elif flag == "--log-cap":
-            cap = int(value)
+            opts.cap = int(value)
         else:
             raise SystemExit(f"shim: unknown option {flag}")
         i += 2
-    cmd = argv[i + 1 :]
-    if not job_dir or not cmd:
-        raise SystemExit("shim: usage: shim.py --job-dir D [--grace S] [--log-cap B] -- CMD...")
-    return job_dir, grace, cap, cmd
+    opts.cmd = argv[i + 1 :]
+    if not (opts.job_dir and opts.cwd and opts.cmd) or opts.grace < 0 or opts.cap < 0:
+        raise SystemExit("shim: usage: shim.py --job-dir D --cwd W --grace S --log-cap B -- CMD...")
+    return opts
 
 
 class CappedLog:
@@ -65,7 +82,7 @@ class CappedLog:
         self.cap = max(cap, 4096)
         self.head = self.cap // 4
         self.dropped = 0
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.size = os.fstat(self.fd).st_size
 
     def write(self, data: bytes) -> None:
@@ -178,20 +195,112 @@ def reap_children() -> None:
             MAIN["status"] = status
 
 
+# Set once the worker has put this shim in the job's own cgroup (``--cgroup``): then
+# the job's processes are exactly that cgroup's members, which no process of the job
+# can leave, however it forks or whatever it does to its session and environment.
+JOB_CGROUP = {"dir": ""}
+
+
+def take_gate(argv: list[str]) -> tuple[int, str, list[str]]:
+    """Take the worker's handshake flags out of ``argv``: ``--wait-fd N`` (a pipe to wait
+    on before starting the job) and ``--cgroup DIR`` (where the worker puts us)."""
+    gate, cgroup, rest = -1, "", []
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] == "--wait-fd" and i + 1 < len(argv):
+            gate = int(argv[i + 1])
+        elif argv[i] == "--cgroup" and i + 1 < len(argv):
+            cgroup = argv[i + 1]
+        else:
+            rest += argv[i : i + 2]
+        i += 2
+    return gate, cgroup, rest + argv[i:]
+
+
+def wait_for_worker(gate: int, cgroup: str) -> bool:
+    """Block until the worker says the job may start: b"c" once it has moved us into
+    ``cgroup`` (so everything the job forks starts there), b"f" when it has also fenced
+    that cgroup to the job's real GPUs, b"s" to track by session. False when the pipe
+    closes with no word: the worker died first, and the job never ran."""
+    try:
+        word = os.read(gate, 1)
+    except OSError:
+        word = b""
+    os.close(gate)
+    if word in (b"c", b"f") and cgroup:
+        JOB_CGROUP["dir"] = cgroup
+    if word == b"f":
+        renumber_gpus()
+    return word in (b"c", b"f", b"s")
+
+
+def renumber_gpus() -> None:
+    """Fenced, CUDA sees only the leased GPUs, numbered from 0 in PCI bus order (as under
+    Slurm's ConstrainDevices): ``CUDA_VISIBLE_DEVICES=1,3`` becomes ``0,1``, ``3,1``
+    becomes ``1,0``. NVML indexes are in PCI bus order too, so sorting them gives that."""
+    try:
+        leased = [int(g) for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    except ValueError:
+        return
+    order = sorted(leased)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(order.index(g)) for g in leased)
+
+
+def cgroup_members() -> list[int] | None:
+    """The other processes of our cgroup (zombies are not listed), None if unreadable."""
+    try:
+        with open(os.path.join(JOB_CGROUP["dir"], "cgroup.procs"), "rb") as f:
+            pids = f.read().split()
+    except OSError:
+        return None
+    me = os.getpid()
+    return [int(p) for p in pids if int(p) != me]
+
+
+def job_members(sid: int, marker: bytes, since: int) -> list[int]:
+    """The job's processes: its cgroup's members if it has one, else by session."""
+    if JOB_CGROUP["dir"]:
+        found = cgroup_members()
+        if found is not None:
+            return found
+    return session_members(sid, marker, since)
+
+
 def kill_everything(sid: int, marker: bytes, since: int, timeout: float = 30.0) -> None:
     """SIGKILL every process of the job until none is left (ESRCH means already gone)."""
     deadline = time.monotonic() + timeout
     while True:
         reap_children()
-        members = session_members(sid, marker, since)
+        members = job_members(sid, marker, since)
         if not members or time.monotonic() > deadline:
             return
         for pid in members:
             try:
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+            except OSError:  # gone already, or not ours to kill (the worker's cgroup.kill is)
                 pass
         time.sleep(0.01)
+
+
+RECORD_SPACE = 4096
+# The exit record's file, written with blanks when the shim starts. A job that fills
+# the disk must still get its end recorded ("the disk is full"), not end "lost": the
+# record is later written over those blanks, which needs no new disk block.
+RESERVED = {"fd": -1}
+
+
+def reserve_record(job_dir: str) -> None:
+    tmp = os.path.join(job_dir, EXIT_RECORD + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return  # written the ordinary way at the end, if it can be
+    try:
+        os.write(fd, b" " * RECORD_SPACE)
+    except OSError:
+        os.close(fd)
+        return
+    RESERVED["fd"] = fd
 
 
 def write_record(job_dir: str, record: dict[str, object]) -> None:
@@ -204,10 +313,42 @@ def write_record(job_dir: str, record: dict[str, object]) -> None:
 
     # Which attempt this record is about, so a stale record is never taken for a new one.
     record = {**record, "attempt": os.environ.get("DDPQ_ATTEMPT")}
+    data = json.dumps(record).encode()
+    if len(data) > RECORD_SPACE and isinstance(record.get("error"), str):
+        record["error"] = str(record["error"])[:500]
+        data = json.dumps(record).encode()
     tmp = os.path.join(job_dir, EXIT_RECORD + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f)
+    fd = RESERVED["fd"]
+    if fd >= 0 and len(data) <= RECORD_SPACE:
+        # Trailing blanks are valid JSON whitespace: the reader ignores them.
+        os.pwrite(fd, data.ljust(RECORD_SPACE), 0)
+        os.close(fd)
+        RESERVED["fd"] = -1
+    else:
+        with open(tmp, "wb") as f:
+            f.write(data)
     os.replace(tmp, os.path.join(job_dir, EXIT_RECORD))
+
+
+def failed_to_start(job_dir: str, started_at: float, error: str) -> int:
+    """Record an attempt that never ran its command (the worker reports the error)."""
+    write_record(
+        job_dir,
+        {
+            "exit_code": None,
+            "signal": None,
+            "started_at": started_at,
+            "ended_at": time.time(),
+            "error": f"cannot start the job: {error}",
+        },
+    )
+    return 0
+
+
+def disk_error(what: str, exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full: {what} failed ({exc.strerror})"
+    return f"{what} failed: {exc.strerror or exc}"
 
 
 def become_subreaper() -> None:
@@ -222,7 +363,12 @@ def become_subreaper() -> None:
 
 
 def main(argv: list[str]) -> int:
-    job_dir, grace, cap, cmd = parse_args(argv)
+    gate, cgroup, argv = take_gate(argv)
+    opts = parse_args(argv)
+    if gate >= 0 and not wait_for_worker(gate, cgroup):
+        sys.stderr.write("ddpq shim: the worker went away before the job started\n")
+        return 3
+    job_dir, grace, cap, cmd = opts.job_dir, opts.grace, opts.cap, opts.cmd
     if os.getsid(0) != os.getpid():
         # Not started as a session leader: become one, or killing "the job's
         # session" would kill whoever started us.
@@ -254,20 +400,20 @@ def main(argv: list[str]) -> int:
 
     started_at = time.time()
     error: str | None = None
+    reserve_record(job_dir)
     try:
         log = CappedLog(os.path.join(job_dir, LOG), cap)
     except OSError as exc:
-        write_record(
-            job_dir,
-            {
-                "exit_code": None,
-                "signal": None,
-                "started_at": started_at,
-                "ended_at": time.time(),
-                "error": f"cannot open the job's log: {exc}",
-            },
+        return failed_to_start(job_dir, started_at, disk_error("opening its log", exc))
+    try:
+        # Here, not in the worker: the shim already runs as the job's account, so a
+        # folder that account may not enter stays closed to it (a root worker's chdir
+        # would have let the job in).
+        os.chdir(opts.cwd)
+    except OSError as exc:
+        return failed_to_start(
+            job_dir, started_at, f"cannot enter its working directory {opts.cwd}: {exc.strerror}"
         )
-        return 0
 
     out_r, out_w = os.pipe()
     pid = os.fork()
@@ -340,7 +486,7 @@ def main(argv: list[str]) -> int:
                     try:
                         log.write(chunk)
                     except OSError as exc:
-                        error = f"cannot write the job's log: {exc}"
+                        error = disk_error("writing the job's log", exc)
                         stop_requested["at"] = stop_requested["at"] or time.monotonic()
                         grace = 0.0
         if status is None:
@@ -352,7 +498,7 @@ def main(argv: list[str]) -> int:
     try:
         log.close()
     except OSError as exc:
-        error = error or f"cannot write the job's log: {exc}"
+        error = error or disk_error("writing the job's log", exc)
     record: dict[str, object] = {
         "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
