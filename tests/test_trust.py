@@ -246,3 +246,19 @@ def test_the_working_directory_is_entered_as_the_jobs_account(
     assert "cannot enter its working directory" in done.reason
     assert "Permission denied" in done.reason
     assert "root-only" not in c.log_tail(job.id).decode()
+
+
+@pytest.mark.parametrize("local", ["_svc", "svc user", "x" * 70])
+def test_a_local_account_that_is_no_ddpq_name_submits_anonymously(
+    monkeypatch: pytest.MonkeyPatch, local: str
+) -> None:
+    import getpass
+
+    from ddpq.client.api import DdpqClient
+
+    monkeypatch.setattr(getpass, "getuser", lambda: local)
+    with DdpqClient("http://127.0.0.1:1") as c:
+        assert "x-ddpq-user" not in c._http.headers
+    monkeypatch.setattr(getpass, "getuser", lambda: "alice")
+    with DdpqClient("http://127.0.0.1:1") as c:
+        assert c._http.headers["x-ddpq-user"] == "alice"

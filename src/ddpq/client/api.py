@@ -14,7 +14,7 @@ import httpx
 
 from ddpq.client.format import sanitize
 from ddpq.config import DEFAULT_URL
-from ddpq.schemas import CancelResult, DeviceList, JobDetail, JobList, JobOut, JobSubmit
+from ddpq.schemas import NAME_RE, CancelResult, DeviceList, JobDetail, JobList, JobOut, JobSubmit
 
 
 class DdpqError(Exception):
@@ -85,7 +85,11 @@ class DdpqClient:
         self, url: str | None = None, token: str | None = None, timeout: float = 30.0
     ) -> None:
         self.url = (url or os.environ.get("DDPQ_URL") or DEFAULT_URL).rstrip("/")
-        headers = {"X-Ddpq-User": getpass.getuser()}
+        headers: dict[str, str] = {}
+        # Without --auth the daemon takes this name on trust (and refuses one that is not a
+        # valid ddpq name); a local account such as `_svc` then submits as "anonymous".
+        if NAME_RE.match(me := getpass.getuser()):
+            headers["X-Ddpq-User"] = me
         if token:
             headers["Authorization"] = f"Bearer {check_token(token)}"
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
