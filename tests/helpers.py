@@ -139,3 +139,18 @@ def wait_state(client: DdpqClient, job_id: int, state: str, timeout: float = 30.
         timeout,
         f"job {job_id} to be {state}",
     )
+
+
+def lose_shim_while_down(d: Daemon, job_dir: str) -> DdpqClient:
+    """kill -9 the daemon, then the job's shim (so no exit record is ever written),
+    restart the daemon and return a client of it: the job must come back as `lost`."""
+    import signal as _signal
+
+    from ddpq.worker import procs
+
+    d.kill9()
+    shim = procs.find_shim(job_dir)
+    assert shim is not None
+    os.kill(shim, _signal.SIGKILL)
+    d.start()
+    return d.client()

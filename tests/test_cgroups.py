@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from ddpq.schemas import JobSubmit
-from ddpq.worker import cgroups, gpu_fence, procs
-from tests.helpers import Daemon, wait_done, wait_for, wait_state
+from ddpq.worker import cgroups, gpu_fence
+from tests.helpers import Daemon, lose_shim_while_down, wait_done, wait_for, wait_state
 from tests.test_supervision import JOBS, alive, job_pids
 
 
@@ -359,13 +359,8 @@ def test_a_lost_job_is_cleaned_up_by_its_cgroup_after_a_restart(
     with killing(tok):
         running = wait_state(c, job.id, "running")
         wait_for(lambda: with_token(tok), what="the escaped sleep")
-        d.kill9()
         assert running.job_dir is not None
-        shim = procs.find_shim(running.job_dir)
-        assert shim is not None
-        os.kill(shim, signal.SIGKILL)  # no exit record will ever be written
-        d.start()
-        c = d.client()
+        c = lose_shim_while_down(d, running.job_dir)
         done = wait_done(c, job.id)
         assert done.state == "failed" and "lost" in done.reason
         assert with_token(tok) == []

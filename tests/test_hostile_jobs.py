@@ -44,12 +44,12 @@ def test_parse_progress_never_raises_and_returns_servable_records(line: str) -> 
 
 
 def test_clean_helpers() -> None:
-    assert clean_text("ok\ud800") == "ok?"
+    assert clean_text("ok\ud800") == "ok\ufffd"
     assert clean_text("x" * 1000, 10) == "x" * 10
     assert nesting_depth('{"a": "[[[[" , "b": [1, {"c": 2}]}') == 3
     assert nesting_depth('"\\"[[["') == 0
     record = clean_record({"epoch": 3, "nan": math.nan, "big": 2**80, "s": "\udc80"})
-    assert record == {"epoch": 3, "nan": None, "big": float(2**80), "s": "?"}
+    assert record == {"epoch": 3, "nan": None, "big": float(2**80), "s": "\ufffd"}
     assert clean_record({f"k{i}": i for i in range(1000)}) is not None
     assert len(clean_record({f"k{i}": i for i in range(1000)}) or {}) == 64
 
@@ -85,7 +85,7 @@ def test_progress_is_cleaned_before_it_is_stored(one_gpu: Daemon) -> None:
     job = c.submit(JobSubmit(command=["sh", "-c", script], gpus=1, env={"LINE": line}))
     done = wait_done(c, job.id)
     assert done.state == "succeeded"
-    assert done.progress == {"epoch": 2, "epochs": 5, "note": "?", "acc": None}
+    assert done.progress == {"epoch": 2, "epochs": 5, "note": "\ufffd", "acc": None}
 
 
 HOSTILE_RECORDS = {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ddpq.schemas import JobSubmit
 from ddpq.worker import procs
-from tests.helpers import Daemon, wait_done, wait_for, wait_state
+from tests.helpers import Daemon, lose_shim_while_down, wait_done, wait_for, wait_state
 
 JOBS = Path(__file__).parent / "jobs"
 
@@ -132,12 +132,7 @@ def test_a_job_whose_shim_vanished_is_lost_and_its_processes_killed(
     running = wait_state(c, job.id, "running")
     assert running.job_dir is not None
     pids = job_pids(running.job_dir)
-    d.kill9()
-    shim = procs.find_shim(running.job_dir)
-    assert shim is not None
-    os.kill(shim, signal.SIGKILL)  # no exit record will ever be written
-    d.start()
-    c = d.client()
+    c = lose_shim_while_down(d, running.job_dir)
     done = wait_done(c, job.id)
     assert done.state == "failed" and "lost" in done.reason
     # All of the job's processes, even the one that escaped its session, are killed

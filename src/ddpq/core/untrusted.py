@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 MAX_LINE = 8 * 1024  # a progress record longer than this is not read at all
@@ -22,14 +23,18 @@ MAX_TEXT_CHARS = 256
 Scalar = str | int | float | bool | None
 
 
-def clean_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, with what UTF-8 cannot encode (lone
-    surrogates) replaced, so it can be stored and served back to anyone."""
-    text = text[:limit]
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str, limit: int | None = MAX_TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (None: uncut), with what UTF-8 cannot encode
+    (lone surrogates) replaced by U+FFFD, so it can be stored and served back to anyone."""
+    if limit is not None:
+        text = text[:limit]
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
+        text = _SURROGATE.sub("\ufffd", text)
     return text
 
 

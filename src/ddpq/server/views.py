@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from ddpq.core.untrusted import clean_text
 from ddpq.schemas import AttemptOut, EventOut, JobDetail, JobOut, LeaseOut
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
@@ -13,7 +13,6 @@ from ddpq.store.db import Session
 from ddpq.store.models import Job
 
 T = TypeVar("T")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def servable(value: T) -> T:
@@ -23,11 +22,7 @@ def servable(value: T) -> T:
     a job into its progress) must not make a whole listing fail to encode for every user.
     """
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return _SURROGATE.sub("\ufffd", value)  # type: ignore[return-value]
-        return value
+        return clean_text(value, None)  # type: ignore[return-value]
     if isinstance(value, list):
         return [servable(x) for x in value]  # type: ignore[return-value]
     if isinstance(value, dict):

@@ -102,12 +102,8 @@ class Worker:
     def __init__(self, settings: Settings, devices: list[Device] | None = None) -> None:
         self.settings = settings
         self.db = Database(settings.db_path, durable=False)
+        # Its mode (0711: jobs pass through, nobody lists) is set by daemon.make_private.
         self.settings.jobs_dir.mkdir(parents=True, exist_ok=True)
-        if os.geteuid() == 0:
-            # Jobs run as their owners' accounts: they must be able to reach their folders
-            # (traverse only; listing the state folder stays root's).
-            for path in (settings.home, settings.jobs_dir):
-                path.chmod(path.stat().st_mode | 0o111)
         self._sock = wake.listen(settings.wake_socket)
         self._stop = threading.Event()
         self._state = WorkerState()
