@@ -92,11 +92,14 @@ def test_contract_env_and_leases_shown_while_running(daemon: Daemon) -> None:
     job = c.submit(JobSubmit(command=["sh", "-c", "env | sort; sleep 30"], gpus=2))
     running = wait_state(c, job.id, "running")
     assert len(running.leases.gpus) == 2 and running.leases.port is not None
-    env = dict(
-        line.split("=", 1)
-        for line in wait_for(lambda: c.log_tail(job.id).decode(), what="env").splitlines()
-        if "=" in line
-    )
+
+    def printed_env() -> str | None:
+        # The log starts with ddpq's own header line: wait for the job's output itself.
+        tail = c.log_tail(job.id).decode()
+        return tail if "MASTER_PORT=" in tail else None
+
+    printed = wait_for(printed_env, what="the job's environment in its log")
+    env = dict(line.split("=", 1) for line in printed.splitlines() if "=" in line)
     assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, running.leases.gpus))
     assert env["MASTER_PORT"] == str(running.leases.port)
     assert env["MASTER_ADDR"] == "127.0.0.1"

@@ -15,6 +15,8 @@ from pydantic import (
     model_validator,
 )
 
+from ddpq.core.states import JobState
+
 MAX_ARGS = 1024
 MAX_ARG_LEN = 4096
 MAX_COMMAND_BYTES = 64 * 1024
@@ -44,10 +46,6 @@ RESERVED_ENV = frozenset(
         "LOCAL_WORLD_SIZE",
     }
 )
-
-JobStateName = Literal[
-    "queued", "held", "starting", "running", "succeeded", "failed", "cancelled", "timed_out"
-]
 
 
 def _encodable(value: str) -> str:
@@ -205,8 +203,8 @@ class LeaseOut(BaseModel):
 
 class EventOut(BaseModel):
     at: datetime
-    from_state: str | None
-    to_state: str
+    from_state: JobState | None
+    to_state: JobState
     reason: str
 
 
@@ -218,7 +216,7 @@ class AttemptOut(BaseModel):
     ended_at: datetime | None
     exit_code: int | None
     exit_signal: int | None
-    state: str | None
+    state: JobState | None
     reason: str
 
 
@@ -230,7 +228,7 @@ class JobOut(BaseModel):
     launcher: str
     gpus: int
     priority: int
-    state: JobStateName
+    state: JobState
     reason: str
     submitted_at: datetime
     started_at: datetime | None
@@ -261,7 +259,7 @@ class JobList(BaseModel):
 
 class CancelResult(BaseModel):
     id: int
-    state: JobStateName
+    state: JobState
     reason: str
 
 

@@ -288,7 +288,7 @@ def create_app(settings: Settings) -> FastAPI:
     ) -> JobList:
         with db().read() as s:
             rows, total = job_store.list_jobs(
-                s, states=[x.value for x in state or []], owner=user, limit=limit, offset=offset
+                s, states=state or [], owner=user, limit=limit, offset=offset
             )
             return JobList(items=views.jobs_out(s, rows), total=total, offset=offset, limit=limit)
 
@@ -309,19 +309,19 @@ def create_app(settings: Settings) -> FastAPI:
         with db().write() as s:
             job = job_store.get_job(s, job_id)
             may_touch(who, job.owner, job_id)
-            if JobState(job.state) in TERMINAL:
+            if job.state in TERMINAL:
                 # Checked first: an ended job may still carry the stop request that ended
                 # it (a time limit, an earlier cancel), which is no news now.
                 why = f"already {job.state}" + (f": {job.reason}" if job.reason else "")
                 return CancelResult(
                     id=job.id,
-                    state=job.state,  # type: ignore[arg-type]
+                    state=job.state,
                     reason=views.servable(why),
                 )
             job_store.cancel(s, job, time.time())
             result = CancelResult(
                 id=job.id,
-                state=job.state,  # type: ignore[arg-type]
+                state=job.state,
                 reason="stopping (SIGTERM sent, SIGKILL after the grace period)"
                 if job.stop_request
                 else views.servable(job.reason),

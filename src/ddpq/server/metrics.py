@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ddpq import __version__
+from ddpq.core.states import JobState
 from ddpq.store import stats
 from ddpq.store.db import Session
 
@@ -62,7 +63,7 @@ class StoreCollector(Collector):
         yield GaugeMetricFamily(
             "ddpq_queue_length",
             "Jobs in the queued state (held jobs are not counted).",
-            value=by_state["queued"],
+            value=by_state[JobState.QUEUED],
         )
         oldest = stats.oldest_queued_submit(s)
         yield GaugeMetricFamily(

@@ -49,7 +49,7 @@ def job_out(job: Job, leases: tuple[list[int], int | None], after: list[int]) ->
         launcher=servable(job.launcher),
         gpus=job.gpus,
         priority=job.priority,
-        state=job.state,  # type: ignore[arg-type]  # validated by pydantic
+        state=job.state,
         reason=servable(job.reason),
         submitted_at=ts_req(job.submitted_at),
         started_at=ts(job.started_at),

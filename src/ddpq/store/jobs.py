@@ -39,9 +39,9 @@ class NewJob:
 
 
 def _record(
-    session: Session, job: Job, old: str | None, new: JobState, reason: str, now: float
+    session: Session, job: Job, old: JobState | None, new: JobState, reason: str, now: float
 ) -> None:
-    session.add(JobEvent(job_id=job.id, at=now, from_state=old, to_state=new.value, reason=reason))
+    session.add(JobEvent(job_id=job.id, at=now, from_state=old, to_state=new, reason=reason))
 
 
 def create_job(session: Session, spec: NewJob, now: float) -> Job:
@@ -64,7 +64,7 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         attempt=0,
         port_retries=0,
         user_hold=spec.hold,
-        state=JobState.QUEUED.value,
+        state=JobState.QUEUED,
         reason="",
         submitted_at=now,
     )
@@ -83,7 +83,7 @@ def dependency_states(session: Session, ids: Iterable[int]) -> dict[int, JobStat
     if not wanted:
         return {}
     rows = session.execute(select(Job.id, Job.state).where(Job.id.in_(wanted)))
-    return {i: JobState(s) for i, s in rows}
+    return {job_id: state for job_id, state in rows}
 
 
 def dependencies_of(session: Session, job_id: int) -> list[int]:
@@ -96,7 +96,7 @@ def _settle_waiting(
 ) -> None:
     """Put a waiting job where its dependencies and hold say it belongs."""
     verdict = dependency_verdict(dep_states)
-    current = JobState(job.state)
+    current = job.state
     if verdict.doomed_by is not None:
         state = verdict.doomed_state.value if verdict.doomed_state else "ended"
         finish(session, job, JobState.CANCELLED, f"dependency {verdict.doomed_by} {state}", now)
@@ -111,12 +111,12 @@ def _settle_waiting(
 
 
 def set_state(session: Session, job: Job, new: JobState, reason: str, now: float) -> None:
-    old = JobState(job.state)
+    old = job.state
     if old is not new:
         check_transition(old, new)
-    job.state = new.value
+    job.state = new
     job.reason = reason
-    _record(session, job, old.value, new, reason, now)
+    _record(session, job, old, new, reason, now)
 
 
 def finish(session: Session, job: Job, state: JobState, reason: str, now: float) -> None:
@@ -128,7 +128,7 @@ def finish(session: Session, job: Job, state: JobState, reason: str, now: float)
     waiting = session.scalars(
         select(Job)
         .join(JobDependency, JobDependency.job_id == Job.id)
-        .where(JobDependency.depends_on == job.id, Job.state == JobState.HELD.value)
+        .where(JobDependency.depends_on == job.id, Job.state == JobState.HELD)
     ).all()
     for dependent in waiting:
         deps = dependency_states(session, dependencies_of(session, dependent.id))
@@ -145,7 +145,7 @@ def get_job(session: Session, job_id: int) -> Job:
 def list_jobs(
     session: Session,
     *,
-    states: Sequence[str] = (),
+    states: Sequence[JobState] = (),
     owner: str | None = None,
     limit: int = 100,
     offset: int = 0,
@@ -162,8 +162,7 @@ def list_jobs(
 
 
 def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
-    wanted = [s.value for s in states]
-    return list(session.scalars(select(Job).where(Job.state.in_(wanted)).order_by(Job.id)))
+    return list(session.scalars(select(Job).where(Job.state.in_(list(states))).order_by(Job.id)))
 
 
 def mark_running(
@@ -177,10 +176,8 @@ def mark_running(
     check_transition(JobState.STARTING, JobState.RUNNING)
     result = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.state == JobState.STARTING.value)
-        .values(
-            state=JobState.RUNNING.value, reason=reason, shim_pid=pid, shim_start_ticks=start_ticks
-        )
+        .where(Job.id == job_id, Job.state == JobState.STARTING)
+        .values(state=JobState.RUNNING, reason=reason, shim_pid=pid, shim_start_ticks=start_ticks)
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -189,8 +186,8 @@ def mark_running(
         insert(JobEvent).values(
             job_id=job_id,
             at=now,
-            from_state=JobState.STARTING.value,
-            to_state=JobState.RUNNING.value,
+            from_state=JobState.STARTING,
+            to_state=JobState.RUNNING,
             reason=reason,
         )
     )
@@ -214,7 +211,7 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
             Job.not_before,
             Job.launcher,
             Job.reason,
-        ).where(Job.state == JobState.QUEUED.value)
+        ).where(Job.state == JobState.QUEUED)
     )
     return [
         (QueuedJob(*row[:7], needs_port=needs_port(row.gpus, row.launcher)), row.reason)
@@ -232,7 +229,7 @@ def set_waiting_reasons(
         # A plain executemany on the table (not the ORM's bulk-update-by-primary-key).
         session.connection().execute(
             update(jobs)
-            .where(jobs.c.id == bindparam("job_id"), jobs.c.state == JobState.QUEUED.value)
+            .where(jobs.c.id == bindparam("job_id"), jobs.c.state == JobState.QUEUED)
             .values(reason=bindparam("why")),
             changed,
         )
@@ -260,7 +257,7 @@ def running_for_supervision(
         Job.stop_request,
         Job.stop_sent_at,
     )
-    rows = session.execute(select(*columns).where(Job.state.in_([s.value for s in states])))
+    rows = session.execute(select(*columns).where(Job.state.in_(list(states))))
     return [RunningView(*row) for row in rows]
 
 
@@ -310,7 +307,7 @@ def end_attempt(
             ended_at=now,
             exit_code=exit_code,
             exit_signal=exit_signal,
-            state=state.value,
+            state=state,
             reason=reason,
         )
     )
@@ -328,7 +325,7 @@ def request_stop(session: Session, job: Job, why: str) -> bool:
 
 def cancel(session: Session, job: Job, now: float) -> None:
     """Cancel: a waiting job ends at once; an active one is stopped by the worker."""
-    state = JobState(job.state)
+    state = job.state
     if state in TERMINAL:
         return
     if state in ACTIVE:
@@ -338,7 +335,7 @@ def cancel(session: Session, job: Job, now: float) -> None:
 
 
 def set_hold(session: Session, job: Job, hold: bool, now: float) -> None:
-    state = JobState(job.state)
+    state = job.state
     if state not in (JobState.QUEUED, JobState.HELD):
         raise ValueError(
             f"job {job.id} is {state.value}; only a waiting job can be held or released"
@@ -361,6 +358,6 @@ def set_progress(session: Session, job: Job, progress: dict[str, Any]) -> None:
     job.progress = progress
 
 
-def count_by_state(session: Session) -> dict[str, int]:
+def count_by_state(session: Session) -> dict[JobState, int]:
     rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
     return {state: n for state, n in rows}

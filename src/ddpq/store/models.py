@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    Enum,
     Float,
     ForeignKey,
     Index,
@@ -17,9 +18,25 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ddpq.core.states import JobState
+
 
 class Base(DeclarativeBase):
     pass
+
+
+def state_type(constraint: str) -> Enum:
+    """A job state column: ``JobState`` in Python, its value as text in SQLite, and a CHECK
+    constraint named ``constraint`` so that no other word can be stored, whatever the SQL."""
+    return Enum(
+        JobState,
+        name=constraint,
+        native_enum=False,
+        create_constraint=True,
+        length=16,
+        validate_strings=True,
+        values_callable=lambda states: [s.value for s in states],
+    )
 
 
 class Job(Base):
@@ -40,7 +57,7 @@ class Job(Base):
     port_retries: Mapped[int] = mapped_column(Integer, default=0)
     user_hold: Mapped[bool] = mapped_column(Boolean, default=False)
 
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[JobState] = mapped_column(state_type("ck_jobs_state"), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -78,8 +95,10 @@ class JobEvent(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     at: Mapped[float] = mapped_column(Float)
-    from_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    to_state: Mapped[str] = mapped_column(String(16))
+    from_state: Mapped[JobState | None] = mapped_column(
+        state_type("ck_job_events_from_state"), nullable=True
+    )
+    to_state: Mapped[JobState] = mapped_column(state_type("ck_job_events_to_state"))
     reason: Mapped[str] = mapped_column(Text, default="")
 
 
@@ -97,7 +116,7 @@ class Attempt(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     exit_signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    state: Mapped[JobState | None] = mapped_column(state_type("ck_attempts_state"), nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
 
 

@@ -28,9 +28,9 @@ class Distribution:
     total: float
 
 
-def jobs_by_state(session: Session) -> dict[str, int]:
+def jobs_by_state(session: Session) -> dict[JobState, int]:
     """Every state, including the ones no job is in (0), so a dashboard never sees a gap."""
-    counts = {state.value: 0 for state in JobState}
+    counts = dict.fromkeys(JobState, 0)
     for state, n in session.execute(select(Job.state, func.count()).group_by(Job.state)):
         counts[state] = n
     return counts
@@ -60,7 +60,7 @@ def ports_leased(session: Session) -> int:
 
 def oldest_queued_submit(session: Session) -> float | None:
     """When the longest-waiting queued job was submitted (None: nothing is queued)."""
-    query = select(func.min(Job.submitted_at)).where(Job.state == JobState.QUEUED.value)
+    query = select(func.min(Job.submitted_at)).where(Job.state == JobState.QUEUED)
     return session.scalar(query)
 
 
@@ -86,7 +86,7 @@ def job_durations(session: Session, bounds: Sequence[float]) -> Distribution:
     """
     value = Job.ended_at - Job.started_at
     base = select(Job.id).where(
-        Job.state.in_([s.value for s in TERMINAL]),
+        Job.state.in_(list(TERMINAL)),
         Job.started_at.is_not(None),
         Job.ended_at.is_not(None),
     )

@@ -1,0 +1,85 @@
+"""Schema migrations, each tested both ways on a database that holds rows."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from alembic import command
+
+from ddpq.core.states import JobState
+from ddpq.store.db import Database, alembic_config, migrate
+from ddpq.store.jobs import get_job
+
+JOB_COLUMNS = (
+    "name, owner, command, cwd, env, launcher, gpus, priority, max_retries, attempt, "
+    "port_retries, user_hold, state, reason, submitted_at"
+)
+
+
+def _insert_job(conn: sqlite3.Connection, state: str) -> int:
+    cur = conn.execute(
+        f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES "
+        "('j', 'alice', '[\"true\"]', '/', '{}', 'plain', 1, 0, 0, 1, 0, 0, ?, 'r', 1.0)",
+        (state,),
+    )
+    job_id = cur.lastrowid
+    assert job_id is not None
+    conn.execute(
+        "INSERT INTO job_events (job_id, at, from_state, to_state, reason) "
+        "VALUES (?, 1.0, NULL, ?, 'submitted')",
+        (job_id, state),
+    )
+    conn.execute(
+        "INSERT INTO attempts (job_id, number, gpus, port, started_at, state, reason) "
+        "VALUES (?, 1, '[0]', NULL, 1.0, ?, '')",
+        (job_id, state),
+    )
+    return job_id
+
+
+def _at(path: Path, revision: str) -> None:
+    command.upgrade(alembic_config(path), revision)
+
+
+def test_typed_states_upgrade_keeps_rows_and_refuses_unknown_words(tmp_path: Path) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0001")
+    with sqlite3.connect(path) as conn:
+        ids = {state: _insert_job(conn, state.value) for state in JobState}
+    migrate(path)  # to head
+    db = Database(path)
+    with db.read() as s:
+        for state, job_id in ids.items():
+            job = get_job(s, job_id)
+            assert job.state is state  # read back as the enum, not a bare string
+    db.dispose()
+    with sqlite3.connect(path) as conn:
+        for table, column in (
+            ("jobs", "state"),
+            ("job_events", "to_state"),
+            ("job_events", "from_state"),
+            ("attempts", "state"),
+        ):
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
+                conn.execute(f"UPDATE {table} SET {column} = 'runing'")
+
+
+def test_typed_states_downgrade_gives_plain_text_back(tmp_path: Path) -> None:
+    path = tmp_path / "ddpq.db"
+    migrate(path)
+    with sqlite3.connect(path) as conn:
+        job_id = _insert_job(conn, "running")
+    command.downgrade(alembic_config(path), "0001")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone() == (
+            "running",
+        )
+        conn.execute("UPDATE jobs SET state = 'anything'")  # no constraint any more
+        conn.execute("UPDATE jobs SET state = 'succeeded'")
+    migrate(path)  # and up again: the rows come back typed
+    db = Database(path)
+    with db.read() as s:
+        assert get_job(s, job_id).state is JobState.SUCCEEDED
+    db.dispose()
