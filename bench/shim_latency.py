@@ -2,8 +2,8 @@
 
     python bench/shim_latency.py [--runs 30]
 
-Starts `python -S worker/shim.py -- sh -c 'date +%s.%N'` in a new session, as the worker
-does, and compares the timestamp the job prints with the moment before the spawn.
+Starts `python -S executors/local/shim.py ... -- sh -c 'date +%s.%N'` in a new session, as
+the worker does, and compares the timestamp the job prints with the moment before the spawn.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddpq.worker.launch import shim_argv
+from ddpq.executors.local.spawn import shim_argv
+from ddpq.jobdir import JobDir
 
 
 def main() -> None:
@@ -25,14 +26,14 @@ def main() -> None:
     args = ap.parse_args()
     samples = []
     for _ in range(args.runs):
-        job_dir = Path(tempfile.mkdtemp(prefix="ddpq-shim-"))
+        folder = JobDir(Path(tempfile.mkdtemp(prefix="ddpq-shim-")))
         t0 = time.time()
         subprocess.run(
-            shim_argv(sys.executable, job_dir, "/", 10.0, 1 << 20, ["sh", "-c", "date +%s.%N"]),
+            [*shim_argv(sys.executable, folder, "/", 10.0, 1 << 20), "sh", "-c", "date +%s.%N"],
             start_new_session=True,
             check=True,
         )
-        first = (job_dir / "output.log").read_text().split()[0]
+        first = folder.log.read_text().split()[0]
         samples.append((float(first) - t0) * 1000)
     samples.sort()
     print(

@@ -31,7 +31,7 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 def _remove_job_cgroups(home: Path) -> None:
     """End and remove what is left in the job cgroups of a test's daemon, and its tree,
     as a daemon restarted on that state folder would (found through its own record)."""
-    from ddpq.worker import cgroups
+    from ddpq.executors.local import cgroups
 
     try:
         trees = [Path(p) for p in (home / cgroups.TREES_FILE).read_text().split()]

@@ -146,7 +146,7 @@ def lose_shim_while_down(d: Daemon, job_dir: str) -> DdpqClient:
     restart the daemon and return a client of it: the job must come back as `lost`."""
     import signal as _signal
 
-    from ddpq.worker import procs
+    from ddpq.executors.local import procs
 
     d.kill9()
     shim = procs.find_shim(job_dir)

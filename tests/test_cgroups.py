@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from ddpq.executors.local import cgroups, gpu_fence
 from ddpq.schemas import JobSubmit
-from ddpq.worker import cgroups, gpu_fence
 from tests.helpers import Daemon, lose_shim_while_down, wait_done, wait_for, wait_state
 from tests.test_supervision import JOBS, alive, job_pids
 
@@ -484,22 +484,23 @@ def test_session_tracking_still_supervises_jobs(
 
 
 def test_a_shim_whose_worker_dies_before_its_word_never_starts_the_job(tmp_path: Path) -> None:
-    from ddpq.worker.launch import shim_argv
-    from ddpq.worker.loop import gated
+    from ddpq.executors.local.spawn import gated, shim_argv
+    from ddpq.jobdir import JobDir
 
     ran = tmp_path / "ran"
     gate_r, gate_w = os.pipe()
-    argv = shim_argv(sys.executable, tmp_path, "/", 1.0, 1 << 20, ["touch", str(ran)])
+    folder = JobDir(tmp_path)
+    argv = [*shim_argv(sys.executable, folder, "/", 1.0, 1 << 20), "touch", str(ran)]
     proc = subprocess.Popen(gated(argv, gate_r, None), pass_fds=(gate_r,), start_new_session=True)
     os.close(gate_r)
     os.close(gate_w)  # as if the worker died: no word
     assert proc.wait(30) == 3
     # No record: after a restart the attempt reads as never started, and is requeued.
-    assert not ran.exists() and not (tmp_path / "exit.json").exists()
+    assert not ran.exists() and not folder.exit_record.exists()
 
 
 def test_fenced_gpus_are_renumbered_as_cuda_sees_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ddpq.worker import shim
+    from ddpq.executors.local import shim
 
     for leased, seen in [("1,3", "0,1"), ("3,1", "1,0"), ("2", "0"), ("0,1,2", "0,1,2"), ("", "")]:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", leased)

@@ -194,7 +194,7 @@ def test_an_unrelated_address_in_use_is_a_plain_failure(daemon: Daemon) -> None:
 
 
 def test_port_clash_is_read_from_the_latest_attempt_only() -> None:
-    from ddpq.worker.loop import rendezvous_port_clash
+    from ddpq.core.disposition import rendezvous_port_clash
 
     clash = "name: EADDRINUSE, message: address already in use, port: 29601"
     first = f"[ddpq] attempt started x: GPUs [0], port 29601\n{clash}\n"

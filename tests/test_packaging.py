@@ -33,7 +33,7 @@ def test_the_wheel_carries_migrations_and_the_shim(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "ddpq/migrations/env.py" in names
     assert any(n.startswith("ddpq/migrations/versions/0001_") for n in names)
-    assert "ddpq/worker/shim.py" in names
+    assert "ddpq/executors/local/shim.py" in names
     assert "ddpq/server/static/index.html" in names
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ddpq.client.api import Unreachable
+from ddpq.executors.local import procs
 from ddpq.schemas import JobSubmit
-from ddpq.worker import procs
 from tests.helpers import TERMINAL, Daemon, wait_for
 
 JOBS = Path(__file__).parent / "jobs"

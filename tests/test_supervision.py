@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ddpq.executors.local import procs
 from ddpq.schemas import JobSubmit
-from ddpq.worker import procs
 from tests.helpers import Daemon, lose_shim_while_down, wait_done, wait_for, wait_state
 
 JOBS = Path(__file__).parent / "jobs"
@@ -156,7 +156,14 @@ def test_a_reused_pid_is_not_mistaken_for_the_job(make_daemon: Callable[..., Dae
     try:
         wait_for(lambda: not alive(shim), what="the shim to die")
         with sqlite3.connect(d.home / "ddpq.db") as db:
-            db.execute("UPDATE jobs SET shim_pid = ? WHERE id = ?", (stranger.pid, job.id))
+            (ticks,) = db.execute(
+                "SELECT substr(handle, instr(handle, ':') + 1) FROM attempts WHERE job_id = ?",
+                (job.id,),
+            ).fetchone()
+            db.execute(
+                "UPDATE attempts SET handle = ? WHERE job_id = ?",
+                (f"{stranger.pid}:{ticks}", job.id),
+            )
         d.start()
         c = d.client()
         done = wait_done(c, job.id)
@@ -219,7 +226,7 @@ def test_sigterm_leaves_jobs_running_and_stop_jobs_stops_them(
 
 
 def test_malformed_or_linked_exit_records_count_as_none(tmp_path: Path) -> None:
-    from ddpq.worker.loop import read_exit_record
+    from ddpq.jobdir import read_exit_record
 
     valid = '{"attempt": "1", "exit_code": 0, "signal": null, "started_at": 1, "ended_at": 2}'
     record = tmp_path / "exit.json"

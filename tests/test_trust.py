@@ -130,7 +130,7 @@ def test_mapping_is_explicit_and_can_be_changed(tmp_path: Path) -> None:
 
 @ROOT_ONLY
 def test_account_for_never_uses_the_owners_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ddpq.worker.launch import NoAccount, account_for
+    from ddpq.executors.accounts import NoAccount, account_for
 
     with pytest.raises(NoAccount):
         account_for("root", None)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ddpq.executors.local import procs
 from ddpq.schemas import JobSubmit
-from ddpq.worker import procs
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
 
 pytestmark = pytest.mark.torch

@@ -148,7 +148,7 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             " (fake)" if settings.fake_gpus is not None else "",
             *settings.port_range,
         )
-        log.info("worker: %s", agent.tracking.describe())
+        log.info("worker: %s", agent.executor.describe())
     try:
         if sock is not None:
             import uvicorn

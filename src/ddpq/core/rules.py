@@ -39,6 +39,23 @@ def past_time_limit(started_at: float | None, time_limit_s: float | None, now: f
     return now - started_at >= time_limit_s
 
 
+def stop_due(
+    requested: StopRequest | None,
+    sent_at: float | None,
+    started_at: float | None,
+    time_limit_s: float | None,
+    now: float,
+) -> StopRequest | None:
+    """The stop the worker must send a running job now, if any: one asked for (a cancel)
+    and not sent yet, or its time limit reached. A stop is sent once; the executor's
+    grace period turns it into a kill."""
+    if requested is not None:
+        return requested if sent_at is None else None
+    if past_time_limit(started_at, time_limit_s, now):
+        return StopRequest.TIMEOUT
+    return None
+
+
 def retry_backoff_s(attempt: int, base_s: float = 2.0, cap_s: float = 300.0) -> float:
     """Delay before attempt ``attempt + 1`` after ``attempt`` failed (1-based).
 

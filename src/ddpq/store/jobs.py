@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core.deps import dependency_verdict, waiting_reason
@@ -125,10 +125,15 @@ def finish(session: Session, job: Job, state: JobState, reason: str, now: float)
     set_state(session, job, state, reason, now)
     job.ended_at = now
     session.flush()
+    settle_dependents(session, job.id, now)
+
+
+def settle_dependents(session: Session, job_id: int, now: float) -> None:
+    """A job has ended for good: release, or cancel, the held jobs that wait on it."""
     waiting = session.scalars(
         select(Job)
         .join(JobDependency, JobDependency.job_id == Job.id)
-        .where(JobDependency.depends_on == job.id, Job.state == JobState.HELD)
+        .where(JobDependency.depends_on == job_id, Job.state == JobState.HELD)
     ).all()
     for dependent in waiting:
         deps = dependency_states(session, dependencies_of(session, dependent.id))
@@ -163,35 +168,6 @@ def list_jobs(
 
 def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.state.in_(list(states))).order_by(Job.id)))
-
-
-def mark_running(
-    session: Session, job_id: int, pid: int, start_ticks: int, reason: str, now: float
-) -> bool:
-    """starting -> running with the shim's identity, without loading the job.
-
-    One conditional UPDATE (and the event row): the worker does this for every job
-    it launches, so it skips the ORM round trip. False if the job was not starting.
-    """
-    check_transition(JobState.STARTING, JobState.RUNNING)
-    result = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.state == JobState.STARTING)
-        .values(state=JobState.RUNNING, reason=reason, shim_pid=pid, shim_start_ticks=start_ticks)
-        .execution_options(synchronize_session=False)
-    )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        return False
-    session.execute(
-        insert(JobEvent).values(
-            job_id=job_id,
-            at=now,
-            from_state=JobState.STARTING,
-            to_state=JobState.RUNNING,
-            reason=reason,
-        )
-    )
-    return True
 
 
 def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
@@ -271,23 +247,6 @@ def attempts_of(session: Session, job_id: int) -> list[Attempt]:
     return list(
         session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number))
     )
-
-
-def start_attempt(
-    session: Session, job: Job, gpus: Sequence[int], port: int | None, now: float
-) -> Attempt:
-    job.attempt += 1
-    job.started_at = now
-    job.ended_at = None
-    job.exit_code = None
-    job.exit_signal = None
-    job.stop_request = None
-    job.stop_sent_at = None
-    job.shim_pid = None
-    job.shim_start_ticks = None
-    attempt = Attempt(job_id=job.id, number=job.attempt, gpus=list(gpus), port=port, started_at=now)
-    session.add(attempt)
-    return attempt
 
 
 def end_attempt(

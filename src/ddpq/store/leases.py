@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, insert, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.store.models import Lease
@@ -25,11 +26,29 @@ class LiveLease:
 def acquire(
     session: Session, job_id: int, gpus: Sequence[int], port: int | None, now: float
 ) -> None:
-    for gpu in gpus:
-        session.add(Lease(job_id=job_id, kind=GPU, resource=gpu, acquired_at=now))
-    if port is not None:
-        session.add(Lease(job_id=job_id, kind=PORT, resource=port, acquired_at=now))
-    session.flush()  # an IntegrityError here means a double lease: the transaction is rolled back
+    acquire_many(session, [(job_id, gpus, port)], now)
+
+
+def acquire_many(
+    session: Session, wanted: Sequence[tuple[int, Sequence[int], int | None]], now: float
+) -> None:
+    """Insert the leases of several jobs: ``(job_id, GPUs, port)`` each, in one statement.
+
+    An IntegrityError here means a double lease (the partial unique index): the caller's
+    transaction must be rolled back.
+    """
+    rows = [
+        {"job_id": job_id, "kind": GPU, "resource": gpu, "acquired_at": now}
+        for job_id, gpus, _ in wanted
+        for gpu in gpus
+    ]
+    rows += [
+        {"job_id": job_id, "kind": PORT, "resource": port, "acquired_at": now}
+        for job_id, _, port in wanted
+        if port is not None
+    ]
+    if rows:
+        session.connection().execute(insert(cast(Table, Lease.__table__)), rows)
 
 
 def release(session: Session, job_id: int, now: float) -> None:
@@ -37,6 +56,7 @@ def release(session: Session, job_id: int, now: float) -> None:
         update(Lease)
         .where(Lease.job_id == job_id, Lease.released_at.is_(None))
         .values(released_at=now)
+        .execution_options(synchronize_session=False)
     )
 
 

@@ -70,8 +70,6 @@ class Job(Base):
     stop_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     job_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
-    shim_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    shim_start_ticks: Mapped[int | None] = mapped_column(Integer, nullable=True)
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     sched_latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
@@ -118,6 +116,11 @@ class Attempt(Base):
     exit_signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
     state: Mapped[JobState | None] = mapped_column(state_type("ck_attempts_state"), nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
+    # Which executor ran the attempt, and its handle for it (the local one: the shim's
+    # "pid:start ticks"; Slurm: the job id): what finds the attempt again after a restart.
+    # No handle while the launch is under way, and none once the attempt has ended.
+    executor: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    handle: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Lease(Base):

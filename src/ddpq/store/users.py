@@ -7,16 +7,14 @@ brute-force the way there is with a human-chosen password.
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+# Re-exported: the admin commands check account names with it too.
+from ddpq.core.names import UNIX_NAME as UNIX_NAME
 from ddpq.store.models import User
-
-# A portable Unix account name (POSIX, plus the trailing '$' of machine accounts).
-UNIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\$?$")
 
 
 class UserExists(ValueError):

@@ -1,4 +1,5 @@
-"""The parent of one job: ``python -S shim.py --job-dir D --cwd W --grace S --log-cap B -- CMD``
+"""The parent of one job: ``python -S shim.py --job-dir D --log L --record R --cwd W --grace S
+--log-cap B -- CMD``
 
 Standard library only, started by file path with ``python -S`` because it sits
 on every job's start path (about 10 ms instead of a second of imports). The
@@ -11,11 +12,11 @@ worker starts it as the leader of a new session; it then
   re-parented here rather than to init and can still be found and killed;
 * runs CMD as the leader of its own process group (so the whole job can be
   signalled without signalling the shim), its stdout and stderr piped through
-  the shim into ``output.log`` with a size cap (head and newest part kept);
+  the shim into the log file L with a size cap (head and newest part kept);
 * on SIGTERM/SIGINT sends SIGTERM to the job's group, then SIGKILL to every
   process of the job once the grace period is over;
 * when CMD exits, kills whatever of the job is left, waits until it is all
-  gone, and only then writes ``exit.json`` atomically (temp file and
+  gone, and only then writes the exit record R atomically (temp file and
   rename). The record does not depend on the worker being alive or being the
   parent, so a restarted worker can finalise jobs that ended while it was down.
 """
@@ -30,8 +31,6 @@ import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
-EXIT_RECORD = "exit.json"
-LOG = "output.log"
 
 
 class Options:
@@ -39,7 +38,9 @@ class Options:
     place their values come from."""
 
     def __init__(self) -> None:
-        self.job_dir = ""
+        self.job_dir = ""  # the job's folder: how a restarted worker finds this shim
+        self.log = ""
+        self.record = ""
         self.cwd = ""
         self.grace = -1.0
         self.cap = -1
@@ -54,6 +55,10 @@ def parse_args(argv: list[str]) -> Options:
         value = argv[i + 1] if i + 1 < len(argv) else ""
         if flag == "--job-dir":
             opts.job_dir = value
+        elif flag == "--log":
+            opts.log = value
+        elif flag == "--record":
+            opts.record = value
         elif flag == "--cwd":
             opts.cwd = value
         elif flag == "--grace":
@@ -64,8 +69,12 @@ def parse_args(argv: list[str]) -> Options:
             raise SystemExit(f"shim: unknown option {flag}")
         i += 2
     opts.cmd = argv[i + 1 :]
-    if not (opts.job_dir and opts.cwd and opts.cmd) or opts.grace < 0 or opts.cap < 0:
-        raise SystemExit("shim: usage: shim.py --job-dir D --cwd W --grace S --log-cap B -- CMD...")
+    given = opts.job_dir and opts.log and opts.record and opts.cwd and opts.cmd
+    if not given or opts.grace < 0 or opts.cap < 0:
+        raise SystemExit(
+            "shim: usage: shim.py --job-dir D --log L --record R --cwd W --grace S --log-cap B "
+            "-- CMD..."
+        )
     return opts
 
 
@@ -289,8 +298,8 @@ RECORD_SPACE = 4096
 RESERVED = {"fd": -1}
 
 
-def reserve_record(job_dir: str) -> None:
-    tmp = os.path.join(job_dir, EXIT_RECORD + ".tmp")
+def reserve_record(path: str) -> None:
+    tmp = path + ".tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     except OSError:
@@ -303,7 +312,7 @@ def reserve_record(job_dir: str) -> None:
     RESERVED["fd"] = fd
 
 
-def write_record(job_dir: str, record: dict[str, object]) -> None:
+def write_record(path: str, record: dict[str, object]) -> None:
     """Write the record atomically: a reader sees the whole record or none.
 
     No fsync: the record must survive the worker's crash, not a power cut (after
@@ -317,7 +326,7 @@ def write_record(job_dir: str, record: dict[str, object]) -> None:
     if len(data) > RECORD_SPACE and isinstance(record.get("error"), str):
         record["error"] = str(record["error"])[:500]
         data = json.dumps(record).encode()
-    tmp = os.path.join(job_dir, EXIT_RECORD + ".tmp")
+    tmp = path + ".tmp"
     fd = RESERVED["fd"]
     if fd >= 0 and len(data) <= RECORD_SPACE:
         # Trailing blanks are valid JSON whitespace: the reader ignores them.
@@ -327,13 +336,13 @@ def write_record(job_dir: str, record: dict[str, object]) -> None:
     else:
         with open(tmp, "wb") as f:
             f.write(data)
-    os.replace(tmp, os.path.join(job_dir, EXIT_RECORD))
+    os.replace(tmp, path)
 
 
-def failed_to_start(job_dir: str, started_at: float, error: str) -> int:
+def failed_to_start(path: str, started_at: float, error: str) -> int:
     """Record an attempt that never ran its command (the worker reports the error)."""
     write_record(
-        job_dir,
+        path,
         {
             "exit_code": None,
             "signal": None,
@@ -368,7 +377,7 @@ def main(argv: list[str]) -> int:
     if gate >= 0 and not wait_for_worker(gate, cgroup):
         sys.stderr.write("ddpq shim: the worker went away before the job started\n")
         return 3
-    job_dir, grace, cap, cmd = opts.job_dir, opts.grace, opts.cap, opts.cmd
+    record_path, grace, cap, cmd = opts.record, opts.grace, opts.cap, opts.cmd
     if os.getsid(0) != os.getpid():
         # Not started as a session leader: become one, or killing "the job's
         # session" would kill whoever started us.
@@ -400,11 +409,11 @@ def main(argv: list[str]) -> int:
 
     started_at = time.time()
     error: str | None = None
-    reserve_record(job_dir)
+    reserve_record(record_path)
     try:
-        log = CappedLog(os.path.join(job_dir, LOG), cap)
+        log = CappedLog(opts.log, cap)
     except OSError as exc:
-        return failed_to_start(job_dir, started_at, disk_error("opening its log", exc))
+        return failed_to_start(record_path, started_at, disk_error("opening its log", exc))
     try:
         # Here, not in the worker: the shim already runs as the job's account, so a
         # folder that account may not enter stays closed to it (a root worker's chdir
@@ -412,7 +421,9 @@ def main(argv: list[str]) -> int:
         os.chdir(opts.cwd)
     except OSError as exc:
         return failed_to_start(
-            job_dir, started_at, f"cannot enter its working directory {opts.cwd}: {exc.strerror}"
+            record_path,
+            started_at,
+            f"cannot enter its working directory {opts.cwd}: {exc.strerror}",
         )
 
     out_r, out_w = os.pipe()
@@ -508,7 +519,7 @@ def main(argv: list[str]) -> int:
         "log_dropped_bytes": log.dropped,
     }
     try:
-        write_record(job_dir, record)
+        write_record(record_path, record)
     except OSError as exc:
         sys.stderr.write(f"ddpq shim: cannot write the exit record: {exc}\n")
         return 1

@@ -1,0 +1,117 @@
+"""What becomes of a job when one of its attempts ends: requeue, retry or finish (pure).
+
+The worker gathers how an attempt ended (the executor's exit record) and what the store
+knows of the job; this decides the rest. One place, so the local executor, a Slurm
+executor and the in-process tests all get the same answer for the same facts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ddpq.core.rules import ExitRecord, StopRequest, outcome_of, retry_backoff_s, should_retry
+from ddpq.core.states import TERMINAL, JobState
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the decision needs to know of the job whose attempt ended."""
+
+    attempt: int
+    max_retries: int
+    port_retries: int  # requeues so far because its rendezvous port was taken
+    stop: StopRequest | None  # why ddpq asked it to stop, if it did
+
+
+@dataclass(frozen=True)
+class Disposition:
+    attempt_state: JobState  # how this attempt ended (the attempts row)
+    attempt_reason: str
+    job_state: JobState  # QUEUED to run again, else the job's final state
+    job_reason: str
+    not_before: float | None = None  # a retry waits out its back-off until then
+    port_requeue: bool = False  # requeued on another port: counts against max_port_retries
+
+    @property
+    def finished(self) -> bool:
+        return self.job_state in TERMINAL
+
+
+def after_exit(
+    record: ExitRecord,
+    job: JobFacts,
+    *,
+    grace_s: float,
+    max_port_retries: int,
+    now: float,
+    port_clash: Callable[[], bool] = lambda: False,
+) -> Disposition:
+    """Decide what follows an attempt that ended as ``record`` says.
+
+    ``port_clash`` tells whether the attempt failed because its leased port was taken; it
+    is asked only for a plain failure with port requeues left, since answering it means
+    reading the job's log.
+    """
+    outcome = outcome_of(record, job.stop, grace_s)
+    failed = outcome.state is JobState.FAILED
+    if failed and job.port_retries < max_port_retries and port_clash():
+        tries = job.port_retries + 1
+        return Disposition(
+            outcome.state,
+            outcome.reason,
+            JobState.QUEUED,
+            f"rendezvous port was taken (EADDRINUSE); requeued on another port "
+            f"(try {tries} of {max_port_retries})",
+            port_requeue=True,
+        )
+    if should_retry(outcome.state, job.attempt, job.max_retries):
+        delay = retry_backoff_s(job.attempt)
+        return Disposition(
+            outcome.state,
+            outcome.reason,
+            JobState.QUEUED,
+            f"attempt {job.attempt} failed ({outcome.reason}); retry "
+            f"{job.attempt} of {job.max_retries} in {delay:g}s",
+            not_before=now + delay,
+        )
+    return Disposition(outcome.state, outcome.reason, outcome.state, outcome.reason)
+
+
+# The first line ddpq writes into a job's log at each attempt. The port it names is how
+# ``rendezvous_port_clash`` tells this attempt's output from earlier ones'.
+ATTEMPT_HEADER = "[ddpq] attempt started "
+PORT_CLASH_WORDS = ("eaddrinuse", "address already in use")
+_HEADER_PORT = re.compile(r"port (\d+)$")
+
+
+def lease_text(gpus: Sequence[int], port: int | None) -> str:
+    """'GPUs [0, 1], port 29601': the words of the log header and of the lease event."""
+    text = f"GPUs {list(gpus)}"
+    return text if port is None else f"{text}, port {port}"
+
+
+def attempt_header(when: str, gpus: Sequence[int], port: int | None) -> str:
+    return f"{ATTEMPT_HEADER}{when}: {lease_text(gpus, port)}\n"
+
+
+def rendezvous_port_clash(log_tail: str) -> bool:
+    """Did this attempt fail because its leased port was taken (EADDRINUSE)?
+
+    Only the output of the latest attempt counts (after its "[ddpq] attempt started
+    ... port N" line), and only a line that names that port: an unrelated "address
+    already in use" (a TensorBoard, say) is a plain failure, not a reason to requeue.
+    """
+    start = log_tail.rfind(ATTEMPT_HEADER)
+    if start < 0:
+        return False
+    header, _, output = log_tail[start:].partition("\n")
+    match = _HEADER_PORT.search(header.strip())
+    if match is None:
+        return False
+    port = match.group(1)
+    return any(
+        port in line and any(word in line.lower() for word in PORT_CLASH_WORDS)
+        for line in output.splitlines()
+    )

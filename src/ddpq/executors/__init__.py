@@ -1,0 +1,1 @@
+"""Where jobs run: the executor interface (``base``) and its implementations."""

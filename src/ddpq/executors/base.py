@@ -1,0 +1,100 @@
+"""The seam between the worker's decisions and where a job's processes run.
+
+The worker decides: what starts, when a job must stop, what an ended attempt means.
+An executor runs: it starts an attempt, reports the attempts whose processes are all
+gone, stops one (a signal now, a kill once its grace period is over), and finds its
+attempts again after the worker restarts, from the handle it gave for each. The store
+keeps that handle per attempt; the planner never knows which executor runs a job.
+
+Executors never touch the database: what they know comes in as a ``Launch`` and goes
+out as handles and ``Ended`` records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ddpq.core.rules import ExitRecord
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One attempt to start: the job, its leases, and who it runs as."""
+
+    job_id: int
+    attempt: int
+    job_dir: Path
+    command: Sequence[str]
+    launcher: str  # plain | torchrun
+    gpus: tuple[int, ...]
+    port: int | None
+    cwd: str
+    env: Mapping[str, str]  # the job's own --env (the executor adds the job contract)
+    owner: str
+    unix_account: str | None  # the Unix account the owner is mapped to, if any
+
+
+class LaunchFailed(Exception):
+    """The attempt could not be started; the message says why, for the job's reason."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """An attempt none of whose processes is left; ``record`` says how it ended (for a job
+    whose executor lost track of it: an error that starts with "lost")."""
+
+    job_id: int
+    attempt: int
+    record: ExitRecord
+
+
+LOST = "lost: the job's shim ended without an exit record"
+
+
+class Executor(Protocol):
+    """Where jobs run. One instance per worker; called from the worker's thread only."""
+
+    # Stored with each attempt's handle: which executor can find that attempt again.
+    name: str
+
+    def describe(self) -> str:
+        """One line for the daemon's start-up log: how jobs are run and tracked."""
+        ...
+
+    def start(self, launch: Launch) -> str:
+        """Start the attempt and return its handle; raise LaunchFailed if it cannot."""
+        ...
+
+    def adopt(self, job_id: int, attempt: int, job_dir: Path, handle: str | None) -> str | None:
+        """After a restart, watch an attempt this executor started; its handle, or None if
+        the attempt never started (no process, no record: the worker requeues it).
+
+        ``handle`` is None when the worker died between starting the attempt and storing
+        its handle. An attempt that ended while nobody watched is reported by ``ended``.
+        """
+        ...
+
+    def ended(self) -> list[Ended]:
+        """The watched attempts that have ended since the last call, all their processes
+        gone (so their leases may be released); they are no longer watched."""
+        ...
+
+    def stop(self, job_id: int) -> bool:
+        """Ask a watched job to stop: a signal now, a kill after the grace period. False if
+        the job is not watched (it ended meanwhile: ``ended`` reports it)."""
+        ...
+
+    def job_pids(self) -> set[int]:
+        """Processes of the watched jobs on this host (to tell them from outside GPU use)."""
+        ...
+
+    def wait_fds(self) -> list[int]:
+        """Descriptors that become readable when a watched attempt may have ended."""
+        ...
+
+    def close(self) -> None:
+        """Let go of descriptors; running jobs keep running."""
+        ...

@@ -1,0 +1,232 @@
+"""The local executor: each attempt a shim on this host, tracked by cgroup or session.
+
+Its handle for an attempt is the shim's identity, ``"PID:START_TICKS"`` (field 22 of
+``/proc/PID/stat``): a reused PID is never taken for the job. The shim writes the exit
+record once the job's processes are all gone; this executor reads it (validated, through
+``ddpq.jobdir``) and, before it reports an attempt ended, makes sure nothing of the job is
+left: its cgroup emptied with ``cgroup.kill`` and removed, or, tracking by session, its
+session and any process carrying its ``DDPQ_JOB_DIR`` killed. Only then may its leases go.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddpq.config import Settings
+from ddpq.core.rules import ExitRecord
+from ddpq.executors.base import LOST, Ended, Launch
+from ddpq.executors.contract import threads_per_rank
+from ddpq.executors.local import cgroups, gpu_fence, procs
+from ddpq.executors.local.spawn import Spawner
+from ddpq.jobdir import JobDir
+
+log = logging.getLogger("ddpq.executor")
+
+# The handle of an attempt that had ended before it could be adopted (no shim is left).
+GONE = "gone"
+STRAGGLER_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Watched:
+    ident: procs.Identity
+    folder: JobDir
+    attempt: int
+    fd: int | None  # a pidfd: readable once the shim has exited
+    child: subprocess.Popen[bytes] | None = None  # ours to reap, if we started it
+
+
+def handle_of(ident: procs.Identity) -> str:
+    return f"{ident.pid}:{ident.start_ticks}"
+
+
+def identity_of(handle: str) -> procs.Identity | None:
+    pid, sep, ticks = handle.partition(":")
+    if not sep or not pid.isdigit() or not ticks.isdigit():
+        return None
+    return procs.Identity(int(pid), int(ticks))
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, settings: Settings, gpu_count: int) -> None:
+        self.settings = settings
+        self._watched: dict[int, Watched] = {}
+        self._warned: set[str] = set()
+        self.tracking = self._detect_tracking()
+        omp = threads_per_rank(os.cpu_count() or 1, gpu_count)
+        self._spawner = Spawner(settings, self.tracking, omp, self._warn_once)
+
+    def _detect_tracking(self) -> cgroups.Tracking:
+        """A cgroup per job where cgroup v2 allows it (``DDPQ_TRACKING=session`` says no),
+        with a device fence where the kernel allows that too; else the job's session."""
+        try:
+            tracking = cgroups.detect(self.settings.home)
+        except OSError as exc:  # an odd hierarchy must not stop the daemon: fall back
+            tracking = cgroups.Tracking("session", why=f"cgroup setup failed: {exc}")
+        tree = tracking.tree
+        if tree is not None:
+            tracking = dataclasses.replace(tracking, fence_error=gpu_fence.probe(tree))
+            # Removed when the daemon exits, unless jobs still run in it (they keep
+            # running, and a restart finds them there).
+            atexit.register(cgroups.remove, tree)
+        return tracking
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("%s", message)
+
+    def describe(self) -> str:
+        return self.tracking.describe()
+
+    # ---- start, adopt --------------------------------------------------------------
+
+    def start(self, launch: Launch) -> str:
+        spawned = self._spawner.spawn(launch)
+        self._watch(launch.job_id, spawned.ident, JobDir(launch.job_dir), launch.attempt)
+        self._watched[launch.job_id].child = spawned.child
+        return handle_of(spawned.ident)
+
+    def adopt(self, job_id: int, attempt: int, job_dir: Path, handle: str | None) -> str | None:
+        folder = JobDir(job_dir)
+        ident = identity_of(handle) if handle is not None and handle != GONE else None
+        if ident is None:
+            # The worker died between starting the shim and storing its identity (or the
+            # handle is not one of ours): find the shim by its command line.
+            found = procs.find_shim(str(job_dir))
+            ident = procs.identity(found) if found else None
+        if ident is None:
+            if folder.read_exit_record(attempt) is None:
+                return None  # it never ran
+            # It ran and ended while we were down: reported by ended(), from its record.
+            self._watch(job_id, procs.Identity(-1, -1), folder, attempt)
+            return GONE
+        self._watch(job_id, ident, folder, attempt)
+        return handle_of(ident)
+
+    def _watch(self, job_id: int, ident: procs.Identity, folder: JobDir, attempt: int) -> None:
+        fd = procs.pidfd(ident.pid) if ident.pid > 0 else None
+        # The pidfd pins this process; if it is not the one we mean, it exited already.
+        self._watched[job_id] = Watched(ident, folder, attempt, fd)
+
+    # ---- ended ---------------------------------------------------------------------
+
+    def ended(self) -> list[Ended]:
+        gone = []
+        for job_id, w in self._watched.items():
+            if w.child is not None:
+                w.child.poll()  # reap our own child so it does not linger as a zombie
+            if not procs.is_alive(w.ident):
+                gone.append(job_id)
+        if not gone:
+            return []
+        # One look at /proc for all of them: which sessions still have processes.
+        occupied = procs.occupied_sessions()
+        out = []
+        for job_id in gone:
+            w = self._watched.pop(job_id)
+            if w.fd is not None:
+                os.close(w.fd)
+            out.append(Ended(job_id, w.attempt, self._final_record(job_id, w, occupied)))
+        return out
+
+    def _final_record(self, job_id: int, w: Watched, occupied: set[int]) -> ExitRecord:
+        """The attempt's exit record once nothing of the job is left (a "lost" one if the
+        shim wrote none, or the record cannot be the shim's)."""
+        record = w.folder.read_exit_record(w.attempt)
+        cgroup = self._cgroup_of(job_id, w.attempt)
+        if cgroup is not None:
+            return self._end_cgroup(cgroup, record)
+        # No cgroup (session tracking): find what is left by session and environment.
+        marker = f"DDPQ_JOB_DIR={w.folder.path}".encode()
+
+        def stragglers() -> list[int]:
+            found = set(procs.session_members(w.ident))
+            if record is None and w.ident.start_ticks >= 0:
+                found.update(procs.marked_with(marker, w.ident.start_ticks))
+            return sorted(found)
+
+        if record is not None:
+            # The shim leaves nothing behind, so its session is empty: unless the record
+            # was written by the job itself, which then killed its shim.
+            if w.ident.pid not in occupied:
+                return record
+            left = stragglers()
+            if not left:
+                return record
+            procs.kill_all(left)
+            record = None
+        # The shim vanished without its record (killed -9, OOM killer...): the job is
+        # lost. Kill whatever of it survives before its GPUs are handed out again.
+        left = stragglers()
+        deadline = time.monotonic() + STRAGGLER_TIMEOUT_S
+        while left and time.monotonic() < deadline:
+            procs.kill_all(left)
+            time.sleep(0.01)
+            left = stragglers()
+        now = time.time()
+        return ExitRecord(None, None, now, now, error=LOST)
+
+    def _cgroup_of(self, job_id: int, attempt: int) -> Path | None:
+        """The attempt's cgroup, if it has one: named from the job's id and attempt, in
+        this run's tree or (re-adopted) an earlier run's."""
+        for tree in self.tracking.trees:
+            path = cgroups.job_cgroup(tree, job_id, attempt)
+            if path.is_dir():
+                return path
+        return None
+
+    def _end_cgroup(self, cgroup: Path, record: ExitRecord | None) -> ExitRecord:
+        """The shim has ended: kill all that is left of the job, then remove its cgroup.
+
+        The shim empties its cgroup before it writes its record, so a process still in
+        it means the shim did not get that far (killed, or the record is the job's own
+        forgery): the job is lost. Either way nothing of it outlives this call (bounded
+        wait), so its GPUs are free when its leases are released.
+        """
+        if cgroups.populated(cgroup):
+            record = None
+        if not cgroups.destroy(cgroup, timeout=STRAGGLER_TIMEOUT_S):
+            log.warning("%s: processes left that even cgroup.kill did not end", cgroup)
+        if record is not None:
+            return record
+        now = time.time()
+        return ExitRecord(None, None, now, now, error=LOST)
+
+    # ---- stop, processes, descriptors -----------------------------------------------
+
+    def stop(self, job_id: int) -> bool:
+        w = self._watched.get(job_id)
+        if w is None or not procs.is_alive(w.ident):
+            return False
+        # The shim forwards SIGTERM to the job's group and SIGKILLs it after the grace.
+        return procs.send(w.ident.pid, signal.SIGTERM)
+
+    def job_pids(self) -> set[int]:
+        pids: set[int] = set()
+        for job_id, w in self._watched.items():
+            cgroup = self._cgroup_of(job_id, w.attempt)
+            if cgroup is not None:
+                pids.update(cgroups.members(cgroup))
+            else:
+                pids.update(procs.session_members(w.ident))
+        return pids
+
+    def wait_fds(self) -> list[int]:
+        return [w.fd for w in self._watched.values() if w.fd is not None]
+
+    def close(self) -> None:
+        for w in self._watched.values():
+            if w.fd is not None:
+                os.close(w.fd)
+                w.fd = None

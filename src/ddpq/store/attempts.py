@@ -1,0 +1,364 @@
+"""The worker's writes over an attempt's life: leased, running, stopped, ended.
+
+Everything the worker changes in a job row goes through here (the API's writes are in
+``store.jobs``). These run for every job on the worker's hot path, so they are Core
+statements on columns, not ORM objects: a stream of short jobs is decided by how few
+statements each one costs. Flush, never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, bindparam, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from ddpq.core.disposition import Disposition, JobFacts, lease_text
+from ddpq.core.rules import ExitRecord, StopRequest
+from ddpq.core.states import ACTIVE, JobState, check_transition
+from ddpq.store import jobs as job_store
+from ddpq.store import leases as lease_store
+from ddpq.store.models import Attempt, Job, JobEvent
+
+_jobs = cast(Table, Job.__table__)
+_attempts = cast(Table, Attempt.__table__)
+_events = cast(Table, JobEvent.__table__)
+
+
+def _events_insert(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        session.connection().execute(insert(_events), list(rows))
+
+
+def _event(job_id: int, old: JobState, new: JobState, reason: str, now: float) -> dict[str, Any]:
+    check_transition(old, new)
+    return {"job_id": job_id, "at": now, "from_state": old, "to_state": new, "reason": reason}
+
+
+# ---- leased: queued -> starting ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A planned start: the job, its GPUs and port, where its folder is."""
+
+    job_id: int
+    gpus: tuple[int, ...]
+    port: int | None
+    job_dir: str
+    sched_latency_s: float
+
+    @property
+    def lease(self) -> tuple[tuple[int, ...], int | None, str]:
+        return self.gpus, self.port, self.job_dir
+
+
+@dataclass(frozen=True)
+class Leased:
+    """What a launch needs of a job that has just been leased its resources."""
+
+    job_id: int
+    attempt: int
+    owner: str
+    command: list[str]
+    launcher: str
+    cwd: str
+    env: dict[str, str]
+    gpus: tuple[int, ...]
+    port: int | None
+    job_dir: str
+
+
+def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
+    """Lease each job its GPUs and port, open its next attempt, move it to ``starting``.
+
+    The partial unique index on live leases refuses a double lease whatever the planner
+    said (IntegrityError: the caller's transaction is rolled back whole).
+    """
+    if not placed:
+        return []
+    by_id = {p.job_id: p for p in placed}
+    rows = session.execute(
+        select(Job.id, Job.attempt, Job.owner, Job.command, Job.launcher, Job.cwd, Job.env).where(
+            Job.id.in_(list(by_id)), Job.state == JobState.QUEUED
+        )
+    ).all()
+    lease_store.acquire_many(session, [(p.job_id, p.gpus, p.port) for p in placed], now)
+    out: list[Leased] = []
+    job_rows, attempt_rows, events = [], [], []
+    for row in rows:
+        p = by_id[row.id]
+        number = row.attempt + 1
+        why = f"leased {lease_text(p.gpus, p.port)}"
+        job_rows.append(
+            {
+                "job_id": row.id,
+                "number": number,
+                "why": why,
+                "dir": p.job_dir,
+                "latency": p.sched_latency_s,
+            }
+        )
+        attempt_rows.append(
+            {
+                "job_id": row.id,
+                "number": number,
+                "gpus": list(p.gpus),
+                "port": p.port,
+                "started_at": now,
+                "reason": "",
+            }
+        )
+        events.append(_event(row.id, JobState.QUEUED, JobState.STARTING, why, now))
+        command, env = list(row.command), dict(row.env or {})
+        out.append(
+            Leased(
+                row.id,
+                number,
+                row.owner,
+                command,
+                row.launcher,
+                row.cwd,
+                env,
+                p.gpus,
+                p.port,
+                p.job_dir,
+            )
+        )
+    if job_rows:
+        conn = session.connection()
+        conn.execute(
+            update(_jobs)
+            .where(_jobs.c.id == bindparam("job_id"))
+            .values(
+                attempt=bindparam("number"),
+                state=JobState.STARTING,
+                reason=bindparam("why"),
+                started_at=now,
+                ended_at=None,
+                exit_code=None,
+                exit_signal=None,
+                stop_request=None,
+                stop_sent_at=None,
+                not_before=None,
+                job_dir=bindparam("dir"),
+                sched_latency_s=bindparam("latency"),
+            ),
+            job_rows,
+        )
+        conn.execute(insert(_attempts), attempt_rows)
+        _events_insert(session, events)
+    return out
+
+
+# ---- running: the executor took it ------------------------------------------------
+
+
+def mark_running(
+    session: Session, job_id: int, executor: str, handle: str, reason: str, now: float
+) -> bool:
+    """starting -> running, with the executor's handle on the attempt; False if the job
+    was not starting (cancelled meanwhile, say: then nothing is written)."""
+    conn = session.connection()
+    result = conn.execute(
+        update(_jobs)
+        .where(_jobs.c.id == job_id, _jobs.c.state == JobState.STARTING)
+        .values(state=JobState.RUNNING, reason=reason)
+    )
+    if result.rowcount != 1:
+        return False
+    set_handle(session, job_id, executor, handle)
+    _events_insert(session, [_event(job_id, JobState.STARTING, JobState.RUNNING, reason, now)])
+    return True
+
+
+def set_handle(session: Session, job_id: int, executor: str, handle: str) -> None:
+    """Record how the executor finds the job's current attempt again (after a restart)."""
+    current = select(_jobs.c.attempt).where(_jobs.c.id == job_id).scalar_subquery()
+    session.connection().execute(
+        update(_attempts)
+        .where(_attempts.c.job_id == job_id, _attempts.c.number == current)
+        .values(executor=executor, handle=handle)
+    )
+
+
+@dataclass(frozen=True)
+class ActiveAttempt:
+    """A job that holds leases, with what the executor stored for its attempt."""
+
+    job_id: int
+    state: JobState
+    attempt: int
+    job_dir: str | None
+    executor: str | None
+    handle: str | None
+
+
+def active_attempts(session: Session) -> list[ActiveAttempt]:
+    rows = session.execute(
+        select(Job.id, Job.state, Job.attempt, Job.job_dir, Attempt.executor, Attempt.handle)
+        .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.number == Job.attempt))
+        .where(Job.state.in_(list(ACTIVE)))
+        .order_by(Job.id)
+    )
+    return [ActiveAttempt(*row) for row in rows]
+
+
+# ---- ended: record the attempt, then requeue, retry or finish ----------------------
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the store knows of a job whose attempt the executor reports ended."""
+
+    job_id: int
+    state: JobState
+    attempt: int
+    facts: JobFacts
+    job_dir: str | None
+
+
+def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
+    ids = list(job_ids)
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(
+            Job.id,
+            Job.state,
+            Job.attempt,
+            Job.max_retries,
+            Job.port_retries,
+            Job.stop_request,
+            Job.job_dir,
+        ).where(Job.id.in_(ids))
+    )
+    out = {}
+    for row in rows:
+        stop = StopRequest(row.stop_request) if row.stop_request else None
+        facts = JobFacts(row.attempt, row.max_retries, row.port_retries, stop)
+        out[row.id] = Ending(row.id, row.state, row.attempt, facts, row.job_dir)
+    return out
+
+
+def record_exit(
+    session: Session,
+    ending: Ending,
+    record: ExitRecord,
+    disposition: Disposition,
+    progress: dict[str, Any] | None,
+    now: float,
+) -> None:
+    """End the attempt as ``disposition`` says, free its leases, move the job on."""
+    conn = session.connection()
+    job_id = ending.job_id
+    events = []
+    if ending.state is JobState.STARTING:
+        # It ran and ended while no worker watched (we died right after launching it).
+        events.append(
+            _event(
+                job_id, JobState.STARTING, JobState.RUNNING, "started (found after restart)", now
+            )
+        )
+    ended_at = record.ended_at or now  # when its processes were gone, not when we noticed
+    conn.execute(
+        update(_attempts)
+        .where(
+            _attempts.c.job_id == job_id,
+            _attempts.c.number == ending.attempt,
+            _attempts.c.ended_at.is_(None),
+        )
+        .values(
+            ended_at=ended_at,
+            exit_code=record.exit_code,
+            exit_signal=record.signal,
+            state=disposition.attempt_state,
+            reason=disposition.attempt_reason,
+            handle=None,
+        )
+    )
+    lease_store.release(session, job_id, now)
+    values: dict[str, Any] = {
+        "exit_code": record.exit_code,
+        "exit_signal": record.signal,
+        "ended_at": ended_at,
+        "state": disposition.job_state,
+        "reason": disposition.job_reason,
+    }
+    if progress is not None:
+        values["progress"] = progress
+    if disposition.port_requeue:
+        values["port_retries"] = _jobs.c.port_retries + 1
+    if disposition.not_before is not None:
+        values["not_before"] = disposition.not_before
+    conn.execute(update(_jobs).where(_jobs.c.id == job_id).values(**values))
+    at = ended_at if disposition.finished else now
+    events.append(
+        _event(job_id, JobState.RUNNING, disposition.job_state, disposition.job_reason, at)
+    )
+    _events_insert(session, events)
+    if disposition.finished:
+        job_store.settle_dependents(session, job_id, at)
+
+
+def end_unlaunched(session: Session, job_id: int, state: JobState, reason: str, now: float) -> None:
+    """End an attempt whose job never ran: free its leases; requeue or finish the job."""
+    job = job_store.get_job(session, job_id)
+    job_store.end_attempt(
+        session, job, exit_code=None, exit_signal=None, state=state, reason=reason, now=now
+    )
+    lease_store.release(session, job.id, now)
+    if state is JobState.QUEUED:
+        job_store.set_state(session, job, state, reason, now)
+    else:
+        job_store.finish(session, job, state, reason, now)
+
+
+def requeue_unlaunched(session: Session, job_id: int, reason: str, now: float) -> None:
+    """A launch that was cut short before the job ran: back to the queue, unless it was
+    cancelled meanwhile (then it ends cancelled: a cancel is never undone by a restart)."""
+    job = job_store.get_job(session, job_id)
+    if job.stop_request == StopRequest.CANCEL:
+        end_unlaunched(session, job_id, JobState.CANCELLED, "cancelled before it started", now)
+    else:
+        end_unlaunched(session, job_id, JobState.QUEUED, reason, now)
+
+
+# ---- stops and progress -------------------------------------------------------------
+
+
+def mark_stop_sent(session: Session, job_id: int, why: StopRequest, now: float) -> bool:
+    """Note that the worker is stopping a running job (keeping a stop already asked for);
+    False if it is not running any more or a stop was sent already."""
+    result = session.connection().execute(
+        update(_jobs)
+        .where(
+            _jobs.c.id == job_id,
+            _jobs.c.state == JobState.RUNNING,
+            _jobs.c.stop_sent_at.is_(None),
+        )
+        .values(stop_request=func.coalesce(_jobs.c.stop_request, why.value), stop_sent_at=now)
+    )
+    return bool(result.rowcount == 1)
+
+
+def request_stop_all(session: Session, why: StopRequest) -> None:
+    """Ask for every active job to be stopped (``ddpq serve --stop-jobs`` on shutdown)."""
+    session.connection().execute(
+        update(_jobs)
+        .where(_jobs.c.state.in_(list(ACTIVE)), _jobs.c.stop_request.is_(None))
+        .values(stop_request=why.value)
+    )
+
+
+def record_progress(session: Session, progress: Mapping[int, dict[str, Any]]) -> None:
+    """The newest progress of running jobs (no event: it changes every few seconds)."""
+    if progress:
+        session.connection().execute(
+            update(_jobs)
+            .where(_jobs.c.id == bindparam("job_id"), _jobs.c.state.in_(list(ACTIVE)))
+            .values(progress=bindparam("p")),
+            [{"job_id": i, "p": p} for i, p in progress.items()],
+        )

@@ -1,0 +1,72 @@
+"""Recording the attempts an executor reports ended: the decision is ``core.disposition``'s,
+every write the store's.
+
+All the attempts that ended since the last look are recorded in the caller's transaction
+(with the next jobs' leases: under a stream of short jobs that keeps the write lock free
+for submissions), each in a savepoint of its own: one bad exit must not undo the others,
+and one whose recording fails is recorded again as failed without reading anything the
+job wrote, since that may be what failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from ddpq.config import Settings
+from ddpq.core.disposition import after_exit, rendezvous_port_clash
+from ddpq.core.rules import ExitRecord
+from ddpq.core.states import ACTIVE
+from ddpq.executors.base import Ended
+from ddpq.jobdir import JobDir
+from ddpq.store import attempts as attempt_store
+from ddpq.store.db import Session
+
+log = logging.getLogger("ddpq.worker")
+
+UNRECORDABLE = "its end could not be recorded"
+
+
+def record_exits(s: Session, ended: Sequence[Ended], settings: Settings, now: float) -> None:
+    if not ended:
+        return
+    endings = attempt_store.endings(s, [e.job_id for e in ended])
+    for e in ended:
+        ending = endings.get(e.job_id)
+        if ending is None or ending.state not in ACTIVE or ending.attempt != e.attempt:
+            continue  # already recorded (a restart raced us), or an older attempt's
+        try:
+            with s.begin_nested():
+                _record(s, ending, e.record, settings, now, read_files=True)
+        except Exception:
+            log.exception("job %s: could not record its end; marking it failed", e.job_id)
+            broken = ExitRecord(None, None, now, now, error=UNRECORDABLE)
+            try:
+                with s.begin_nested():
+                    _record(s, ending, broken, settings, now, read_files=False)
+            except Exception:  # left to reconcile at the next start; the others go on
+                log.exception("job %s: could not mark it failed either", e.job_id)
+
+
+def _record(
+    s: Session,
+    ending: attempt_store.Ending,
+    record: ExitRecord,
+    settings: Settings,
+    now: float,
+    *,
+    read_files: bool,
+) -> None:
+    folder = JobDir(Path(ending.job_dir)) if read_files and ending.job_dir else None
+    disposition = after_exit(
+        record,
+        ending.facts,
+        grace_s=settings.grace_s,
+        max_port_retries=settings.max_port_retries,
+        now=now,
+        port_clash=lambda: folder is not None and rendezvous_port_clash(folder.log_tail()),
+    )
+    progress = folder.read_progress() if folder is not None else None
+    attempt_store.record_exit(s, ending, record, disposition, progress, now)
+    log.info("job %s: %s", ending.job_id, disposition.attempt_reason)

@@ -1,0 +1,116 @@
+"""Planning and leasing in the worker's transaction: what starts now, on which GPUs and port.
+
+The decision is ``core.plan``'s; this gathers its inputs from the store (the queue, the
+leases held, recent use per owner) and from this host (which ports are really free),
+writes why each waiting job waits, and leases the chosen jobs their resources.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from ddpq.config import Settings
+from ddpq.core import plan as planner
+from ddpq.core.rules import recent_usage
+from ddpq.core.states import ACTIVE
+from ddpq.store import attempts as attempt_store
+from ddpq.store import jobs as job_store
+from ddpq.store import leases as lease_store
+from ddpq.store.db import Session
+from ddpq.worker.ports import port_is_free, rotation
+
+log = logging.getLogger("ddpq.worker")
+
+# A port an outside program holds is skipped this long before it is tried again.
+PORT_COOLDOWN_S = 30.0
+# Fair share needs no millisecond precision, and its query reads a week of attempts,
+# which under a stream of short jobs would dominate each pass.
+USAGE_TTL_S = 5.0
+# Re-plans in one pass when a chosen port turns out to be taken.
+PORT_REPLANS = 8
+
+
+class Scheduler:
+    """The worker's planning state between passes: port rotation, cool-downs, usage."""
+
+    def __init__(self, settings: Settings, port_free: Callable[[int], bool] = port_is_free) -> None:
+        self.settings = settings
+        self.port_free = port_free
+        self.port_cooldown: dict[int, float] = {}
+        self.last_port: int | None = None
+        self._usage: tuple[float, dict[str, float]] = (float("-inf"), {})
+
+    def lease_next(
+        self, s: Session, usable_gpus: Sequence[int], woke_at: float, now: float
+    ) -> list[attempt_store.Leased]:
+        """Plan, write the waiting reasons, and lease what starts: those jobs are now
+        ``starting``, in the caller's transaction."""
+        cfg = self.settings
+        waiting = job_store.queued_for_planning(s)
+        if not waiting:
+            return []
+        candidates = [job for job, _ in waiting]
+        active = job_store.running_for_supervision(s, ACTIVE)
+        held = lease_store.by_job(lease_store.live(s))
+        running = [
+            planner.RunningJob(
+                j.id, tuple(held.get(j.id, ([], None))[0]), j.started_at or now, j.time_limit_s
+            )
+            for j in active
+        ]
+        leased_ports = {port for _, port in held.values() if port is not None}
+        ports_held: dict[str, int] = {}
+        for j in active:
+            if held.get(j.id, ([], None))[1] is not None:
+                ports_held[j.owner] = ports_held.get(j.owner, 0) + 1
+        budget = planner.PortBudget(cfg.ports_per_user, ports_held)
+        if self.last_port is None:
+            self.last_port = lease_store.last_port(s)
+        usage = self._recent_usage(s, now)
+        placements: list[planner.Placement] = []
+        free_ports: list[int] = []
+        for _ in range(PORT_REPLANS):
+            free_ports = [
+                p
+                for p in rotation(*cfg.port_range, self.last_port)
+                if p not in leased_ports and self.port_cooldown.get(p, 0.0) <= now
+            ]
+            placements = planner.plan(
+                candidates, usable_gpus, running, free_ports, usage, now, budget
+            )
+            busy = [p.port for p in placements if p.port is not None and not self.port_free(p.port)]
+            if not busy:
+                break
+            for port in busy:
+                log.info("port %s is in use by another program; skipping it", port)
+                self.port_cooldown[port] = now + PORT_COOLDOWN_S
+        reasons = planner.explain_waits(
+            candidates, usable_gpus, placements, free_ports, usage, now, budget
+        )
+        job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
+        submitted = {c.id: c.submitted_at for c in candidates}
+        placed = [
+            attempt_store.Placed(
+                p.job_id,
+                p.gpus,
+                p.port,
+                str(cfg.jobs_dir / str(p.job_id)),
+                # From when it could have been placed: woken, or submitted if later.
+                max(0.0, now - max(woke_at, submitted[p.job_id])),
+            )
+            for p in placements
+        ]
+        for p in placements:
+            if p.port is not None:
+                self.last_port = p.port
+        return attempt_store.lease_and_start(s, placed, now)
+
+    def _recent_usage(self, s: Session, now: float) -> dict[str, float]:
+        """Recent GPU-seconds per owner, recomputed at most every USAGE_TTL_S."""
+        cached_at, usage = self._usage
+        if now - cached_at >= USAGE_TTL_S:
+            window = self.settings.usage_window_s
+            usage = recent_usage(job_store.recent_runs(s, now - window), now, window)
+            self._usage = (now, usage)
+        return usage
