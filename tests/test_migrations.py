@@ -83,3 +83,26 @@ def test_typed_states_downgrade_gives_plain_text_back(tmp_path: Path) -> None:
     with db.read() as s:
         assert get_job(s, job_id).state is JobState.SUCCEEDED
     db.dispose()
+
+
+def test_attempt_handles_carry_a_running_jobs_shim_across_the_upgrade(tmp_path: Path) -> None:
+    """A job running under the previous release keeps its shim: its pid and start time
+    move from the job row to its attempt's handle, and back on a downgrade."""
+    path = tmp_path / "ddpq.db"
+    _at(path, "0002")
+    with sqlite3.connect(path) as conn:
+        running = _insert_job(conn, "running")
+        ended = _insert_job(conn, "succeeded")
+        conn.execute(
+            "UPDATE jobs SET shim_pid = 4321, shim_start_ticks = 98765 WHERE id = ?", (running,)
+        )
+    migrate(path)
+    with sqlite3.connect(path) as conn:
+        rows = dict(conn.execute("SELECT job_id, executor || ' ' || handle FROM attempts"))
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    assert rows == {running: "local 4321:98765", ended: None}
+    assert "shim_pid" not in columns
+    command.downgrade(alembic_config(path), "0002")
+    with sqlite3.connect(path) as conn:
+        shims = dict(conn.execute("SELECT id, shim_pid || ':' || shim_start_ticks FROM jobs"))
+    assert shims == {running: "4321:98765", ended: None}
