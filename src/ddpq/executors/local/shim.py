@@ -30,6 +30,25 @@ import signal
 import sys
 import time
 
+# Its two helpers lie beside it: run by its path with ``python -S`` (the worker does) this
+# folder is first on sys.path; imported as ddpq's module (tests do), they are ddpq's too.
+if __package__:
+    from ddpq.executors.local.shim_log import CappedLog
+    from ddpq.executors.local.shim_record import (
+        disk_error,
+        failed_to_start,
+        reserve_record,
+        write_record,
+    )
+else:
+    from shim_log import CappedLog  # type: ignore[import-not-found,no-redef]
+    from shim_record import (  # type: ignore[import-not-found,no-redef]
+        disk_error,
+        failed_to_start,
+        reserve_record,
+        write_record,
+    )
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -76,57 +95,6 @@ def parse_args(argv: list[str]) -> Options:
             "-- CMD..."
         )
     return opts
-
-
-class CappedLog:
-    """Append-only log that keeps its first quarter and newest part under ``cap`` bytes.
-
-    When the file grows past ``cap`` plus some slack, it is rewritten (temp file
-    + rename) as head + a line saying how much was dropped + the newest bytes.
-    The slack makes rewrites rare: at most one per ``cap/2`` bytes of output.
-    """
-
-    def __init__(self, path: str, cap: int) -> None:
-        self.path = path
-        self.cap = max(cap, 4096)
-        self.head = self.cap // 4
-        self.dropped = 0
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self.size = os.fstat(self.fd).st_size
-
-    def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
-            self.size += n
-        if self.size > self.cap + self.cap // 2:
-            self.compact()
-
-    def compact(self) -> None:
-        if self.size <= self.cap:
-            return
-        with open(self.path, "rb") as f:
-            head = f.read(self.head)
-            tail_len = self.cap - self.head
-            f.seek(self.size - tail_len)
-            tail = f.read()
-        self.dropped += self.size - len(head) - len(tail)
-        marker = (
-            f"\n[ddpq: log over its cap of {self.cap} bytes; "
-            f"{self.dropped} bytes dropped here in all, newest output follows]\n"
-        ).encode()
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(head + marker + tail)
-        os.replace(tmp, self.path)
-        os.close(self.fd)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.size = os.fstat(self.fd).st_size
-
-    def close(self) -> None:
-        self.compact()
-        os.close(self.fd)
 
 
 def ancestors() -> set[int]:
@@ -289,75 +257,6 @@ def kill_everything(sid: int, marker: bytes, since: int, timeout: float = 30.0) 
             except OSError:  # gone already, or not ours to kill (the worker's cgroup.kill is)
                 pass
         time.sleep(0.01)
-
-
-RECORD_SPACE = 4096
-# The exit record's file, written with blanks when the shim starts. A job that fills
-# the disk must still get its end recorded ("the disk is full"), not end "lost": the
-# record is later written over those blanks, which needs no new disk block.
-RESERVED = {"fd": -1}
-
-
-def reserve_record(path: str) -> None:
-    tmp = path + ".tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        return  # written the ordinary way at the end, if it can be
-    try:
-        os.write(fd, b" " * RECORD_SPACE)
-    except OSError:
-        os.close(fd)
-        return
-    RESERVED["fd"] = fd
-
-
-def write_record(path: str, record: dict[str, object]) -> None:
-    """Write the record atomically: a reader sees the whole record or none.
-
-    No fsync: the record must survive the worker's crash, not a power cut (after
-    which nothing of the job runs anyway, and a missing record reads as "lost").
-    """
-    import json
-
-    # Which attempt this record is about, so a stale record is never taken for a new one.
-    record = {**record, "attempt": os.environ.get("DDPQ_ATTEMPT")}
-    data = json.dumps(record).encode()
-    if len(data) > RECORD_SPACE and isinstance(record.get("error"), str):
-        record["error"] = str(record["error"])[:500]
-        data = json.dumps(record).encode()
-    tmp = path + ".tmp"
-    fd = RESERVED["fd"]
-    if fd >= 0 and len(data) <= RECORD_SPACE:
-        # Trailing blanks are valid JSON whitespace: the reader ignores them.
-        os.pwrite(fd, data.ljust(RECORD_SPACE), 0)
-        os.close(fd)
-        RESERVED["fd"] = -1
-    else:
-        with open(tmp, "wb") as f:
-            f.write(data)
-    os.replace(tmp, path)
-
-
-def failed_to_start(path: str, started_at: float, error: str) -> int:
-    """Record an attempt that never ran its command (the worker reports the error)."""
-    write_record(
-        path,
-        {
-            "exit_code": None,
-            "signal": None,
-            "started_at": started_at,
-            "ended_at": time.time(),
-            "error": f"cannot start the job: {error}",
-        },
-    )
-    return 0
-
-
-def disk_error(what: str, exc: OSError) -> str:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"the disk is full: {what} failed ({exc.strerror})"
-    return f"{what} failed: {exc.strerror or exc}"
 
 
 def become_subreaper() -> None:

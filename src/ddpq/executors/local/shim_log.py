@@ -1,0 +1,59 @@
+"""The shim's job log: append-only, under a size cap (head and newest part kept).
+
+Standard library only, imported by the shim, which runs with ``python -S``.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class CappedLog:
+    """Append-only log that keeps its first quarter and newest part under ``cap`` bytes.
+
+    When the file grows past ``cap`` plus some slack, it is rewritten (temp file
+    + rename) as head + a line saying how much was dropped + the newest bytes.
+    The slack makes rewrites rare: at most one per ``cap/2`` bytes of output.
+    """
+
+    def __init__(self, path: str, cap: int) -> None:
+        self.path = path
+        self.cap = max(cap, 4096)
+        self.head = self.cap // 4
+        self.dropped = 0
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.size = os.fstat(self.fd).st_size
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+            self.size += n
+        if self.size > self.cap + self.cap // 2:
+            self.compact()
+
+    def compact(self) -> None:
+        if self.size <= self.cap:
+            return
+        with open(self.path, "rb") as f:
+            head = f.read(self.head)
+            tail_len = self.cap - self.head
+            f.seek(self.size - tail_len)
+            tail = f.read()
+        self.dropped += self.size - len(head) - len(tail)
+        marker = (
+            f"\n[ddpq: log over its cap of {self.cap} bytes; "
+            f"{self.dropped} bytes dropped here in all, newest output follows]\n"
+        ).encode()
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(head + marker + tail)
+        os.replace(tmp, self.path)
+        os.close(self.fd)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self.size = os.fstat(self.fd).st_size
+
+    def close(self) -> None:
+        self.compact()
+        os.close(self.fd)

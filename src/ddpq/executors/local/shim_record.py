@@ -1,0 +1,79 @@
+"""The shim's exit record: how an attempt ended, written once its processes are all gone.
+
+Standard library only, imported by the shim, which runs with ``python -S``. The worker
+reads the record back (``ddpq.jobdir.read_exit_record``) and validates it like any input.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+RECORD_SPACE = 4096
+# The exit record's file, written with blanks when the shim starts. A job that fills
+# the disk must still get its end recorded ("the disk is full"), not end "lost": the
+# record is later written over those blanks, which needs no new disk block.
+RESERVED = {"fd": -1}
+
+
+def reserve_record(path: str) -> None:
+    tmp = path + ".tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return  # written the ordinary way at the end, if it can be
+    try:
+        os.write(fd, b" " * RECORD_SPACE)
+    except OSError:
+        os.close(fd)
+        return
+    RESERVED["fd"] = fd
+
+
+def write_record(path: str, record: dict[str, object]) -> None:
+    """Write the record atomically: a reader sees the whole record or none.
+
+    No fsync: the record must survive the worker's crash, not a power cut (after
+    which nothing of the job runs anyway, and a missing record reads as "lost").
+    """
+    import json
+
+    # Which attempt this record is about, so a stale record is never taken for a new one.
+    record = {**record, "attempt": os.environ.get("DDPQ_ATTEMPT")}
+    data = json.dumps(record).encode()
+    if len(data) > RECORD_SPACE and isinstance(record.get("error"), str):
+        record["error"] = str(record["error"])[:500]
+        data = json.dumps(record).encode()
+    tmp = path + ".tmp"
+    fd = RESERVED["fd"]
+    if fd >= 0 and len(data) <= RECORD_SPACE:
+        # Trailing blanks are valid JSON whitespace: the reader ignores them.
+        os.pwrite(fd, data.ljust(RECORD_SPACE), 0)
+        os.close(fd)
+        RESERVED["fd"] = -1
+    else:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    os.replace(tmp, path)
+
+
+def failed_to_start(path: str, started_at: float, error: str) -> int:
+    """Record an attempt that never ran its command (the worker reports the error)."""
+    write_record(
+        path,
+        {
+            "exit_code": None,
+            "signal": None,
+            "started_at": started_at,
+            "ended_at": time.time(),
+            "error": f"cannot start the job: {error}",
+        },
+    )
+    return 0
+
+
+def disk_error(what: str, exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full: {what} failed ({exc.strerror})"
+    return f"{what} failed: {exc.strerror or exc}"
