@@ -1,6 +1,7 @@
 """The REST API: ``create_app(settings)`` assembles it from the routers in ``server.routes``.
 
-Routes call the store and the core, never SQL.
+Routes call the store and the core, never SQL. The app does not migrate the database: the
+daemon does, once, before it serves (``ddpq.daemon.run``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ddpq.server.errors import ERRORS, HANDLERS
 from ddpq.server.faults import StorageFaults
 from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
 from ddpq.server.routes import devices, jobs, logs, meta
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
 
 # In this order in the OpenAPI document.
 ROUTERS = (meta.router, jobs.router, logs.router, devices.router)
@@ -26,7 +27,6 @@ ROUTERS = (meta.router, jobs.router, logs.router, devices.router)
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
-    migrate(settings.db_path)
     app.state.db = Database(settings.db_path)
     yield
     app.state.db.dispose()
