@@ -1,4 +1,4 @@
-"""The daemon about itself: health, who is asking, metrics, and the web page."""
+"""The daemon about itself: health, who is asking, the job states, metrics, and the web page."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, Response
+from pydantic import BaseModel, Field
 
 from ddpq import __version__
+from ddpq.core import states
+from ddpq.core.states import JobState
 from ddpq.server import metrics as prometheus
 from ddpq.server.deps import Auth, DatabaseDep, SettingsDep
 from ddpq.store import jobs as job_store
@@ -31,6 +34,34 @@ def healthz(db: DatabaseDep) -> dict[str, Any]:
 @router.get("/v1/whoami", tags=["meta"])
 def whoami(who: Auth, settings: SettingsDep) -> dict[str, Any]:
     return {"name": who.name, "admin": who.admin, "auth": settings.auth}
+
+
+class StatesOut(BaseModel):
+    """The job states and their groups, as ``ddpq.core.states`` defines them."""
+
+    states: list[JobState] = Field(
+        description="every state, in the order ddpq.core.states has them"
+    )
+    active: list[JobState] = Field(description="states in which a job holds leases")
+    waiting: list[JobState] = Field(description="states in which a job waits for the scheduler")
+    terminal: list[JobState] = Field(description="states a job never leaves")
+
+
+def _in_order(group: frozenset[JobState]) -> list[JobState]:
+    return [state for state in JobState if state in group]
+
+
+# No token, like /healthz: the names are the same for every caller and tell nothing about
+# anyone's jobs.
+@router.get("/v1/meta/states", response_model=StatesOut, tags=["meta"])
+def job_states() -> StatesOut:
+    """The job states, so a client (the web page) groups them as the daemon does."""
+    return StatesOut(
+        states=list(JobState),
+        active=_in_order(states.ACTIVE),
+        waiting=_in_order(states.WAITING),
+        terminal=_in_order(states.TERMINAL),
+    )
 
 
 # Public, no token, like most exporters: a Prometheus scraper has no ddpq account, and the
