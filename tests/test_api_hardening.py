@@ -1,7 +1,7 @@
 """The API at its door: what a careless or hostile client sends is refused with one clear 4xx.
 
-Most checks run the app in-process (FastAPI's TestClient, the real lifespan migrating a real
-database file); the ones about processes, the CLI or real storage faults run a daemon.
+Most checks run the app in-process (FastAPI's TestClient on a real, migrated database file:
+``tests.inprocess``); the ones about processes, the CLI or real storage faults run a daemon.
 """
 
 from __future__ import annotations
@@ -22,24 +22,16 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from ddpq.config import Settings
 from ddpq.schemas import CWD_PATTERN, NAME_PATTERN, NAME_RE, JobSubmit, derive_name
 from ddpq.server import paths
-from ddpq.server.app import create_app
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database
 from tests.helpers import Daemon, wait_done, wait_state
+from tests.inprocess import BASE, make_client
 
-BASE = "http://127.0.0.1:8765"
 INT64_MAX = 2**63 - 1
-
-
-def make_client(home: Path, **settings: Any) -> TestClient:
-    app = create_app(Settings(home=home, **settings))
-    # 500s as answers, not exceptions: several tests assert that there is none.
-    return TestClient(app, base_url=BASE, raise_server_exceptions=False)
 
 
 @pytest.fixture
@@ -50,7 +42,7 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def api(home: Path) -> Iterator[TestClient]:
     with make_client(home, fake_gpus=2) as c:
-        assert (home / "ddpq.db").exists()  # the lifespan migrated a real database
+        assert (home / "ddpq.db").exists()  # make_client migrated a real database
         with Database(home / "ddpq.db").write() as s:  # what the worker would report
             rows = [
                 device_store.DeviceRow(i, f"GPU-{i}", "fake", True, 1000, 0, False, [])

@@ -141,16 +141,16 @@ def test_serve_without_gpus_or_with_bad_flags_says_why(tmp_path: Path) -> None:
 
 
 def test_the_api_never_serves_a_link_in_place_of_a_log(tmp_path: Path) -> None:
-    from ddpq.server.app import _read
+    from ddpq.jobdir import read_range
 
     secret = tmp_path / "secret"
     secret.write_text("root-only")
     log = tmp_path / "output.log"
     log.symlink_to(secret)
-    assert _read(log, 0, 1024) == (b"", 0)
+    assert read_range(log, 0, 1024) == (b"", 0)
     log.unlink()
     log.write_text("hello")
-    assert _read(log, 0, 1024) == (b"hello", 5)
+    assert read_range(log, 0, 1024) == (b"hello", 5)
 
 
 def test_server_and_worker_as_two_processes(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ddpq.schemas import JobSubmit
@@ -70,6 +71,20 @@ def test_page_shows_queue_gpus_progress_and_log(daemon: Daemon, page: Page, tmp_
     page.goto(daemon.url)
     expect(page.locator("#gpus .gpu")).to_have_count(4)
     expect(page.locator('#gpus .gpu[data-status="free"]')).to_have_count(4)
+
+    # The page groups job states as the daemon does (GET /v1/meta/states), with no lists of
+    # its own: a held job is listed, as waiting.
+    served = httpx.get(daemon.url + "/v1/meta/states").json()
+    groups = page.evaluate(
+        "() => ({active: [...ui.states.active], waiting: [...ui.states.waiting],"
+        " terminal: [...ui.states.terminal]})"
+    )
+    assert groups == {g: served[g] for g in ("active", "waiting", "terminal")}
+    with daemon.client() as c:
+        held = c.submit(JobSubmit(command=["true"], hold=True, name="held"))
+    held_row = page.locator(f'#queue-body tr[data-job-id="{held.id}"]')
+    expect(held_row).to_have_attribute("data-state", "held")
+    expect(held_row.locator("td").nth(7)).to_contain_text("waiting")
 
     # The job prints, reports training progress the way the resnet18 workload does, and then
     # runs until the test says so (a file appears), so "running" lasts as long as the test needs.

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from ddpq.store.models import DeviceSnapshot
@@ -45,3 +45,8 @@ def replace_all(session: Session, rows: Sequence[DeviceRow], now: float) -> None
 
 def all_devices(session: Session) -> list[DeviceSnapshot]:
     return list(session.scalars(select(DeviceSnapshot).order_by(DeviceSnapshot.index)))
+
+
+def count(session: Session) -> int:
+    """How many GPUs the worker reported, without loading their rows."""
+    return session.scalar(select(func.count()).select_from(DeviceSnapshot)) or 0

@@ -9,12 +9,11 @@ const LOG_TAIL = 64 * 1024; // how much of a log to show when a job is opened
 const LOG_CHUNK = 256 * 1024; // the most one poll fetches
 const LOG_KEEP = 512 * 1024; // characters kept in the log pane, so a chatty job cannot bloat the tab
 const TOKEN_KEY = "ddpq.token";
-const LIVE = ["starting", "running", "queued", "held"];
-const TERMINAL = new Set(["succeeded", "failed", "cancelled", "timed_out"]);
 
 const $ = (id) => document.getElementById(id);
 
 const ui = {
+  states: null, // the daemon's job states and their groups, from loadStates()
   total: 0, // jobs in the database, from the last list response
   jobs: new Map(), // id -> JobOut, what the table shows now
   selected: null, // { id, offset, decoder, done } for the job whose log is open
@@ -128,12 +127,26 @@ function progressCell(job) {
 }
 
 function timeText(job) {
-  if (job.state === "queued" || job.state === "held") {
+  if (ui.states.waiting.has(job.state)) {
     return "waiting " + duration(secondsSince(job.submitted_at));
   }
   if (!job.started_at) return "";
   const end = job.ended_at ? Date.parse(job.ended_at) : undefined;
   return duration(secondsSince(job.started_at, end));
+}
+
+// ---------------------------------------------------------------- job states
+
+// Which states are active, waiting or ended is the daemon's to say (ddpq.core.states), so
+// the page keeps no list of its own that could drift from it.
+async function loadStates() {
+  const s = await getJson("/v1/meta/states");
+  return {
+    active: new Set(s.active),
+    waiting: new Set(s.waiting),
+    terminal: new Set(s.terminal),
+    live: [...s.active, ...s.waiting], // listed in full, however old
+  };
 }
 
 // ---------------------------------------------------------------- queue
@@ -142,7 +155,7 @@ function timeText(job) {
 // So: every live job, plus the newest RECENT jobs (by offset from the last known total).
 async function loadJobs() {
   const live = await getJson(
-    "/v1/jobs?limit=1000&" + LIVE.map((s) => "state=" + s).join("&"),
+    "/v1/jobs?limit=1000&" + ui.states.live.map((s) => "state=" + s).join("&"),
   );
   let recent = await getJson(`/v1/jobs?limit=${RECENT}&offset=${Math.max(0, ui.total - RECENT)}`);
   if (recent.total > ui.total) {
@@ -156,8 +169,8 @@ async function loadJobs() {
 }
 
 function rank(job) {
-  if (job.state === "running" || job.state === "starting") return 0;
-  if (job.state === "queued" || job.state === "held") return 1;
+  if (ui.states.active.has(job.state)) return 0;
+  if (ui.states.waiting.has(job.state)) return 1;
   return 2;
 }
 
@@ -311,8 +324,8 @@ async function pollLog() {
     sel.offset = Number(r.headers.get("X-Ddpq-Next-Offset") || sel.offset + data.length);
     // stream: a multi-byte character split across two polls decodes whole.
     if (data.length) appendLog(sel.decoder.decode(data, { stream: true }));
-    const state = r.headers.get("X-Ddpq-Job-State");
-    if (TERMINAL.has(state) && sel.offset >= size) sel.done = true; // nothing more will come
+    const ended = ui.states.terminal.has(r.headers.get("X-Ddpq-Job-State"));
+    if (ended && sel.offset >= size) sel.done = true; // nothing more will come
   } catch (e) {
     if (e instanceof HttpError && (e.status === 403 || e.status === 404)) {
       $("log").textContent = e.message;
@@ -384,6 +397,7 @@ async function tick() {
   try {
     // A hidden tab does not poll; it catches up at once when shown again.
     if (!document.hidden) {
+      if (!ui.states) ui.states = await loadStates(); // again at each tick until it answers
       const [jobs, devices] = await Promise.all([loadJobs(), getJson("/v1/devices")]);
       ui.jobs = jobs;
       renderQueue(jobs);

@@ -1,0 +1,1 @@
+"""The API's routes, one ``APIRouter`` per concern; ``create_app`` includes them in order."""

@@ -1,0 +1,47 @@
+"""The GPUs as the worker last reported them, with the job (and owner) leasing each."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from ddpq.core.states import JobState
+from ddpq.schemas import DeviceList, DeviceOut, GpuProcessOut
+from ddpq.server import views
+from ddpq.server.deps import Auth, DatabaseDep
+from ddpq.store import devices as device_store
+from ddpq.store import jobs as job_store
+from ddpq.store import leases as lease_store
+
+router = APIRouter(prefix="/v1/devices", tags=["devices"])
+
+
+@router.get("", response_model=DeviceList)
+def devices(_who: Auth, db: DatabaseDep) -> DeviceList:
+    with db.read() as s:
+        snapshot = device_store.all_devices(s)
+        live = lease_store.live(s)
+        owners = {
+            j.id: j.owner for j in job_store.jobs_in(s, [JobState.STARTING, JobState.RUNNING])
+        }
+    gpu_holder = {x.resource: x for x in live if x.kind == lease_store.GPU}
+    ports = {x.resource: x.job_id for x in live if x.kind == lease_store.PORT}
+    items = []
+    for d in snapshot:
+        lease = gpu_holder.get(d.index)
+        status = "leased" if lease else ("external" if d.external else "free")
+        items.append(
+            DeviceOut(
+                index=d.index,
+                uuid=views.servable(d.uuid),
+                name=views.servable(d.name),
+                fake=d.fake,
+                memory_total_mb=d.memory_total_mb,
+                memory_used_mb=d.memory_used_mb,
+                status=status,  # type: ignore[arg-type]
+                job_id=lease.job_id if lease else None,
+                owner=owners.get(lease.job_id) if lease else None,
+                since=views.ts(lease.acquired_at) if lease else None,
+                external_processes=[GpuProcessOut(**p) for p in d.external_processes],
+            )
+        )
+    return DeviceList(items=items, ports_leased=ports)

@@ -1,0 +1,176 @@
+"""Jobs: submit, list, show, and the three writes on one job (cancel, hold, release)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from ddpq import wake
+from ddpq.config import Settings
+from ddpq.core.states import TERMINAL, JobState
+from ddpq.schemas import (
+    USER_PRIORITY_MAX,
+    CancelResult,
+    JobDetail,
+    JobList,
+    JobOut,
+    JobSubmit,
+    derive_name,
+)
+from ddpq.server import paths, views
+from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, may_touch
+from ddpq.server.errors import CONFLICT, WRITE_ERRORS, ApiError
+from ddpq.server.params import JobId, Offset
+from ddpq.store import devices as device_store
+from ddpq.store import jobs as job_store
+from ddpq.store import users as user_store
+from ddpq.store.db import Database
+from ddpq.workloads.registry import BadWorkload, resolve
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201, response_model=JobOut, responses=WRITE_ERRORS)
+def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -> JobOut:
+    owner = who.name if settings.auth else (body.owner or who.name)
+    if body.priority > USER_PRIORITY_MAX and not who.admin:
+        raise ApiError(
+            403,
+            "forbidden",
+            f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
+        )
+    launcher = "torchrun" if body.torchrun else "plain"
+    command = body.command
+    if body.workload is not None:
+        try:
+            command = resolve(body.workload, body.args)
+        except BadWorkload as exc:
+            raise ApiError(422, "invalid", f"args: {exc}") from None
+        launcher = "torchrun"
+    if body.cwd is not None:
+        check_cwd(settings, db, body.cwd, owner)
+    cwd = body.cwd or str(settings.home)
+    name = body.name or derive_name(body.workload or command[0])
+    spec = job_store.NewJob(
+        name=name,
+        owner=owner,
+        command=command,
+        cwd=cwd,
+        gpus=body.gpus,
+        launcher=launcher,
+        env=body.env,
+        priority=body.priority,
+        time_limit_s=body.time_limit_s,
+        max_retries=body.retries,
+        after=tuple(body.after),
+        hold=body.hold,
+    )
+    with db.write() as s:
+        total = device_store.count(s)
+        if body.gpus > total:
+            raise ApiError(
+                422,
+                "invalid",
+                f"gpus: asked for {body.gpus} GPUs but this server has {total}",
+            )
+        job = job_store.create_job(s, spec, time.time())
+        out = views.jobs_out(s, [job])[0]
+    wake.nudge(settings.wake_socket)
+    return out
+
+
+def check_cwd(settings: Settings, db: Database, cwd: str, owner: str) -> None:
+    """Refuse a working directory the job could not enter, without revealing more.
+
+    A root daemon with --auth runs the job as its owner's mapped account, so it judges
+    the path as that account would (missing and out of reach read the same); without a
+    mapping the launch refuses the job anyway. Otherwise jobs run as the daemon's own
+    account (without --auth every caller is trusted with it), which the kernel asks.
+    """
+    if settings.auth and os.geteuid() == 0:
+        with db.read() as s:
+            mapped = user_store.unix_accounts(s, {owner}).get(owner)
+        account = paths.account(mapped) if mapped else None
+        if account is None:
+            return
+        ok = paths.can_enter(cwd, account)
+    else:
+        ok = paths.daemon_can_enter(cwd)
+    if not ok:
+        raise ApiError(422, "invalid", f"cwd: {cwd} is not a directory the job can enter")
+
+
+@router.get("", response_model=JobList)
+def list_jobs(
+    _who: Auth,
+    db: DatabaseDep,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    user: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Offset = 0,
+) -> JobList:
+    with db.read() as s:
+        rows, total = job_store.list_jobs(
+            s, states=state or [], owner=user, limit=limit, offset=offset
+        )
+        return JobList(items=views.jobs_out(s, rows), total=total, offset=offset, limit=limit)
+
+
+@router.get("/{job_id}", response_model=JobDetail)
+def show(job_id: JobId, _who: Auth, db: DatabaseDep) -> JobDetail:
+    with db.read() as s:
+        return views.job_detail(s, job_store.get_job(s, job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=CancelResult, responses=WRITE_ERRORS)
+def cancel(job_id: JobId, who: Auth, settings: SettingsDep, db: DatabaseDep) -> CancelResult:
+    """Cancel a job. One that has already ended stays as it is: 200 with its state and
+    a reason that says so (cancelling is idempotent)."""
+    with db.write() as s:
+        job = job_store.get_job(s, job_id)
+        may_touch(who, job.owner, job_id)
+        if job.state in TERMINAL:
+            # Checked first: an ended job may still carry the stop request that ended
+            # it (a time limit, an earlier cancel), which is no news now.
+            why = f"already {job.state}" + (f": {job.reason}" if job.reason else "")
+            return CancelResult(
+                id=job.id,
+                state=job.state,
+                reason=views.servable(why),
+            )
+        job_store.cancel(s, job, time.time())
+        result = CancelResult(
+            id=job.id,
+            state=job.state,
+            reason="stopping (SIGTERM sent, SIGKILL after the grace period)"
+            if job.stop_request
+            else views.servable(job.reason),
+        )
+    wake.nudge(settings.wake_socket)
+    return result
+
+
+@router.post("/{job_id}/hold", response_model=JobOut, responses={**CONFLICT, **WRITE_ERRORS})
+def hold(job_id: JobId, who: Auth, settings: SettingsDep, db: DatabaseDep) -> JobOut:
+    return set_hold(settings, db, job_id, who, True)
+
+
+@router.post("/{job_id}/release", response_model=JobOut, responses={**CONFLICT, **WRITE_ERRORS})
+def release(job_id: JobId, who: Auth, settings: SettingsDep, db: DatabaseDep) -> JobOut:
+    return set_hold(settings, db, job_id, who, False)
+
+
+def set_hold(settings: Settings, db: Database, job_id: int, who: Caller, hold: bool) -> JobOut:
+    with db.write() as s:
+        job = job_store.get_job(s, job_id)
+        may_touch(who, job.owner, job_id)
+        try:
+            job_store.set_hold(s, job, hold, time.time())
+        except ValueError as exc:
+            raise ApiError(409, "conflict", str(exc)) from None
+        out = views.jobs_out(s, [job])[0]
+    wake.nudge(settings.wake_socket)
+    return out

@@ -1,0 +1,78 @@
+"""The daemon about itself: health, who is asking, the job states, metrics, and the web page."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, Response
+from pydantic import BaseModel, Field
+
+from ddpq import __version__
+from ddpq.core import states
+from ddpq.core.states import JobState
+from ddpq.server import metrics as prometheus
+from ddpq.server.deps import Auth, DatabaseDep, SettingsDep
+from ddpq.store import jobs as job_store
+
+router = APIRouter()
+
+# The page's script and style sheet. create_app mounts them at /static: FastAPI before
+# 0.137 drops a router's mounts when it includes the router.
+STATIC = Path(__file__).parent.parent / "static"
+
+
+@router.get("/healthz", tags=["meta"])
+def healthz(db: DatabaseDep) -> dict[str, Any]:
+    with db.read() as s:
+        counts = job_store.count_by_state(s)
+    return {"ok": True, "version": __version__, "jobs": counts}
+
+
+@router.get("/v1/whoami", tags=["meta"])
+def whoami(who: Auth, settings: SettingsDep) -> dict[str, Any]:
+    return {"name": who.name, "admin": who.admin, "auth": settings.auth}
+
+
+class StatesOut(BaseModel):
+    """The job states and their groups, as ``ddpq.core.states`` defines them."""
+
+    states: list[JobState] = Field(
+        description="every state, in the order ddpq.core.states has them"
+    )
+    active: list[JobState] = Field(description="states in which a job holds leases")
+    waiting: list[JobState] = Field(description="states in which a job waits for the scheduler")
+    terminal: list[JobState] = Field(description="states a job never leaves")
+
+
+def _in_order(group: frozenset[JobState]) -> list[JobState]:
+    return [state for state in JobState if state in group]
+
+
+# No token, like /healthz: the names are the same for every caller and tell nothing about
+# anyone's jobs.
+@router.get("/v1/meta/states", response_model=StatesOut, tags=["meta"])
+def job_states() -> StatesOut:
+    """The job states, so a client (the web page) groups them as the daemon does."""
+    return StatesOut(
+        states=list(JobState),
+        active=_in_order(states.ACTIVE),
+        waiting=_in_order(states.WAITING),
+        terminal=_in_order(states.TERMINAL),
+    )
+
+
+# Public, no token, like most exporters: a Prometheus scraper has no ddpq account, and the
+# counts here name no user, job or command.
+@router.get("/metrics", include_in_schema=False)
+def metrics(db: DatabaseDep) -> Response:
+    with db.read() as s:
+        body, content_type = prometheus.render(s, time.time())
+    return Response(body, media_type=content_type)
+
+
+@router.get("/", include_in_schema=False)
+def index() -> FileResponse:
+    return FileResponse(STATIC / "index.html", media_type="text/html")

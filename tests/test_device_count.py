@@ -1,0 +1,44 @@
+"""``store.devices.count``: how many GPUs the worker reported, which bounds a submission."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ddpq.store import devices as device_store
+from ddpq.store.db import Database, migrate
+from tests.inprocess import make_client
+
+
+def rows(n: int) -> list[device_store.DeviceRow]:
+    return [
+        device_store.DeviceRow(i, f"GPU-{i}", "fake", True, 1000, 0, False, []) for i in range(n)
+    ]
+
+
+def test_count_follows_the_reported_devices(tmp_path: Path) -> None:
+    migrate(tmp_path / "ddpq.db")
+    db = Database(tmp_path / "ddpq.db")
+    try:
+        with db.read() as s:
+            assert device_store.count(s) == 0
+        for n in (3, 1, 0):
+            with db.write() as s:
+                device_store.replace_all(s, rows(n), time.time())
+            with db.read() as s:
+                assert device_store.count(s) == n == len(device_store.all_devices(s))
+    finally:
+        db.dispose()
+
+
+def test_a_job_may_ask_for_at_most_every_gpu(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with make_client(home) as c:
+        db = Database(home / "ddpq.db")
+        with db.write() as s:
+            device_store.replace_all(s, rows(2), time.time())
+        db.dispose()
+        r = c.post("/v1/jobs", json={"command": ["true"], "gpus": 3, "hold": True})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"] == "gpus: asked for 3 GPUs but this server has 2"
+        assert c.post("/v1/jobs", json={"command": ["true"], "gpus": 2, "hold": True}).is_success
