@@ -25,6 +25,8 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     # A test must not leave jobs running: stop them through a last daemon if any remain.
     _kill_leftover_shims(tmp_path)
     for d in started:
+        _kill_recorded_shims(d.home)
+    for d in started:
         _remove_job_cgroups(d.home)
 
 
@@ -41,6 +43,32 @@ def _remove_job_cgroups(home: Path) -> None:
         for job in tree.glob("job-*"):
             cgroups.destroy(job, timeout=5)
         cgroups.remove(tree)
+
+
+def _kill_recorded_shims(home: Path) -> None:
+    """Kill the shims the daemon's attempts record (those the fork server started have the
+    server's command line and environment, so only their handles name them)."""
+    import contextlib
+    import os
+    import signal
+    import sqlite3
+
+    from ddpq.executors.local import procs
+
+    try:
+        with contextlib.closing(sqlite3.connect(home / "ddpq.db")) as db:
+            handles = [h for (h,) in db.execute("SELECT handle FROM attempts WHERE handle")]
+    except sqlite3.Error:
+        return
+    for handle in handles:
+        pid, _, ticks = str(handle).partition(":")
+        if (
+            pid.isdigit()
+            and ticks.isdigit()
+            and procs.is_alive(procs.Identity(int(pid), int(ticks)))
+        ):
+            with contextlib.suppress(OSError):
+                os.killpg(int(pid), signal.SIGKILL)
 
 
 def _kill_leftover_shims(root: Path) -> None:

@@ -16,6 +16,7 @@ from typing import TypeVar
 import httpx
 
 from ddpq.client.api import DdpqClient
+from ddpq.executors.local import procs
 from ddpq.schemas import JobDetail
 
 T = TypeVar("T")
@@ -141,16 +142,20 @@ def wait_state(client: DdpqClient, job_id: int, state: str, timeout: float = 30.
     )
 
 
-def lose_shim_while_down(d: Daemon, job_dir: str) -> DdpqClient:
+def shim_of(job: JobDetail) -> procs.Identity:
+    """The shim of the job's latest attempt, from the handle the local executor gave it."""
+    handle = job.attempts[-1].handle if job.attempts else None
+    assert handle is not None and job.attempts[-1].executor == "local", job.attempts
+    pid, _, ticks = handle.partition(":")
+    return procs.Identity(int(pid), int(ticks))
+
+
+def lose_shim_while_down(d: Daemon, job: JobDetail) -> DdpqClient:
     """kill -9 the daemon, then the job's shim (so no exit record is ever written),
     restart the daemon and return a client of it: the job must come back as `lost`."""
-    import signal as _signal
-
-    from ddpq.executors.local import procs
-
     d.kill9()
-    shim = procs.find_shim(job_dir)
-    assert shim is not None
-    os.kill(shim, _signal.SIGKILL)
+    shim = shim_of(job)
+    assert procs.is_alive(shim)
+    os.kill(shim.pid, signal.SIGKILL)
     d.start()
     return d.client()

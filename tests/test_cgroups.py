@@ -360,7 +360,7 @@ def test_a_lost_job_is_cleaned_up_by_its_cgroup_after_a_restart(
         running = wait_state(c, job.id, "running")
         wait_for(lambda: with_token(tok), what="the escaped sleep")
         assert running.job_dir is not None
-        c = lose_shim_while_down(d, running.job_dir)
+        c = lose_shim_while_down(d, running)
         done = wait_done(c, job.id)
         assert done.state == "failed" and "lost" in done.reason
         assert with_token(tok) == []
@@ -491,12 +491,18 @@ def test_a_shim_whose_worker_dies_before_its_word_never_starts_the_job(tmp_path:
     gate_r, gate_w = os.pipe()
     folder = JobDir(tmp_path)
     argv = [*shim_argv(sys.executable, folder, "/", 1.0, 1 << 20), "touch", str(ran)]
-    proc = subprocess.Popen(gated(argv, gate_r, None), pass_fds=(gate_r,), start_new_session=True)
+    proc = subprocess.Popen(
+        gated(argv, gate_r, None),
+        pass_fds=(gate_r,),
+        start_new_session=True,
+        env={**os.environ, "DDPQ_ATTEMPT": "7"},
+    )
     os.close(gate_r)
     os.close(gate_w)  # as if the worker died: no word
     assert proc.wait(30) == 3
-    # No record: after a restart the attempt reads as never started, and is requeued.
-    assert not ran.exists() and not folder.exit_record.exists()
+    # Its record says nothing ran: a restarted worker puts the job back in the queue.
+    record = folder.read_exit_record(7)
+    assert not ran.exists() and record is not None and not record.launched
 
 
 def test_fenced_gpus_are_renumbered_as_cuda_sees_them(monkeypatch: pytest.MonkeyPatch) -> None:

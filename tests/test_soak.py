@@ -84,15 +84,15 @@ def soak(make_daemon: Callable[..., Daemon], tmp_path: Path, n_jobs: int, kills:
                 assert a["port"] != b["port"], (a, b)
     devices = c.devices()
     assert all(g.status == "free" for g in devices.items) and devices.ports_leased == {}
+    # No shim of any attempt outlives its job.
     shims = [
-        p
-        for p in procs.all_pids()
-        if (x := procs.stat(p))
-        and x.state != "Z"
-        and b"shim.py" in Path(f"/proc/{p}/cmdline").read_bytes()
-        and str(d.home).encode() in Path(f"/proc/{p}/cmdline").read_bytes()
+        procs.Identity(int(pid), int(ticks))
+        for job_id in jobs
+        for a in c.show(job_id).attempts
+        if a.handle and a.handle != "gone"  # "gone": it had ended before it was re-adopted
+        for pid, _, ticks in [a.handle.partition(":")]
     ]
-    assert shims == []
+    assert shims and not [s for s in shims if procs.is_alive(s)]
 
 
 @pytest.mark.timeout(900)

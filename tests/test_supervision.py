@@ -12,7 +12,14 @@ from pathlib import Path
 
 from ddpq.executors.local import procs
 from ddpq.schemas import JobSubmit
-from tests.helpers import Daemon, lose_shim_while_down, wait_done, wait_for, wait_state
+from tests.helpers import (
+    Daemon,
+    lose_shim_while_down,
+    shim_of,
+    wait_done,
+    wait_for,
+    wait_state,
+)
 
 JOBS = Path(__file__).parent / "jobs"
 
@@ -132,7 +139,7 @@ def test_a_job_whose_shim_vanished_is_lost_and_its_processes_killed(
     running = wait_state(c, job.id, "running")
     assert running.job_dir is not None
     pids = job_pids(running.job_dir)
-    c = lose_shim_while_down(d, running.job_dir)
+    c = lose_shim_while_down(d, running)
     done = wait_done(c, job.id)
     assert done.state == "failed" and "lost" in done.reason
     # All of the job's processes, even the one that escaped its session, are killed
@@ -147,9 +154,7 @@ def test_a_reused_pid_is_not_mistaken_for_the_job(make_daemon: Callable[..., Dae
     job = c.submit(JobSubmit(command=["sleep", "30"], gpus=1))
     running = wait_state(c, job.id, "running")
     d.kill9()
-    assert running.job_dir is not None
-    shim = procs.find_shim(running.job_dir)
-    assert shim is not None
+    shim = shim_of(running).pid
     os.killpg(shim, signal.SIGKILL)
     # Pretend the job's PID was reused by an unrelated process: point the record at one.
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
@@ -214,12 +219,12 @@ def test_sigterm_leaves_jobs_running_and_stop_jobs_stops_them(
     job = c.submit(JobSubmit(command=["sleep", "30"]))
     running = wait_state(c, job.id, "running")
     assert d.stop() == 0
-    assert running.job_dir is not None and procs.find_shim(running.job_dir) is not None
+    assert procs.is_alive(shim_of(running))
     d.args += ["--stop-jobs"]
     d.start()
     assert d.client().show(job.id).state == "running"
     assert d.stop() == 0
-    assert procs.find_shim(running.job_dir) is None
+    assert not procs.is_alive(shim_of(running))
     with sqlite3.connect(d.home / "ddpq.db") as db:
         (state,) = db.execute("SELECT state FROM jobs WHERE id = ?", (job.id,)).fetchone()
     assert state == "cancelled"

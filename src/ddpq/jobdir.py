@@ -133,7 +133,8 @@ def read_exit_record(job_dir: Path, attempt: int) -> ExitRecord | None:
     record of the wrong shape counts as none (the job is then lost), never as a crash
     of the worker.
     """
-    raw = read_regular(job_dir / EXIT_RECORD, EXIT_RECORD_MAX).decode(errors="replace")
+    # The shim pads its record with blanks (it writes over space reserved at its start).
+    raw = read_regular(job_dir / EXIT_RECORD, EXIT_RECORD_MAX).decode(errors="replace").strip()
     if not raw or nesting_depth(raw) > 2:  # the shim writes one flat object
         return None
     try:
@@ -149,13 +150,15 @@ def read_exit_record(job_dir: Path, attempt: int) -> ExitRecord | None:
     times = [v for v in (started, ended) if isinstance(v, int | float) and not isinstance(v, bool)]
     if len(times) != 2 or (error is not None and not isinstance(error, str)):
         return None
+    launched = data.get("launched", True)
+    if not isinstance(launched, bool):
+        return None
     if not all(math.isfinite(t) for t in times) or not all(
         v is None or abs(v) < 2**31 for v in (code, sig)
     ):
         return None
-    return ExitRecord(
-        code, sig, float(times[0]), float(times[1]), clean_text(error, 500) if error else None
-    )
+    text = clean_text(error, 500) if error else None
+    return ExitRecord(code, sig, float(times[0]), float(times[1]), text, launched)
 
 
 def read_progress(job_dir: Path) -> dict[str, Any] | None:

@@ -218,6 +218,11 @@ class AttemptOut(BaseModel):
     exit_signal: int | None
     state: JobState | None
     reason: str
+    executor: str | None = Field(default=None, description="where the attempt ran, e.g. local")
+    handle: str | None = Field(
+        default=None,
+        description="the executor's name for the attempt (local: the shim's PID:start time)",
+    )
 
 
 class JobOut(BaseModel):

@@ -7,7 +7,7 @@ proving that real shims, sessions and cgroups behave as the fake says they do.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -49,7 +49,7 @@ def test_a_job_is_leased_started_and_finished(rig: Rig) -> None:
     view = rig.job(job)
     assert view.state is S and view.reason == "exit code 0"
     assert (view.gpus, view.port) == ([], None)  # leases released
-    assert view.attempts == [(1, S, "exit code 0", None)]  # the handle goes with the attempt
+    assert view.attempts == [(1, S, "exit code 0", launched_handle(rig, job))]  # kept
     assert [e[1] for e in view.events] == [Q, JobState.STARTING, R, S]
 
 
@@ -300,3 +300,42 @@ def test_progress_is_read_from_the_job_folder_and_written_when_it_changes(rig: R
     rig.clock.advance(1.0)
     rig.step()
     assert rig.job(job).progress == {"epoch": 2}  # the newest line, flattened
+
+
+def test_nothing_runs_before_its_handle_is_stored(rig: Rig) -> None:
+    """A restarted worker must find whatever runs: the executor lets an attempt go only
+    once the store holds its handle."""
+    seen: list[str | None] = []
+
+    class Checking(FakeExecutor):
+        def proceed(self, job_ids: Sequence[int]) -> None:
+            seen.extend(rig.job(i).attempts[-1][3] for i in job_ids)
+            super().proceed(job_ids)
+
+    rig.worker.executor = Checking(rig.host)
+    job = rig.submit()
+    rig.step()
+    assert seen == [launched_handle(rig, job)] and rig.host.attempt_of(job).proceeded
+
+
+def test_an_attempt_whose_handle_cannot_be_stored_never_runs_and_is_requeued(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = attempt_store.mark_running_many
+    calls = []
+
+    def failing_once(*args: object, **kw: object) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(attempt_store, "mark_running_many", failing_once)
+    job = rig.submit()
+    rig.step()  # the scheduling phase fails; the worker goes on
+    first = rig.host.attempt_of(job)
+    assert not first.proceeded and first.record is not None and not first.record.launched
+    rig.step()  # the abandoned attempt is recorded as never run, and the job starts again
+    view = rig.job(job)
+    assert view.state is R and view.attempt == 2 and rig.host.attempt_of(job).proceeded
+    assert view.attempts[0][1:3] == (Q, "launch interrupted before the job started")

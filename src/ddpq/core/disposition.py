@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from ddpq.core.rules import ExitRecord, StopRequest, outcome_of, retry_backoff_s, should_retry
 from ddpq.core.states import TERMINAL, JobState
 
+INTERRUPTED = "launch interrupted before the job started"
+
 
 @dataclass(frozen=True)
 class JobFacts:
@@ -54,6 +56,13 @@ def after_exit(
     is asked only for a plain failure with port requeues left, since answering it means
     reading the job's log.
     """
+    if not record.launched:
+        # Nothing ran: not a failure and no retry used, just a launch to do again, unless
+        # the job was cancelled meanwhile (a restart never undoes a cancel).
+        if job.stop is StopRequest.CANCEL:
+            why = "cancelled before it started"
+            return Disposition(JobState.CANCELLED, why, JobState.CANCELLED, why)
+        return Disposition(JobState.QUEUED, INTERRUPTED, JobState.QUEUED, INTERRUPTED)
     outcome = outcome_of(record, job.stop, grace_s)
     failed = outcome.state is JobState.FAILED
     if failed and job.port_retries < max_port_retries and port_clash():

@@ -25,6 +25,9 @@ class ExitRecord:
     started_at: float
     ended_at: float
     error: str | None = None
+    # False: the shim never started the job (its worker went away first), so the attempt
+    # did not run at all and the job goes back to the queue as it was.
+    launched: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """The seam between the worker's decisions and where a job's processes run.
 
 The worker decides: what starts, when a job must stop, what an ended attempt means.
-An executor runs: it starts an attempt, reports the attempts whose processes are all
-gone, stops one (a signal now, a kill once its grace period is over), and finds its
-attempts again after the worker restarts, from the handle it gave for each. The store
-keeps that handle per attempt; the planner never knows which executor runs a job.
+An executor runs: it starts an attempt (held until the worker has stored its handle,
+then let go), reports the attempts whose processes are all gone, stops one (a signal
+now, a kill once its grace period is over), and finds its attempts again after the
+worker restarts, from the handle it gave for each. The store keeps that handle per
+attempt; the planner never knows which executor runs a job.
 
 Executors never touch the database: what they know comes in as a ``Launch`` and goes
 out as handles and ``Ended`` records.
@@ -65,7 +66,18 @@ class Executor(Protocol):
         ...
 
     def start(self, launch: Launch) -> str:
-        """Start the attempt and return its handle; raise LaunchFailed if it cannot."""
+        """Make the attempt ready to run and return its handle; raise LaunchFailed if it
+        cannot. Nothing of the job runs until ``proceed``: the worker first stores the
+        handle, so that whatever runs can always be found again after a crash."""
+        ...
+
+    def proceed(self, job_ids: Sequence[int]) -> None:
+        """Let these started attempts run their jobs (their handles are stored now)."""
+        ...
+
+    def abandon(self, job_ids: Sequence[int]) -> None:
+        """Give up these started attempts without running them (their handles could not be
+        stored); each is reported by ``ended`` with a record that says nothing ran."""
         ...
 
     def adopt(self, job_id: int, attempt: int, job_dir: Path, handle: str | None) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from ddpq.executors.base import LOST, Ended, Launch, LaunchFailed
 class FakeAttempt:
     launch: Launch
     handle: str
+    proceeded: bool = False  # let run by the worker (its handle stored)
     record: ExitRecord | None = None  # set once it has ended
     stops: int = 0  # how often the worker asked it to stop
 
@@ -85,6 +86,16 @@ class FakeExecutor:
         self.host.attempts[handle] = FakeAttempt(launch, handle)
         self.watched[launch.job_id] = handle
         return handle
+
+    def proceed(self, job_ids: Sequence[int]) -> None:
+        for job_id in job_ids:
+            self.host.attempts[self.watched[job_id]].proceeded = True
+
+    def abandon(self, job_ids: Sequence[int]) -> None:
+        for job_id in job_ids:
+            attempt = self.host.attempts[self.watched[job_id]]
+            at = self.host.clock()
+            attempt.record = ExitRecord(None, None, at, at, "abandoned", launched=False)
 
     def adopt(self, job_id: int, attempt: int, job_dir: Path, handle: str | None) -> str | None:
         found = self.host.attempts.get(handle) if handle is not None else None

@@ -100,6 +100,8 @@ def job_detail(session: Session, job: Job) -> JobDetail:
                 exit_signal=a.exit_signal,
                 state=a.state,
                 reason=servable(a.reason),
+                executor=a.executor,
+                handle=a.handle,
             )
             for a in job_store.attempts_of(session, job.id)
         ],

@@ -174,6 +174,35 @@ def mark_running(
     return True
 
 
+def mark_running_many(
+    session: Session, started: Sequence[tuple[int, str]], executor: str, reason: str, now: float
+) -> None:
+    """``mark_running`` for a whole pass's launches, in three statements: ``started`` holds
+    (job id, handle) pairs of jobs this worker has just moved to starting."""
+    if not started:
+        return
+    conn = session.connection()
+    ids = [job_id for job_id, _ in started]
+    result = conn.execute(
+        update(_jobs)
+        .where(_jobs.c.id == bindparam("b_id"), _jobs.c.state == JobState.STARTING)
+        .values(state=JobState.RUNNING, reason=reason),
+        [{"b_id": i} for i in ids],
+    )
+    if result.rowcount != len(ids):  # nothing else moves a starting job: a bug, say so
+        raise RuntimeError(f"of jobs {ids}, only {result.rowcount} were still starting")
+    current = select(_jobs.c.attempt).where(_jobs.c.id == bindparam("b_id")).scalar_subquery()
+    conn.execute(
+        update(_attempts)
+        .where(_attempts.c.job_id == bindparam("b_id"), _attempts.c.number == current)
+        .values(executor=executor, handle=bindparam("h")),
+        [{"b_id": i, "h": h} for i, h in started],
+    )
+    _events_insert(
+        session, [_event(i, JobState.STARTING, JobState.RUNNING, reason, now) for i in ids]
+    )
+
+
 def set_handle(session: Session, job_id: int, executor: str, handle: str) -> None:
     """Record how the executor finds the job's current attempt again (after a restart)."""
     current = select(_jobs.c.attempt).where(_jobs.c.id == job_id).scalar_subquery()
@@ -276,7 +305,6 @@ def record_exit(
             exit_signal=record.signal,
             state=disposition.attempt_state,
             reason=disposition.attempt_reason,
-            handle=None,
         )
     )
     lease_store.release(session, job_id, now)

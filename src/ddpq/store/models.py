@@ -118,7 +118,7 @@ class Attempt(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     # Which executor ran the attempt, and its handle for it (the local one: the shim's
     # "pid:start ticks"; Slurm: the job id): what finds the attempt again after a restart.
-    # No handle while the launch is under way, and none once the attempt has ended.
+    # None until the launch has got that far; kept once the attempt has ended, for history.
     executor: Mapped[str | None] = mapped_column(String(16), nullable=True)
     handle: Mapped[str | None] = mapped_column(Text, nullable=True)
 

@@ -259,11 +259,17 @@ class Worker:
                 continue
             self._running[job.job_id] = JobDir(launch.job_dir)
         now = self.clock()
-        with self.db.write() as s:
-            for job_id, handle in started:
-                attempt_store.mark_running(s, job_id, self.executor.name, handle, "started", now)
-            for job_id, reason in failed:
-                attempt_store.end_unlaunched(s, job_id, JobState.FAILED, reason, now)
+        try:
+            with self.db.write() as s:
+                attempt_store.mark_running_many(s, started, self.executor.name, "started", now)
+                for job_id, reason in failed:
+                    attempt_store.end_unlaunched(s, job_id, JobState.FAILED, reason, now)
+        except BaseException:
+            # Their handles are not stored, so nothing of them may run: each is reported
+            # ended as never launched, and requeued once the database works again.
+            self.executor.abandon([job_id for job_id, _ in started])
+            raise
+        self.executor.proceed([job_id for job_id, _ in started])
 
     def _read_progress(self) -> None:
         """The newest progress line of every running job, written when it changed."""

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from ddpq.core.rules import ExitRecord
 from ddpq.executors.base import LOST, Ended, Launch
 from ddpq.executors.contract import threads_per_rank
 from ddpq.executors.local import cgroups, gpu_fence, procs
-from ddpq.executors.local.spawn import Spawner
+from ddpq.executors.local.spawn import Spawned, Spawner, abandon, let_run
 from ddpq.jobdir import JobDir
 
 log = logging.getLogger("ddpq.executor")
@@ -61,6 +62,7 @@ class LocalExecutor:
     def __init__(self, settings: Settings, gpu_count: int) -> None:
         self.settings = settings
         self._watched: dict[int, Watched] = {}
+        self._held: dict[int, Spawned] = {}  # started, waiting for proceed()
         self._warned: set[str] = set()
         self.tracking = self._detect_tracking()
         omp = threads_per_rank(os.cpu_count() or 1, gpu_count)
@@ -87,7 +89,7 @@ class LocalExecutor:
             log.warning("%s", message)
 
     def describe(self) -> str:
-        return self.tracking.describe()
+        return f"{self.tracking.describe()}; {self._spawner.describe()}"
 
     # ---- start, adopt --------------------------------------------------------------
 
@@ -95,7 +97,20 @@ class LocalExecutor:
         spawned = self._spawner.spawn(launch)
         self._watch(launch.job_id, spawned.ident, JobDir(launch.job_dir), launch.attempt)
         self._watched[launch.job_id].child = spawned.child
+        self._held[launch.job_id] = spawned
         return handle_of(spawned.ident)
+
+    def proceed(self, job_ids: Sequence[int]) -> None:
+        for job_id in job_ids:
+            held = self._held.pop(job_id, None)
+            if held is not None:
+                let_run(held)
+
+    def abandon(self, job_ids: Sequence[int]) -> None:
+        for job_id in job_ids:
+            held = self._held.pop(job_id, None)
+            if held is not None:
+                abandon(held)
 
     def adopt(self, job_id: int, attempt: int, job_dir: Path, handle: str | None) -> str | None:
         folder = JobDir(job_dir)
@@ -226,6 +241,8 @@ class LocalExecutor:
         return [w.fd for w in self._watched.values() if w.fd is not None]
 
     def close(self) -> None:
+        self.abandon(list(self._held))
+        self._spawner.close()
         for w in self._watched.values():
             if w.fd is not None:
                 os.close(w.fd)

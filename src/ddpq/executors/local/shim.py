@@ -50,6 +50,12 @@ else:
     )
 
 PR_SET_CHILD_SUBREAPER = 36
+NOT_LAUNCHED: dict[str, object] = {
+    "exit_code": None,
+    "signal": None,
+    "error": "the worker went away before the job started",
+    "launched": False,
+}
 
 
 class Options:
@@ -274,7 +280,14 @@ def main(argv: list[str]) -> int:
     gate, cgroup, argv = take_gate(argv)
     opts = parse_args(argv)
     if gate >= 0 and not wait_for_worker(gate, cgroup):
+        # The worker stored this attempt's handle, or died before it could: either way a
+        # record that says nothing ran lets the next worker put the job back in the queue.
         sys.stderr.write("ddpq shim: the worker went away before the job started\n")
+        now = time.time()
+        try:  # contextlib would cost 3 ms of imports on every job's start path
+            write_record(opts.record, {**NOT_LAUNCHED, "started_at": now, "ended_at": now})
+        except OSError:
+            pass
         return 3
     record_path, grace, cap, cmd = opts.record, opts.grace, opts.cap, opts.cmd
     if os.getsid(0) != os.getpid():
@@ -330,7 +343,16 @@ def main(argv: list[str]) -> int:
     if pid == 0:  # the job
         try:
             os.setpgid(0, 0)
-            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            # Python ignores SIGPIPE and SIGXFSZ for itself; an ignored signal stays
+            # ignored across exec, and `yes | head` in a job would then never end.
+            for s in (
+                signal.SIGTERM,
+                signal.SIGINT,
+                signal.SIGHUP,
+                signal.SIGCHLD,
+                signal.SIGPIPE,
+                signal.SIGXFSZ,
+            ):
                 signal.signal(s, signal.SIG_DFL)
             signal.set_wakeup_fd(-1)
             null = os.open(os.devnull, os.O_RDONLY)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header
@@ -23,30 +24,34 @@ from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_argv, job_env
 from ddpq.executors.local import cgroups, gpu_fence, procs
+from ddpq.executors.local.forkclient import ForkServer, ForkServerUnavailable
 from ddpq.jobdir import JobDir, open_for_append
 
 SHIM = Path(__file__).with_name("shim.py")
+SPAWN_ENV = "DDPQ_SPAWN"  # fork (the fork server, the default) | exec
 # The daemon itself runs with umask 077; a job gets the usual one. Its folder is 0700,
 # so what it writes there stays private all the same.
 JOB_UMASK = 0o022
 
 Warn = Callable[[str, str], None]  # (what, message): the executor logs each "what" once
+# A shim's PID, its Popen if we are its parent, and whether it is in its cgroup.
+Started = tuple[int, subprocess.Popen[bytes] | None, bool]
 
 
 @dataclass(frozen=True)
 class Spawned:
-    child: subprocess.Popen[bytes]
+    """A shim waiting at its gate: ``word`` written to ``gate`` lets it start the job."""
+
     ident: procs.Identity
+    gate: int
+    word: bytes
+    child: subprocess.Popen[bytes] | None  # ours to reap (the exec path), else the server's
 
 
-def shim_argv(python: str, folder: JobDir, cwd: str, grace_s: float, log_cap: int) -> list[str]:
-    """The shim's command line up to ``--``; every flag is required (the daemon's settings
-    are the one place their values come from). -S: no site-packages, so the shim starts in
-    ~10 ms; it needs only the standard library."""
+def shim_args(folder: JobDir, cwd: str, grace_s: float, log_cap: int) -> list[str]:
+    """The shim's flags, up to and with ``--``; every one is required (the daemon's settings
+    are the one place their values come from)."""
     return [
-        python,
-        "-S",
-        str(SHIM),
         "--job-dir",
         str(folder.path),
         "--log",
@@ -61,6 +66,12 @@ def shim_argv(python: str, folder: JobDir, cwd: str, grace_s: float, log_cap: in
         str(log_cap),
         "--",
     ]
+
+
+def shim_argv(python: str, folder: JobDir, cwd: str, grace_s: float, log_cap: int) -> list[str]:
+    """``python -S shim.py`` and its flags: -S, no site-packages, so the shim starts in
+    ~10 ms (it needs only the standard library)."""
+    return [python, "-S", str(SHIM), *shim_args(folder, cwd, grace_s, log_cap)]
 
 
 def gated(shim: list[str], gate: int, cgroup: Path | None) -> list[str]:
@@ -85,7 +96,8 @@ def launch_error(exc: BaseException) -> str:
 
 
 class Spawner:
-    """Starts shims for one worker: the settings, cgroup tree and thread count it uses."""
+    """Starts shims for one worker: through the fork server, or by exec where that fails
+    (``DDPQ_SPAWN=exec`` asks for the exec path)."""
 
     def __init__(
         self, settings: Settings, tracking: cgroups.Tracking, omp_threads: int, warn: Warn
@@ -94,6 +106,17 @@ class Spawner:
         self.tracking = tracking
         self.omp_threads = omp_threads
         self.warn = warn
+        wanted = os.environ.get(SPAWN_ENV, "fork").strip().lower()
+        self.forkserver: ForkServer | None = (
+            ForkServer(settings.python) if wanted != "exec" else None
+        )
+
+    def describe(self) -> str:
+        return "shims forked by a fork server" if self.forkserver else "shims started by exec"
+
+    def close(self) -> None:
+        if self.forkserver is not None:
+            self.forkserver.close()
 
     def spawn(self, launch: Launch) -> Spawned:
         try:
@@ -118,29 +141,18 @@ class Spawner:
             when = time.strftime("%Y-%m-%d %H:%M:%S")
             out.write(attempt_header(when, launch.gpus, launch.port).encode())
         cgroup = self._new_cgroup(launch)
-        argv = shim_argv(cfg.python, folder, launch.cwd, cfg.grace_s, cfg.log_cap_bytes)
-        argv += job_argv(launch, cfg.python)
-        # The shim waits on this pipe before it starts the job, so the job is in its
-        # cgroup (and fenced to its GPUs) before it can fork anything.
+        args = shim_args(folder, launch.cwd, cfg.grace_s, cfg.log_cap_bytes)
+        args += job_argv(launch, cfg.python)
+        # The shim waits on this pipe before it starts the job: until the worker has stored
+        # its handle (so a restarted worker finds it), and until it is in its cgroup and
+        # fenced to its GPUs (so nothing of the job starts outside).
         gate_r, gate_w = os.pipe()
         try:
             with open_for_append(folder.shim_errors, owner) as err:
-                child = subprocess.Popen(
-                    gated(argv, gate_r, cgroup),
-                    # No cwd here: the shim enters it once it runs as the job's account.
-                    cwd="/",
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,
-                    close_fds=True,
-                    pass_fds=(gate_r,),
-                    umask=JOB_UMASK,
-                    user=account.uid if account and switch else None,
-                    group=account.gid if account and switch else None,
-                    extra_groups=[] if account and switch else None,
-                )
+                ids = (account.uid, account.gid) if account is not None and switch else None
+                started = self._fork(args, env, ids, cgroup, gate_r, err.fileno())
+                if started is None:
+                    started = self._exec(args, env, ids, cgroup, gate_r, err)
         except BaseException:
             os.close(gate_w)
             if cgroup is not None:
@@ -148,10 +160,80 @@ class Spawner:
             raise
         finally:
             os.close(gate_r)
-        self._admit(child, launch, cgroup, gate_w)
-        # The shim waits for our word, so it cannot have exited yet: its identity is there.
-        ident = procs.identity(child.pid) or procs.Identity(child.pid, 0)
-        return Spawned(child, ident)
+        pid, child, joined = started
+        word = self._fence(launch, cgroup) if joined else b"s"
+        # The shim waits for our word, so it has not started the job: its identity is there
+        # (unless it failed before, as one that cannot join its cgroup does: then it reads
+        # as ended, and its record says why).
+        ident = procs.identity(pid) or procs.Identity(pid, 0)
+        return Spawned(ident, gate_w, word, child)
+
+    def _fork(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        ids: tuple[int, int] | None,
+        cgroup: Path | None,
+        gate: int,
+        stderr: int,
+    ) -> Started | None:
+        """Through the fork server; None if there is none (then the exec path is taken)."""
+        if self.forkserver is None:
+            return None
+        argv = args if cgroup is None else ["--cgroup", str(cgroup), *args]
+        try:
+            pid = self.forkserver.fork(
+                argv,
+                env,
+                uid=ids[0] if ids else None,
+                gid=ids[1] if ids else None,
+                umask=JOB_UMASK,
+                cgroup=cgroup,
+                gate=gate,
+                stderr=stderr,
+            )
+        except ForkServerUnavailable as exc:
+            self.warn("forkserver", f"{exc}; starting shims by exec until it is back")
+            return None
+        # The child joins its cgroup itself, before it waits at the gate.
+        return pid, None, cgroup is not None
+
+    def _exec(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        ids: tuple[int, int] | None,
+        cgroup: Path | None,
+        gate: int,
+        stderr: BinaryIO,
+    ) -> Started:
+        argv = gated([self.settings.python, "-S", str(SHIM), *args], gate, cgroup)
+        child = subprocess.Popen(
+            argv,
+            # No cwd here: the shim enters it once it runs as the job's account.
+            cwd="/",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=(gate,),
+            umask=JOB_UMASK,
+            user=ids[0] if ids else None,
+            group=ids[1] if ids else None,
+            extra_groups=[] if ids else None,
+        )
+        joined = False
+        if cgroup is not None:
+            try:
+                cgroups.add(cgroup, child.pid)
+                joined = True
+            except OSError as exc:
+                if exc.errno != errno.ESRCH:  # not "the shim has exited already"
+                    self.warn("cgroup-add", f"cannot move a shim into {cgroup}: {exc}")
+                cgroups.remove(cgroup)
+        return child.pid, child, joined
 
     def _prepare_folder(self, folder: JobDir, account: Account | None) -> None:
         folder.path.mkdir(parents=True, exist_ok=True)
@@ -172,29 +254,27 @@ class Spawner:
             return None
         return path
 
-    def _admit(
-        self, child: subprocess.Popen[bytes], launch: Launch, cgroup: Path | None, gate: int
-    ) -> None:
-        """Move the shim into the job's cgroup, fence its GPUs, then let it start the job."""
-        word = b"s"
+    def _fence(self, launch: Launch, cgroup: Path | None) -> bytes:
+        """The word for a shim in its cgroup: b"c", or b"f" once its GPUs are fenced."""
+        if cgroup is None or self.tracking.fence_error is not None:
+            return b"c"
         try:
-            if cgroup is not None:
-                try:
-                    cgroups.add(cgroup, child.pid)
-                    word = b"c"
-                except OSError as exc:
-                    if exc.errno != errno.ESRCH:  # not "the shim has exited already"
-                        self.warn("cgroup-add", f"cannot move a shim into {cgroup}: {exc}")
-                    cgroups.remove(cgroup)
-            if cgroup is not None and word == b"c" and self.tracking.fence_error is None:
-                try:
-                    gpu_fence.attach(cgroup, launch.gpus)
-                    # Real GPUs: CUDA now sees only the leased ones, numbered from 0; the
-                    # shim renumbers CUDA_VISIBLE_DEVICES to match.
-                    word = b"c" if self.settings.fake_gpus is not None else b"f"
-                except gpu_fence.FenceUnavailable as exc:
-                    self.warn("fence", f"jobs run without a GPU fence: {exc}")
-            with contextlib.suppress(OSError):  # the shim is gone already: gathered as lost
-                os.write(gate, word)
-        finally:
-            os.close(gate)
+            gpu_fence.attach(cgroup, launch.gpus)
+        except gpu_fence.FenceUnavailable as exc:
+            self.warn("fence", f"jobs run without a GPU fence: {exc}")
+            return b"c"
+        # Real GPUs: CUDA now sees only the leased ones, numbered from 0; the shim
+        # renumbers CUDA_VISIBLE_DEVICES to match.
+        return b"c" if self.settings.fake_gpus is not None else b"f"
+
+
+def let_run(spawned: Spawned) -> None:
+    """Give the shim its word: it starts the job."""
+    with contextlib.suppress(OSError):  # the shim is gone already: gathered as ended
+        os.write(spawned.gate, spawned.word)
+    os.close(spawned.gate)
+
+
+def abandon(spawned: Spawned) -> None:
+    """Close the shim's gate without a word: it records that nothing ran, and exits."""
+    os.close(spawned.gate)

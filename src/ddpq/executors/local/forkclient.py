@@ -1,0 +1,110 @@
+"""The worker's end of the fork server (``forkserver.py``): one request, one shim."""
+
+from __future__ import annotations
+
+import array
+import json
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+FORKSERVER = Path(__file__).with_name("forkserver.py")
+REPLY_TIMEOUT_S = 10.0
+
+
+class ForkServerUnavailable(OSError):
+    """The request did not reach a fork server: no shim was started, the exec path may be."""
+
+
+class ForkServerLost(OSError):
+    """The fork server went away after it got the request: whether a shim started is unknown."""
+
+
+class ForkServer:
+    """Started on first use; started again after it went away."""
+
+    def __init__(self, python: str) -> None:
+        self.python = python
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+
+    def _start(self) -> socket.socket:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = subprocess.Popen(
+                [self.python, "-S", str(FORKSERVER), "--socket-fd", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd="/",
+            )
+        except OSError as exc:
+            ours.close()
+            raise ForkServerUnavailable(f"cannot start the fork server: {exc}") from exc
+        finally:
+            theirs.close()
+        ours.settimeout(REPLY_TIMEOUT_S)
+        self._sock = ours
+        return ours
+
+    def fork(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        uid: int | None,
+        gid: int | None,
+        umask: int,
+        cgroup: Path | None,
+        gate: int,
+        stderr: int,
+    ) -> int:
+        """Fork a shim that waits on ``gate``; its PID. Raises ForkServerUnavailable or
+        ForkServerLost (see there), or OSError for a refused fork (out of processes)."""
+        request = {
+            "argv": list(argv),
+            "env": dict(env),
+            "uid": uid,
+            "gid": gid,
+            "umask": umask,
+            "cgroup": str(cgroup) if cgroup is not None else None,
+        }
+        data = json.dumps(request).encode()
+        fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [gate, stderr]))]
+        sock = self._sock or self._start()
+        try:
+            sock.sendmsg([data], fds)
+        except OSError as exc:
+            self.close()
+            raise ForkServerUnavailable(f"the fork server is gone: {exc}") from exc
+        try:
+            reply = sock.recv(64 * 1024)
+        except OSError as exc:
+            self.close()
+            raise ForkServerLost(f"no answer from the fork server: {exc}") from exc
+        if not reply:
+            self.close()
+            raise ForkServerLost("the fork server went away before it answered")
+        answer = json.loads(reply)
+        if "pid" in answer:
+            return int(answer["pid"])
+        raise OSError(f"the fork server could not fork: {answer.get('error')}")
+
+    def close(self) -> None:
+        """Close our end: the server exits (the shims it started run on)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
