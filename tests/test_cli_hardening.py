@@ -26,8 +26,9 @@ from rich.console import Console
 
 from ddpq.client import cli
 from ddpq.client.api import DdpqClient
-from ddpq.client.format import parse_duration, progress_fraction, progress_line, sanitize
+from ddpq.client.format import progress_fraction, progress_line, sanitize
 from ddpq.client.watchview import render
+from ddpq.core.units import parse_duration
 from ddpq.schemas import DeviceList, JobDetail
 from tests.helpers import Daemon, free_port, root_flags, wait_for
 

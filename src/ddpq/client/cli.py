@@ -90,8 +90,8 @@ def _settings(
     shared_account: bool = False,
     ports_per_user: int = 0,
 ) -> Settings:
-    from ddpq.client.format import parse_duration
     from ddpq.config import Settings, default_home, parse_port_range
+    from ddpq.core.units import parse_duration
 
     env_fake = os.environ.get("DDPQ_FAKE_GPUS")
     if fake_gpus is None and env_fake:
@@ -251,7 +251,8 @@ def submit(
     """
     from pydantic import ValidationError
 
-    from ddpq.client.format import human_duration, parse_duration, sanitize
+    from ddpq.client.format import sanitize
+    from ddpq.core.units import human_duration, parse_duration
     from ddpq.schemas import JobSubmit
 
     argv = list(ctx.args)
@@ -393,7 +394,8 @@ def render_job(job: JobDetail, tail: bytes) -> None:
     ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
     from rich.text import Text
 
-    from ddpq.client.format import human_duration, plain, progress_line, sanitize
+    from ddpq.client.format import plain, progress_line, sanitize
+    from ddpq.core.units import human_duration
 
     con = console()
 
