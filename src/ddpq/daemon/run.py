@@ -1,0 +1,121 @@
+"""Wiring for ``ddpq serve`` (API + worker in one process), ``ddpq server`` and ``ddpq worker``."""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import TYPE_CHECKING
+
+from ddpq.config import ConfigError, Settings
+from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
+from ddpq.store.db import migrate
+
+if TYPE_CHECKING:
+    from ddpq.worker.loop import Worker
+
+log = logging.getLogger("ddpq")
+
+
+def setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit this. Without it a response written in two parts
+    # (headers, body) waits on the client's delayed ACK: 40 ms on every keep-alive request.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
+def _start_worker(settings: Settings) -> Worker:
+    """The worker that ``run`` starts in a thread: its one construction, so that a change
+    of the worker's interface touches only this function."""
+    from ddpq.worker.devices import DevicesUnavailable
+    from ddpq.worker.loop import Worker
+
+    try:
+        return Worker(settings)
+    except DevicesUnavailable as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
+    settings.validate(runs_jobs=worker, listens=api)
+    setup_logging()
+    # Everything the daemon creates is its own alone (the database holds token hashes
+    # and every job's environment); jobs get an ordinary umask of their own.
+    os.umask(0o077)
+    make_private(settings)
+    trust = agree_on_trust(settings)
+    if worker and settings.auth and settings.shared_account:
+        log.warning(
+            "--shared-account: every job runs as this daemon's account (%s), so any job can "
+            "read the database (token hashes, every job's --env), other jobs' folders and "
+            "logs, and signal other jobs. Tokens only keep honest users apart.",
+            getpass.getuser(),
+        )
+    migrate(settings.db_path)
+    sock = listen_socket(settings.host, settings.port) if api else None
+    lock = worker_lock(settings.home) if worker else None
+    agent: Worker | None = None
+    thread: threading.Thread | None = None
+    if worker:
+        agent = _start_worker(settings)
+        thread = threading.Thread(target=agent.run, name="ddpq-worker", daemon=True)
+        thread.start()
+        log.info(
+            "worker: %d GPU(s)%s, ports %d-%d",
+            len(agent.devices),
+            " (fake)" if settings.fake_gpus is not None else "",
+            *settings.port_range,
+        )
+        log.info("worker: %s", agent.tracking.describe())
+    try:
+        if sock is not None:
+            import uvicorn
+
+            from ddpq.server.app import create_app
+            from ddpq.server.protocol import http_config
+
+            # uvicorn with a header deadline and a connection bound (slowloris).
+            config = http_config(create_app(settings))
+            log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
+            # uvicorn re-raises the signal that stopped it once it is done; with
+            # the default handler that would kill us before the worker is stopped.
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: None)
+            uvicorn.Server(config).run(sockets=[sock])
+        else:
+            stop = threading.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+            while not stop.wait(3600):
+                pass
+    finally:
+        if agent is not None and thread is not None:
+            if settings.stop_jobs_on_exit:
+                log.info("stopping: cancelling running jobs (--stop-jobs)")
+            else:
+                log.info("stopping: running jobs keep running and are re-adopted on restart")
+            agent.stop()
+            thread.join()
+        if lock is not None:
+            lock.close()
+        trust.close()
