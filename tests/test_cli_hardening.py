@@ -24,6 +24,7 @@ import httpx
 import pytest
 from rich.console import Console
 
+from ddpq import entry
 from ddpq.client import cli
 from ddpq.client.api import DdpqClient
 from ddpq.client.format import progress_fraction, progress_line, sanitize
@@ -506,7 +507,7 @@ def run_main(
 ) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["ddpq", *args])
     with pytest.raises(SystemExit) as exc:
-        cli.main()
+        entry.main()
         raise SystemExit(0)
     captured = capsys.readouterr()
     return int(exc.value.code or 0), captured.out, captured.err
