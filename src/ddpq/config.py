@@ -23,6 +23,7 @@ from ddpq.core.units import parse_duration, parse_size
 from ddpq.schemas import DEFAULT_API_ADDRESS
 
 DEFAULT_PORT_RANGE = (29600, 29999)
+_DEFAULT_RANGE_TEXT = "{}-{}".format(*DEFAULT_PORT_RANGE)
 MIN_LOG_CAP = 4096
 
 
@@ -44,7 +45,7 @@ def parse_port_range(text: str) -> tuple[int, int]:
         lo, hi = int(lo_s), int(hi_s)
     except ValueError:
         raise ConfigError(
-            f"port range {text!r} is not of the form LOW-HIGH, e.g. 29600-29999"
+            f"port range {text!r} is not of the form LOW-HIGH, e.g. {_DEFAULT_RANGE_TEXT}"
         ) from None
     return _check_ports((lo, hi))
 
@@ -67,7 +68,7 @@ def check_port_range(ports: tuple[int, int], ephemeral: tuple[int, int]) -> None
         raise ConfigError(
             f"port range {lo}-{hi} overlaps the kernel's ephemeral range {elo}-{ehi} "
             f"(/proc/sys/net/ipv4/ip_local_port_range); choose ports outside it, "
-            f"e.g. --port-range {DEFAULT_PORT_RANGE[0]}-{DEFAULT_PORT_RANGE[1]}"
+            f"e.g. --port-range {_DEFAULT_RANGE_TEXT}"
         )
 
 
