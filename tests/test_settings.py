@@ -322,3 +322,10 @@ def test_help_shows_the_defaults_that_settings_holds() -> None:
     assert (shown["auth"], shown["stop-jobs"]) == ("no-auth", "no-stop-jobs")
     assert "home" not in shown and "allow-root" not in shown  # as Typer showed them before
     assert defaults["grace"] == "10s" and defaults["log_cap"] == "64M"
+
+
+def test_the_readmes_example_is_a_config_file_ddpq_reads(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (example,) = re.findall(r"```toml\n(.*?)```", readme, re.S)
+    s = load_settings({}, write(tmp_path / "ddpq.toml", example))
+    assert (s.home, s.grace_s, s.log_cap_bytes) == (Path("/var/lib/ddpq"), 30.0, 256 << 20)
