@@ -245,12 +245,14 @@ def test_a_bad_value_in_the_file_is_one_line_naming_the_file_and_key(
         ("python = '/bin/sh'\n", "unknown setting 'python' (known: home, host, port,"),
         ("[server]\nport = 1\n", "unknown setting 'server'"),
         ("grace = \n", "not valid TOML"),
+        ("grace = '\udcff'\n", "not valid TOML"),  # written as the byte 0xff: not UTF-8
     ],
 )
 def test_a_config_file_that_says_what_ddpq_cannot_read_is_refused(
     text: str, says: str, tmp_path: Path
 ) -> None:
-    config = write(tmp_path / "ddpq.toml", text)
+    config = tmp_path / "ddpq.toml"
+    config.write_bytes(text.encode("utf-8", "surrogateescape"))
     assert_one_line(ddpq(*serve(tmp_path, "--config", str(config))), str(config), says)
 
 

@@ -148,7 +148,7 @@ class _ConfigFile(_PublicSource):
                 values = tomllib.load(f)
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot read it ({exc.strerror})") from None
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8
             raise ConfigError(f"{self.path}: not valid TOML: {exc}") from None
         for key in values:
             if key not in PUBLIC_NAMES:
