@@ -24,10 +24,12 @@ import httpx
 import pytest
 from rich.console import Console
 
+from ddpq import entry
 from ddpq.client import cli
 from ddpq.client.api import DdpqClient
-from ddpq.client.format import parse_duration, progress_fraction, progress_line, sanitize
+from ddpq.client.format import progress_fraction, progress_line, sanitize
 from ddpq.client.watchview import render
+from ddpq.core.units import parse_duration
 from ddpq.schemas import DeviceList, JobDetail
 from tests.helpers import Daemon, free_port, root_flags, wait_for
 
@@ -505,7 +507,7 @@ def run_main(
 ) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["ddpq", *args])
     with pytest.raises(SystemExit) as exc:
-        cli.main()
+        entry.main()
         raise SystemExit(0)
     captured = capsys.readouterr()
     return int(exc.value.code or 0), captured.out, captured.err

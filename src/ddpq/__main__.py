@@ -1,5 +1,5 @@
 """``python -m ddpq`` is the ``ddpq`` command."""
 
-from ddpq.client.cli import main
+from ddpq.entry import main
 
 main()

@@ -1,14 +1,30 @@
-"""Daemon settings: one frozen object built from flags and ``DDPQ_*`` variables."""
+"""Daemon settings: one frozen object, with every default written here, once.
+
+``Settings(home=..., fake_gpus=2)`` built directly (tests, tools) takes its arguments and
+these defaults, nothing else. The daemon's commands build it with
+``ddpq.daemon.settings.load_settings``: command-line flags, then ``DDPQ_*`` variables, then
+a TOML config file, then these defaults. Every value may be written as people write it:
+``grace_s`` takes "1h30m" (or seconds), ``log_cap_bytes`` "64M" (or bytes), ``port_range``
+"29600-29999"; each is checked here, whatever its source.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
-DEFAULT_URL = "http://127.0.0.1:8765"
+from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from ddpq.core.units import parse_duration, parse_size
+from ddpq.schemas import DEFAULT_API_ADDRESS
+
 DEFAULT_PORT_RANGE = (29600, 29999)
+_DEFAULT_RANGE_TEXT = "{}-{}".format(*DEFAULT_PORT_RANGE)
+MIN_LOG_CAP = 4096
 
 
 class ConfigError(ValueError):
@@ -29,11 +45,9 @@ def parse_port_range(text: str) -> tuple[int, int]:
         lo, hi = int(lo_s), int(hi_s)
     except ValueError:
         raise ConfigError(
-            f"port range {text!r} is not of the form LOW-HIGH, e.g. 29600-29999"
+            f"port range {text!r} is not of the form LOW-HIGH, e.g. {_DEFAULT_RANGE_TEXT}"
         ) from None
-    if not (1024 <= lo <= hi <= 65535):
-        raise ConfigError(f"port range {text!r} must lie within 1024-65535, low before high")
-    return lo, hi
+    return _check_ports((lo, hi))
 
 
 def read_ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
@@ -54,21 +68,92 @@ def check_port_range(ports: tuple[int, int], ephemeral: tuple[int, int]) -> None
         raise ConfigError(
             f"port range {lo}-{hi} overlaps the kernel's ephemeral range {elo}-{ehi} "
             f"(/proc/sys/net/ipv4/ip_local_port_range); choose ports outside it, "
-            f"e.g. --port-range {DEFAULT_PORT_RANGE[0]}-{DEFAULT_PORT_RANGE[1]}"
+            f"e.g. --port-range {_DEFAULT_RANGE_TEXT}"
         )
 
 
-@dataclass(frozen=True)
-class Settings:
-    home: Path = field(default_factory=default_home)
-    host: str = "127.0.0.1"
-    port: int = 8765
-    fake_gpus: int | None = None
-    port_range: tuple[int, int] = DEFAULT_PORT_RANGE
+# ---- values as people write them -------------------------------------------------------
+# Each reader takes what a flag, a variable (always a string) or a TOML value may hold, and
+# raises ValueError with a message for people; pydantic then checks the type.
+
+
+def _not_a_bool(value: object) -> object:
+    # A TOML `true` is no number of seconds or bytes, though bool is an int to Python.
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number or a string, not {str(value).lower()}")
+    return value
+
+
+def _duration(value: object) -> object:
+    if isinstance(value, str):
+        return parse_duration(value, allow_zero=True)  # a grace of 0: SIGKILL at once
+    return _not_a_bool(value)
+
+
+def _size(value: object) -> object:
+    return parse_size(value) if isinstance(value, str) else _not_a_bool(value)
+
+
+def _ports(value: object) -> object:
+    return parse_port_range(value) if isinstance(value, str) else value
+
+
+def _check_ports(ports: tuple[int, int]) -> tuple[int, int]:
+    lo, hi = ports
+    if not (1024 <= lo <= hi <= 65535):
+        raise ConfigError(f"port range {lo}-{hi} must lie within 1024-65535, low before high")
+    return ports
+
+
+def _between(low: int, high: int) -> Callable[[int | None], int | None]:
+    def check(value: int | None) -> int | None:
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+        return value
+
+    return check
+
+
+def _at_least(low: int, unit: str = "") -> Callable[[int], int]:
+    def check(value: int) -> int:
+        if value < low:
+            raise ValueError(f"must be at least {low}{unit}")
+        return value
+
+    return check
+
+
+def _external_policy(value: str) -> str:
+    if value not in ("avoid", "ignore"):
+        raise ValueError("must be 'avoid' or 'ignore'")
+    return value
+
+
+def _absolute(path: Path) -> Path:
+    return path.expanduser().resolve()
+
+
+Seconds = Annotated[float, BeforeValidator(_duration), Field(ge=0, allow_inf_nan=False)]
+Bytes = Annotated[int, BeforeValidator(_size), AfterValidator(_at_least(MIN_LOG_CAP, " bytes"))]
+PortRange = Annotated[tuple[int, int], BeforeValidator(_ports), AfterValidator(_check_ports)]
+
+
+class Settings(BaseSettings):
+    """What the daemon runs with. The worker and the server read these attributes."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+    home: Annotated[Path, AfterValidator(_absolute)] = Field(
+        default_factory=default_home, validate_default=True
+    )
+    host: str = DEFAULT_API_ADDRESS[0]
+    port: Annotated[int, AfterValidator(_between(0, 65535))] = DEFAULT_API_ADDRESS[1]
+    fake_gpus: Annotated[int | None, AfterValidator(_between(0, 1024))] = None
+    port_range: PortRange = DEFAULT_PORT_RANGE
     # avoid: GPUs running processes ddpq did not start are not handed out.
-    external_policy: str = "avoid"
-    grace_s: float = 10.0
-    log_cap_bytes: int = 64 * 1024 * 1024
+    external_policy: Annotated[str, AfterValidator(_external_policy)] = "avoid"
+    grace_s: Seconds = 10.0
+    log_cap_bytes: Bytes = 64 * 1024 * 1024
     auth: bool = False
     # A root daemon without --auth lets every local user run commands as root.
     allow_root_without_auth: bool = False
@@ -80,13 +165,26 @@ class Settings:
     max_port_retries: int = 3
     # Rendezvous ports one user's jobs may hold at once (0: a quarter of --port-range),
     # so one user's flood of torchrun jobs cannot take every port.
-    max_user_ports: int = 0
+    max_user_ports: Annotated[int, AfterValidator(_at_least(0))] = 0
     # Interpreter for the shim and for torchrun: the daemon's own, which has torch
     # installed on a GPU host.
     python: str = sys.executable
     # How often the worker looks at the database even when nothing woke it
     # (another process's cancel, a time limit, progress files).
     poll_s: float = 0.5
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Built directly: the arguments and the defaults. A test's settings must not
+        # depend on the machine's /etc/ddpq or on the environment it runs in.
+        return (init_settings,)
 
     @property
     def db_path(self) -> Path:
@@ -114,17 +212,17 @@ class Settings:
         """Whom the API believes; ``ddpq server`` and ``ddpq worker`` must agree on it."""
         return "auth" if self.auth else "no-auth"
 
-    def validate(self, ephemeral: tuple[int, int] | None = None, *, runs_jobs: bool = True) -> None:
-        if self.fake_gpus is not None and not 0 <= self.fake_gpus <= 1024:
-            raise ConfigError("--fake-gpus must be between 0 and 1024")
-        if self.external_policy not in ("avoid", "ignore"):
-            raise ConfigError("--external-gpus must be 'avoid' or 'ignore'")
-        if self.max_user_ports < 0:
-            raise ConfigError("--ports-per-user must not be negative")
-        if self.grace_s < 0:
-            raise ConfigError("--grace must not be negative")
-        if self.log_cap_bytes < 4096:
-            raise ConfigError("--log-cap must be at least 4096 bytes")
+    # The name pydantic keeps for its deprecated v1 classmethod: the worker, the server and
+    # the daemon call this one.
+    def validate(  # type: ignore[override]
+        self,
+        ephemeral: tuple[int, int] | None = None,
+        *,
+        runs_jobs: bool = True,
+        listens: bool = True,
+    ) -> None:
+        """What can only be checked on the machine the daemon starts on (each value's own
+        form was checked when the settings were made)."""
         if ephemeral is None:
             try:
                 ephemeral = read_ephemeral_range()
@@ -132,7 +230,7 @@ class Settings:
                 ephemeral = None
         if ephemeral is not None:
             check_port_range(self.port_range, ephemeral)
-        if not self.auth and not is_loopback(self.host):
+        if listens and not self.auth and not is_loopback(self.host):
             raise ConfigError(
                 f"refusing to listen on {self.host} without --auth: anyone on the network "
                 "could run commands as the daemon's user; use --auth or 127.0.0.1"

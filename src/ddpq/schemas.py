@@ -17,6 +17,9 @@ from pydantic import (
 
 from ddpq.core.states import JobState
 
+# Where the daemon listens unless told otherwise, and so where a client looks for it: the
+# daemon's settings and the client's default URL both read it here.
+DEFAULT_API_ADDRESS: tuple[str, int] = ("127.0.0.1", 8765)
 MAX_ARGS = 1024
 MAX_ARG_LEN = 4096
 MAX_COMMAND_BYTES = 64 * 1024

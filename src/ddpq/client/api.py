@@ -13,8 +13,18 @@ from typing import Any
 import httpx
 
 from ddpq.client.format import sanitize
-from ddpq.config import DEFAULT_URL
-from ddpq.schemas import NAME_RE, CancelResult, DeviceList, JobDetail, JobList, JobOut, JobSubmit
+from ddpq.schemas import (
+    DEFAULT_API_ADDRESS,
+    NAME_RE,
+    CancelResult,
+    DeviceList,
+    JobDetail,
+    JobList,
+    JobOut,
+    JobSubmit,
+)
+
+DEFAULT_URL = "http://{}:{}".format(*DEFAULT_API_ADDRESS)
 
 
 class DdpqError(Exception):

@@ -1,26 +1,25 @@
-"""The ``ddpq`` command line (Typer + Rich).
+"""The client's commands of the ``ddpq`` command line (Typer + Rich): submit, ls, show, ...
 
-Exit codes: 0 success; 1 the daemon refused the request; 2 bad usage or
-configuration; 3 the daemon cannot be reached; 4 no such job; 5 not allowed
-(missing or wrong token, someone else's job); 130 interrupted.
-Heavy imports (the server, SQLAlchemy, uvicorn) happen inside the commands that need them.
+``ddpq.entry`` puts them together with the daemon's commands (``ddpq.daemon``), which this
+package never imports. Exit codes: 0 success; 1 the daemon refused the request; 2 bad usage
+or configuration; 3 the daemon cannot be reached; 4 no such job; 5 not allowed (missing or
+wrong token, someone else's job); 130 interrupted. Rich is imported by the commands that draw.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from ddpq.client.api import DdpqClient, DdpqError, find_token
+from ddpq.client.api import DEFAULT_URL, DdpqClient, DdpqError, find_token
 
 if TYPE_CHECKING:
-    from ddpq.config import Settings
     from ddpq.schemas import DeviceList, JobDetail, JobOut
 
 app = typer.Typer(
@@ -31,10 +30,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-admin_app = typer.Typer(help="Local administration (run on the server, reads the state folder).")
-user_app = typer.Typer(help="Users and their API tokens.")
-admin_app.add_typer(user_app, name="user")
-app.add_typer(admin_app, name="admin")
 
 _OPTS: dict[str, Any] = {"url": None, "token": None, "debug": False}
 ACTIVE_STATES = ["queued", "held", "starting", "running"]
@@ -62,162 +57,14 @@ def print_json(data: Any) -> None:
 
 
 @app.callback()
-def _global(
+def global_options(
     url: Annotated[
-        str | None, typer.Option(help="daemon URL (default $DDPQ_URL or http://127.0.0.1:8765)")
+        str | None, typer.Option(help=f"daemon URL (default $DDPQ_URL or {DEFAULT_URL})")
     ] = None,
     token: Annotated[str | None, typer.Option(help="API token (default $DDPQ_TOKEN)")] = None,
     debug: Annotated[bool, typer.Option(help="show tracebacks")] = False,
 ) -> None:
     _OPTS.update(url=url, token=token, debug=debug)
-
-
-# ---- daemon -----------------------------------------------------------------
-
-
-def _settings(
-    home: Path | None,
-    host: str,
-    port: int,
-    fake_gpus: int | None,
-    port_range: str,
-    external_gpus: str,
-    grace: str,
-    log_cap: int,
-    auth: bool,
-    stop_jobs: bool,
-    allow_root: bool = False,
-    shared_account: bool = False,
-    ports_per_user: int = 0,
-) -> Settings:
-    from ddpq.client.format import parse_duration
-    from ddpq.config import Settings, default_home, parse_port_range
-
-    env_fake = os.environ.get("DDPQ_FAKE_GPUS")
-    if fake_gpus is None and env_fake:
-        fake_gpus = int(env_fake)
-    return Settings(
-        home=(home or default_home()).expanduser().resolve(),
-        host=host,
-        port=port,
-        fake_gpus=fake_gpus,
-        port_range=parse_port_range(port_range),
-        external_policy=external_gpus,
-        grace_s=0.0 if grace.strip() in ("0", "0s") else parse_duration(grace),
-        log_cap_bytes=log_cap,
-        auth=auth,
-        stop_jobs_on_exit=stop_jobs,
-        allow_root_without_auth=allow_root,
-        shared_account=shared_account,
-        max_user_ports=ports_per_user,
-    )
-
-
-HomeOpt = Annotated[
-    Path | None,
-    typer.Option(help="state folder (default $DDPQ_HOME or ~/.local/state/ddpq)"),
-]
-HostOpt = Annotated[str, typer.Option(help="address to listen on")]
-PortOpt = Annotated[int, typer.Option(help="API port")]
-FakeOpt = Annotated[
-    int | None,
-    typer.Option(help="use N fake GPUs instead of NVML; jobs run on the CPU ($DDPQ_FAKE_GPUS)"),
-]
-RangeOpt = Annotated[str, typer.Option(help="rendezvous ports to lease, LOW-HIGH")]
-ExternalOpt = Annotated[
-    str, typer.Option(help="GPUs running processes ddpq did not start: avoid or ignore")
-]
-GraceOpt = Annotated[str, typer.Option(help="SIGTERM-to-SIGKILL grace period when stopping a job")]
-LogCapOpt = Annotated[int, typer.Option(help="bytes of output kept per job (head + newest)")]
-AuthOpt = Annotated[bool, typer.Option(help="require per-user tokens (ddpq admin user add)")]
-StopJobsOpt = Annotated[
-    bool, typer.Option(help="on shutdown, stop running jobs instead of leaving them to re-adopt")
-]
-AllowRootOpt = Annotated[
-    bool,
-    typer.Option(
-        "--allow-root",
-        help="run as root without --auth (every local user can then run commands as root)",
-    ),
-]
-
-SharedOpt = Annotated[
-    bool,
-    typer.Option(
-        "--shared-account",
-        help="--auth without root: every job runs as the daemon's account and can read the "
-        "database and other jobs' files; tokens only keep honest users apart",
-    ),
-]
-PortsPerUserOpt = Annotated[
-    int,
-    typer.Option(help="rendezvous ports one user's jobs may hold at once (0: a quarter of them)"),
-]
-
-
-def _run_daemon(api: bool, worker: bool, **kw: Any) -> None:
-    from ddpq import daemon
-    from ddpq.config import ConfigError
-
-    try:
-        settings = _settings(**kw)
-    except ValueError as exc:  # a malformed flag value (ConfigError is one too)
-        fail(str(exc), 2)
-    try:
-        daemon.run(settings, api=api, worker=worker)
-    except ConfigError as exc:
-        fail(str(exc), 2)
-
-
-def _api_command(with_worker: bool, doc: str) -> Any:
-    """`serve` and `server` take the same options; only whether the worker runs differs."""
-
-    def command(
-        home: HomeOpt = None,
-        host: HostOpt = "127.0.0.1",
-        port: PortOpt = 8765,
-        fake_gpus: FakeOpt = None,
-        port_range: RangeOpt = "29600-29999",
-        external_gpus: ExternalOpt = "avoid",
-        grace: GraceOpt = "10s",
-        log_cap: LogCapOpt = 64 * 1024 * 1024,
-        auth: AuthOpt = False,
-        stop_jobs: StopJobsOpt = False,
-        allow_root: AllowRootOpt = False,
-        shared_account: SharedOpt = False,
-        ports_per_user: PortsPerUserOpt = 0,
-    ) -> None:
-        options = {k: v for k, v in locals().items() if k != "with_worker"}  # a closure var
-        _run_daemon(True, with_worker, **options)
-
-    command.__doc__ = doc
-    return command
-
-
-app.command("serve")(
-    _api_command(True, "Run the API and the worker in one process (a one-box lab).")
-)
-app.command("server")(
-    _api_command(False, "Run only the API (pair it with `ddpq worker` on the same state folder).")
-)
-
-
-@app.command()
-def worker(
-    home: HomeOpt = None,
-    fake_gpus: FakeOpt = None,
-    port_range: RangeOpt = "29600-29999",
-    external_gpus: ExternalOpt = "avoid",
-    grace: GraceOpt = "10s",
-    log_cap: LogCapOpt = 64 * 1024 * 1024,
-    stop_jobs: StopJobsOpt = False,
-    auth: AuthOpt = False,
-    allow_root: AllowRootOpt = False,
-    shared_account: SharedOpt = False,
-    ports_per_user: PortsPerUserOpt = 0,
-) -> None:
-    """Run only the worker loop (launches and watches jobs); --auth as the API has it."""
-    _run_daemon(False, True, host="127.0.0.1", port=0, **locals())
 
 
 # ---- jobs -------------------------------------------------------------------
@@ -251,7 +98,8 @@ def submit(
     """
     from pydantic import ValidationError
 
-    from ddpq.client.format import human_duration, parse_duration, sanitize
+    from ddpq.client.format import sanitize
+    from ddpq.core.units import human_duration, parse_duration
     from ddpq.schemas import JobSubmit
 
     argv = list(ctx.args)
@@ -393,7 +241,8 @@ def render_job(job: JobDetail, tail: bytes) -> None:
     ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
     from rich.text import Text
 
-    from ddpq.client.format import human_duration, plain, progress_line, sanitize
+    from ddpq.client.format import plain, progress_line, sanitize
+    from ddpq.core.units import human_duration
 
     con = console()
 
@@ -637,155 +486,6 @@ def whoami() -> None:
     typer.echo(f"{_safe(str(me['name']))}{' (admin)' if me['admin'] else ''}")
 
 
-# ---- admin (local: works on the state folder directly) -----------------------------
-
-
-def _admin_db(home: Path | None) -> Any:
-    from ddpq.config import default_home
-    from ddpq.store.db import Database, migrate
-
-    path = (home or default_home()).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    migrate(path / "ddpq.db")
-    return Database(path / "ddpq.db")
-
-
-@user_app.command("add")
-def user_add(
-    name: str,
-    admin: Annotated[bool, typer.Option(help="may cancel anyone's job")] = False,
-    unix_user: Annotated[
-        str | None, typer.Option(help="Unix account the user's jobs run as (root daemon)")
-    ] = None,
-    home: HomeOpt = None,
-) -> None:
-    """Create a user and print their token (once: only a hash is stored).
-
-    A root daemon with --auth runs the user's jobs as the Unix account given with
-    --unix-user; without it, as the account of the same name if that is an ordinary
-    login account (not root, not a system account). The mapping is stored either way.
-    """
-    from ddpq.schemas import NAME_RE
-    from ddpq.store import users
-
-    if not NAME_RE.match(name):
-        fail("a user name is 1-64 letters, digits, '.', '_' or '-'", 2)
-    if unix_user is not None:
-        _check_account(unix_user)
-    else:
-        unix_user = _same_name_account(name)
-    db = _admin_db(home)
-    try:
-        with db.write() as s:
-            _, token = users.add_user(s, name, admin=admin, unix_user=unix_user, now=time.time())
-    except users.UserExists as exc:
-        fail(str(exc), 1)
-    finally:
-        db.dispose()
-    typer.echo(token)
-    where = f"Unix account {unix_user!r}" if unix_user else "no account (`ddpq admin user map`)"
-    typer.echo(f"{name}: jobs under a root daemon run as {where}", err=True)
-
-
-def _check_account(unix_user: str) -> None:
-    import pwd
-
-    from ddpq.store.users import UNIX_NAME
-
-    if not UNIX_NAME.match(unix_user):
-        fail(f"--unix-user {unix_user!r} is not a Unix account name", 2)
-    try:
-        pwd.getpwnam(unix_user)
-    except KeyError:
-        fail(f"no Unix account {unix_user!r} on this host", 2)
-
-
-def _same_name_account(name: str) -> str | None:
-    """The login account named like the ddpq user, unless it is root or a system account."""
-    import pwd
-
-    from ddpq.store.users import UNIX_NAME
-
-    if not UNIX_NAME.match(name):
-        return None
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        return None
-    low, high = _login_uids()
-    return name if low <= entry.pw_uid <= high else None
-
-
-def _login_uids(login_defs: str = "/etc/login.defs") -> tuple[int, int]:
-    """UID_MIN..UID_MAX of /etc/login.defs (1000..60000 where it does not say): outside
-    it are system accounts, and nobody (65534)."""
-    found = {"UID_MIN": 1000, "UID_MAX": 60000}
-    try:
-        with open(login_defs) as f:
-            for line in f:
-                key, *value = line.split()
-                if key in found and len(value) == 1 and value[0].isdigit():
-                    found[key] = int(value[0])
-    except (OSError, ValueError):
-        pass
-    return found["UID_MIN"], found["UID_MAX"]
-
-
-@user_app.command("map")
-def user_map(
-    name: str,
-    unix_user: Annotated[
-        str | None, typer.Argument(help="the Unix account; leave out with --clear")
-    ] = None,
-    clear: Annotated[bool, typer.Option(help="map the user to no account")] = False,
-    home: HomeOpt = None,
-) -> None:
-    """Choose the Unix account a user's jobs run as under a root daemon (uid 0 only if named)."""
-    from ddpq.store import users
-
-    if (unix_user is None) == (not clear):
-        fail("give a Unix account, or --clear", 2)
-    if unix_user is not None:
-        _check_account(unix_user)
-    db = _admin_db(home)
-    try:
-        with db.write() as s:
-            users.map_unix_user(s, name, unix_user)
-    except LookupError as exc:
-        fail(str(exc).strip("'\""), 4)
-    finally:
-        db.dispose()
-    typer.echo(f"{name}: jobs run as {unix_user!r}" if unix_user else f"{name}: mapped to none")
-
-
-@user_app.command("list")
-def user_list(home: HomeOpt = None) -> None:
-    """Users, whether admin, and their Unix account."""
-    from ddpq.store import users
-
-    db = _admin_db(home)
-    with db.read() as s:
-        for u in users.all_users(s):
-            typer.echo(f"{u.name}\t{'admin' if u.is_admin else 'user'}\t{u.unix_user or '-'}")
-    db.dispose()
-
-
-@user_app.command("remove")
-def user_remove(name: str, home: HomeOpt = None) -> None:
-    """Delete a user (their token stops working)."""
-    from ddpq.store import users
-
-    db = _admin_db(home)
-    try:
-        with db.write() as s:
-            users.remove_user(s, name)
-    except LookupError as exc:
-        fail(str(exc).strip("'\""), 1)
-    finally:
-        db.dispose()
-    typer.echo(f"removed {name}")
-
-
 @app.command()
 def version() -> None:
     """Print ddpq's version."""
@@ -794,9 +494,10 @@ def version() -> None:
     typer.echo(__version__)
 
 
-def main() -> None:
+def run(cli: Callable[[], object]) -> None:
+    """Run the command line: a ``DdpqError`` is one line on stderr and its exit code."""
     try:
-        app()
+        cli()
     except DdpqError as exc:
         if _OPTS["debug"]:
             raise

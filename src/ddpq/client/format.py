@@ -1,53 +1,19 @@
-"""Text for people: durations, ages, progress lines, untrusted text made safe. Pure functions."""
+"""Text for people: ages, progress lines, untrusted text made safe. Pure functions.
+
+Durations and sizes are read and written by ``ddpq.core.units`` (the daemon needs them too).
+"""
 
 from __future__ import annotations
 
 import math
-import re
 import unicodedata
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ddpq.core.units import human_duration
+
 if TYPE_CHECKING:
     from rich.text import Text
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-# ASCII digits only: float() and \d would also take "nan", "inf", "1e400", "1_000" and
-# other scripts' digits, none of which anyone means as a duration.
-_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-_PLAIN = re.compile(_NUMBER)
-_DURATION = re.compile(rf"({_NUMBER})([smhd])")
-_EXAMPLES = "examples: 90s, 30m, 2h, 1h30m, 1d"
-
-
-def parse_duration(text: str) -> float:
-    """'90', '90s', '30m', '2h', '1h30m', '1d' -> seconds: finite and more than 0.
-
-    Raises ``ValueError`` with a message for people (empty, malformed, negative, zero, or
-    too large to be a number of seconds at all).
-    """
-    cleaned = text.strip().lower()
-    if not cleaned:
-        raise ValueError(f"a duration cannot be empty ({_EXAMPLES})")
-    if _PLAIN.fullmatch(cleaned):
-        seconds = float(cleaned)
-    else:
-        pos, seconds = 0, 0.0
-        for m in _DURATION.finditer(cleaned):
-            if m.start() != pos:
-                break
-            seconds += float(m.group(1)) * _UNITS[m.group(2)]
-            pos = m.end()
-        if pos != len(cleaned):
-            if cleaned.startswith("-"):
-                raise ValueError(f"{text!r}: a duration must be more than 0")
-            raise ValueError(f"{text!r} is not a duration ({_EXAMPLES})")
-    if not math.isfinite(seconds):  # hundreds of digits overflow to inf
-        raise ValueError(f"{text!r} is too long a duration")
-    if seconds <= 0:
-        raise ValueError(f"{text!r}: a duration must be more than 0")
-    return seconds
-
 
 # Invisible characters that are not controls: real text needs them (joined emoji,
 # Persian and Indic scripts), and a terminal does nothing with them but join glyphs.
@@ -99,22 +65,6 @@ def plain(text: str, style: str = "") -> Text:
     from rich.text import Text
 
     return Text(sanitize(text), style=style)
-
-
-def human_duration(seconds: float) -> str:
-    if not math.isfinite(seconds):  # a job's own ETA may be anything; round() would raise
-        return "?"
-    whole = max(0, round(seconds))
-    if whole < 60:
-        return f"{whole}s"
-    minutes, s = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m{s:02d}s"
-    hours, m = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{m:02d}m"
-    days, h = divmod(hours, 24)
-    return f"{days}d{h:02d}h"
 
 
 def age(when: datetime, now: datetime | None = None) -> str:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import logging
 import os
 import signal
 import socket
 import threading
-from pathlib import Path
-from typing import IO
+from typing import TYPE_CHECKING
 
 from ddpq.config import ConfigError, Settings
+from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
 from ddpq.store.db import migrate
+
+if TYPE_CHECKING:
+    from ddpq.worker.loop import Worker
 
 log = logging.getLogger("ddpq")
 
@@ -24,76 +26,6 @@ def setup_logging() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
-
-
-def make_private(settings: Settings) -> None:
-    """State folder 0711 (jobs running as their owners' accounts must pass through to
-    their own folders; nobody else may list it), the database and its side files 0600.
-
-    Also for folders made by an older ddpq, whose modes were looser.
-    """
-    for folder in (settings.home, settings.jobs_dir):
-        folder.mkdir(parents=True, exist_ok=True)
-        folder.chmod(0o711)
-    for path in settings.home.iterdir():
-        if path.is_file() and not path.is_symlink():
-            path.chmod(0o600)
-    for job_dir in settings.jobs_dir.iterdir():
-        if job_dir.is_dir() and not job_dir.is_symlink():
-            job_dir.chmod(0o700)
-
-
-def worker_lock(home: Path) -> IO[str]:
-    """One worker per state folder: two would each think the other's jobs were lost."""
-    home.mkdir(parents=True, exist_ok=True)
-    f = open(home / "worker.lock", "a+")  # noqa: SIM115 - held for the process's life
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        pid = f.read().strip() or "?"
-        f.close()
-        raise ConfigError(f"another ddpq worker (pid {pid}) already runs on {home}") from None
-    f.seek(0)
-    f.truncate()
-    f.write(str(os.getpid()))
-    f.flush()
-    return f
-
-
-def agree_on_trust(settings: Settings) -> IO[str]:
-    """Hold the state folder's trust mode for this process's life; refuse a different one.
-
-    ``ddpq server`` without --auth believes any user name a client sends; paired with
-    a root ``ddpq worker --auth`` that would run anyone's job as any account. So the
-    first process on a state folder writes its mode to ``trust-mode`` under a shared
-    lock, and a process started with another mode while that one runs refuses to start.
-    The file is locked exclusively only while nobody holds it, i.e. when it is free to
-    (re)write.
-    """
-    mine = settings.trust_mode
-    f = open(settings.trust_file, "a+")  # noqa: SIM115 - held for the process's life
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pass  # another ddpq process runs on this folder: its mode stands
-    else:
-        f.seek(0)
-        f.truncate()
-        f.write(mine)
-        f.flush()
-    fcntl.flock(f, fcntl.LOCK_SH)
-    f.seek(0)
-    theirs = f.read().strip()
-    if theirs != mine:
-        f.close()
-        raise ConfigError(
-            f"another ddpq process on {settings.home} runs in {theirs} mode and this one "
-            f"in {mine} mode; `ddpq server` and `ddpq worker` must both have --auth or "
-            "neither (a worker with --auth would run jobs as whatever user a client without "
-            "a token names)"
-        )
-    return f
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -112,8 +44,20 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _start_worker(settings: Settings) -> Worker:
+    """The worker that ``run`` starts in a thread: its one construction, so that a change
+    of the worker's interface touches only this function."""
+    from ddpq.worker.devices import DevicesUnavailable
+    from ddpq.worker.loop import Worker
+
+    try:
+        return Worker(settings)
+    except DevicesUnavailable as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
-    settings.validate(runs_jobs=worker)
+    settings.validate(runs_jobs=worker, listens=api)
     setup_logging()
     # Everything the daemon creates is its own alone (the database holds token hashes
     # and every job's environment); jobs get an ordinary umask of their own.
@@ -130,16 +74,10 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     migrate(settings.db_path)
     sock = listen_socket(settings.host, settings.port) if api else None
     lock = worker_lock(settings.home) if worker else None
-    agent = None
-    thread = None
+    agent: Worker | None = None
+    thread: threading.Thread | None = None
     if worker:
-        from ddpq.worker.devices import DevicesUnavailable
-        from ddpq.worker.loop import Worker
-
-        try:
-            agent = Worker(settings)
-        except DevicesUnavailable as exc:
-            raise ConfigError(str(exc)) from None
+        agent = _start_worker(settings)
         thread = threading.Thread(target=agent.run, name="ddpq-worker", daemon=True)
         thread.start()
         log.info(

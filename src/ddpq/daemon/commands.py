@@ -1,0 +1,173 @@
+"""``ddpq serve``, ``ddpq server`` and ``ddpq worker``: the daemon's commands.
+
+Every option defaults to unset (None): an absent flag never overrides a ``DDPQ_*`` variable
+or the config file; ``ddpq.config.load_settings`` merges them and holds the defaults. This
+module imports only Typer: the settings (pydantic-settings), the server, the worker and
+SQLAlchemy are imported by the command that runs, so that `ddpq ls` does not pay for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from typer.core import TyperCommand, TyperOption
+
+app = typer.Typer(rich_markup_mode=None)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"ddpq: {message}", err=True)
+    raise typer.Exit(code)
+
+
+class ShowsSettingsDefaults(TyperCommand):
+    """A command whose help shows each option's default as ``Settings`` holds it.
+
+    Read when help is asked for, not when the command line is built: that would import the
+    settings on every `ddpq` command, and the defaults would be written twice.
+    """
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from ddpq.daemon.settings import DEFAULT_CONFIG_FILE, written_defaults
+
+        defaults = {**written_defaults(), "config": f"{DEFAULT_CONFIG_FILE}, if it exists"}
+        for param in self.params:
+            if not isinstance(param, TyperOption) or param.name not in defaults:
+                continue
+            if param.is_flag and not param.secondary_opts:
+                continue  # --allow-root: off unless given, as Typer shows such a flag
+            if "[default:" not in (param.help or ""):
+                shown = _as_flag(param, defaults[param.name])
+                param.help = f"{param.help}  [default: {shown}]"
+        super().format_help(ctx, formatter)
+
+
+def _as_flag(param: TyperOption, default: object) -> object:
+    """A boolean's default as the flag that gives it (``no-auth``), as Typer shows it."""
+    if isinstance(default, bool):
+        return (param.opts if default else param.secondary_opts)[0].lstrip("-")
+    return default
+
+
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option(help="state folder (default $DDPQ_HOME or ~/.local/state/ddpq)"),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help='settings file (TOML, keys named as these options: grace = "30s"); flags and '
+        "DDPQ_* variables override it",
+    ),
+]
+HostOpt = Annotated[str | None, typer.Option(help="address to listen on")]
+PortOpt = Annotated[int | None, typer.Option(help="API port")]
+FakeOpt = Annotated[
+    int | None,
+    typer.Option(help="use N fake GPUs instead of NVML; jobs run on the CPU ($DDPQ_FAKE_GPUS)"),
+]
+RangeOpt = Annotated[str | None, typer.Option(help="rendezvous ports to lease, LOW-HIGH")]
+ExternalOpt = Annotated[
+    str | None, typer.Option(help="GPUs running processes ddpq did not start: avoid or ignore")
+]
+GraceOpt = Annotated[
+    str | None,
+    typer.Option(help="SIGTERM-to-SIGKILL grace period when stopping a job (30s, 2m, 0)"),
+]
+LogCapOpt = Annotated[
+    str | None,
+    typer.Option(help="output kept per job (head + newest), in bytes or as 64M, 1G"),
+]
+AuthOpt = Annotated[bool | None, typer.Option(help="require per-user tokens (ddpq admin user add)")]
+StopJobsOpt = Annotated[
+    bool | None,
+    typer.Option(help="on shutdown, stop running jobs instead of leaving them to re-adopt"),
+]
+AllowRootOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--allow-root",
+        help="run as root without --auth (every local user can then run commands as root)",
+    ),
+]
+SharedOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--shared-account",
+        help="--auth without root: every job runs as the daemon's account and can read the "
+        "database and other jobs' files; tokens only keep honest users apart",
+    ),
+]
+PortsPerUserOpt = Annotated[
+    int | None,
+    typer.Option(help="rendezvous ports one user's jobs may hold at once (0: a quarter of them)"),
+]
+
+
+def _run_daemon(*, api: bool, worker: bool, config: Path | None, flags: dict[str, Any]) -> None:
+    """``flags``: the command's options, named as the settings are (``grace``, ``log_cap``)."""
+    from ddpq.config import ConfigError
+    from ddpq.daemon.run import run
+    from ddpq.daemon.settings import load_settings
+
+    try:
+        run(load_settings(flags, config), api=api, worker=worker)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+
+
+def _api_command(with_worker: bool, doc: str) -> Any:
+    """`serve` and `server` take the same options; only whether the worker runs differs."""
+
+    def command(
+        home: HomeOpt = None,
+        config: ConfigOpt = None,
+        host: HostOpt = None,
+        port: PortOpt = None,
+        fake_gpus: FakeOpt = None,
+        port_range: RangeOpt = None,
+        external_gpus: ExternalOpt = None,
+        grace: GraceOpt = None,
+        log_cap: LogCapOpt = None,
+        auth: AuthOpt = None,
+        stop_jobs: StopJobsOpt = None,
+        allow_root: AllowRootOpt = None,
+        shared_account: SharedOpt = None,
+        ports_per_user: PortsPerUserOpt = None,
+    ) -> None:
+        flags = {k: v for k, v in locals().items() if k not in ("config", "with_worker")}
+        _run_daemon(api=True, worker=with_worker, config=config, flags=flags)
+
+    command.__doc__ = doc
+    return command
+
+
+app.command("serve", cls=ShowsSettingsDefaults)(
+    _api_command(True, "Run the API and the worker in one process (a one-box lab).")
+)
+app.command("server", cls=ShowsSettingsDefaults)(
+    _api_command(False, "Run only the API (pair it with `ddpq worker` on the same state folder).")
+)
+
+
+@app.command(cls=ShowsSettingsDefaults)
+def worker(
+    home: HomeOpt = None,
+    config: ConfigOpt = None,
+    fake_gpus: FakeOpt = None,
+    port_range: RangeOpt = None,
+    external_gpus: ExternalOpt = None,
+    grace: GraceOpt = None,
+    log_cap: LogCapOpt = None,
+    stop_jobs: StopJobsOpt = None,
+    auth: AuthOpt = None,
+    allow_root: AllowRootOpt = None,
+    shared_account: SharedOpt = None,
+    ports_per_user: PortsPerUserOpt = None,
+) -> None:
+    """Run only the worker loop (launches and watches jobs); --auth as the API has it."""
+    flags = {k: v for k, v in locals().items() if k != "config"}
+    _run_daemon(api=False, worker=True, config=config, flags=flags)
