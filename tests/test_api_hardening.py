@@ -22,6 +22,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from ddpq.core.gpus import Gpu
 from ddpq.schemas import CWD_PATTERN, NAME_PATTERN, NAME_RE, JobSubmit, derive_name
 from ddpq.server import paths
 from ddpq.store import devices as device_store
@@ -44,10 +45,7 @@ def api(home: Path) -> Iterator[TestClient]:
     with make_client(home, fake_gpus=2) as c:
         assert (home / "ddpq.db").exists()  # make_client migrated a real database
         with Database(home / "ddpq.db").write() as s:  # what the worker would report
-            rows = [
-                device_store.DeviceRow(i, f"GPU-{i}", "fake", True, 1000, 0, False, [])
-                for i in range(2)
-            ]
+            rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
             device_store.replace_all(s, rows, time.time())
         yield c
 

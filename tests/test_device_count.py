@@ -5,15 +5,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ddpq.core.gpus import Gpu
 from ddpq.store import devices as device_store
 from ddpq.store.db import Database, migrate
 from tests.inprocess import make_client
 
 
-def rows(n: int) -> list[device_store.DeviceRow]:
-    return [
-        device_store.DeviceRow(i, f"GPU-{i}", "fake", True, 1000, 0, False, []) for i in range(n)
-    ]
+def rows(n: int) -> list[Gpu]:
+    return [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(n)]
 
 
 def test_count_follows_the_reported_devices(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from ddpq.core.gpus import GpuProcess
 from ddpq.core.states import JobState
 
 # Where the daemon listens unless told otherwise, and so where a client looks for it: the
@@ -271,11 +272,6 @@ class CancelResult(BaseModel):
     reason: str
 
 
-class GpuProcessOut(BaseModel):
-    pid: int
-    used_memory_mb: int | None
-
-
 class DeviceOut(BaseModel):
     index: int
     uuid: str
@@ -287,7 +283,8 @@ class DeviceOut(BaseModel):
     job_id: int | None = None
     owner: str | None = None
     since: datetime | None = None
-    external_processes: list[GpuProcessOut] = Field(default_factory=list)
+    # The core's record of a GPU process: the same fields on the wire.
+    external_processes: list[GpuProcess] = Field(default_factory=list)
 
 
 class DeviceList(BaseModel):

@@ -10,24 +10,17 @@ from typing import Any
 
 import pytest
 
-from ddpq.worker.devices import (
-    FAKE_MEMORY_MB,
-    Device,
-    DevicesUnavailable,
-    GpuProcess,
-    _text,
-    discover,
-    external_pids,
-)
+from ddpq.core.gpus import Gpu, GpuProcess, external_pids
+from ddpq.worker.devices import FAKE_MEMORY_MB, DevicesUnavailable, _text, discover
 
 Discover = Callable[..., Any]
 RunPython = Callable[..., Any]
 
 
-def as_device(d: dict[str, Any]) -> Device:
-    """A Device back from its JSON form, to test it in this process."""
+def as_device(d: dict[str, Any]) -> Gpu:
+    """A Gpu back from its JSON form, to test it in this process."""
     procs = tuple(GpuProcess(**p) for p in d["processes"])
-    return Device(**{**d, "processes": procs})
+    return Gpu(**{**d, "processes": procs})
 
 
 def uuid(i: int) -> str:
@@ -158,7 +151,7 @@ except OSError:
 
 def test_fake_gpus() -> None:
     assert discover(3) == [
-        Device(
+        Gpu(
             index=i,
             uuid=f"FAKE-GPU-{i}",
             name="fake",
@@ -197,7 +190,7 @@ def test_devices_unavailable_is_a_runtime_error() -> None:
 # --- external_pids --------------------------------------------------------------
 
 
-def _device_with(*pids: int) -> Device:
+def _device_with(*pids: int) -> Gpu:
     procs = tuple(GpuProcess(pid=p, used_memory_mb=100) for p in pids)
     return dataclasses.replace(discover(1)[0], processes=procs)
 

@@ -1,50 +1,56 @@
-"""The device table: replaced wholesale by the worker, read by the API."""
+"""The device table: replaced wholesale by the worker, read by the API.
+
+Each row is a ``core.gpus.Gpu`` as the worker last saw it, with only the processes that no
+ddpq job started (a GPU that has any is ``external``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from ddpq.core.gpus import Gpu, GpuProcess
 from ddpq.store.models import DeviceSnapshot
 
 
-@dataclass(frozen=True)
-class DeviceRow:
-    index: int
-    uuid: str
-    name: str
-    fake: bool
-    memory_total_mb: int
-    memory_used_mb: int
-    external: bool
-    external_processes: list[dict[str, Any]]
-
-
-def replace_all(session: Session, rows: Sequence[DeviceRow], now: float) -> None:
+def replace_all(session: Session, gpus: Sequence[Gpu], now: float) -> None:
     session.execute(delete(DeviceSnapshot))
-    for r in rows:
+    for gpu in gpus:
         session.add(
             DeviceSnapshot(
-                index=r.index,
-                uuid=r.uuid,
-                name=r.name,
-                fake=r.fake,
-                memory_total_mb=r.memory_total_mb,
-                memory_used_mb=r.memory_used_mb,
-                external=r.external,
-                external_processes=r.external_processes,
+                index=gpu.index,
+                uuid=gpu.uuid,
+                name=gpu.name,
+                fake=gpu.fake,
+                memory_total_mb=gpu.memory_total_mb,
+                memory_used_mb=gpu.memory_used_mb,
+                external=bool(gpu.processes),
+                external_processes=[asdict(p) for p in gpu.processes],
                 updated_at=now,
             )
         )
     session.flush()
 
 
-def all_devices(session: Session) -> list[DeviceSnapshot]:
-    return list(session.scalars(select(DeviceSnapshot).order_by(DeviceSnapshot.index)))
+def all_devices(session: Session) -> list[Gpu]:
+    rows = session.scalars(select(DeviceSnapshot).order_by(DeviceSnapshot.index))
+    return [
+        Gpu(
+            index=row.index,
+            uuid=row.uuid,
+            name=row.name,
+            memory_total_mb=row.memory_total_mb,
+            memory_used_mb=row.memory_used_mb,
+            processes=tuple(
+                GpuProcess(int(p["pid"]), p.get("used_memory_mb")) for p in row.external_processes
+            ),
+            fake=row.fake,
+        )
+        for row in rows
+    ]
 
 
 def count(session: Session) -> int:

@@ -17,9 +17,10 @@ without them can still run with fake GPUs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
+
+from ddpq.core.gpus import Gpu, GpuProcess
 
 FAKE_MEMORY_MB = 16384
 _MIB = 1024 * 1024
@@ -29,34 +30,11 @@ _HINT = (
 )
 
 
-@dataclass(frozen=True)
-class GpuProcess:
-    """A compute process on a GPU, as NVML reports it."""
-
-    # A PID in the host's PID namespace: NVML sees the driver's view, so
-    # comparing with ddpq's PIDs is only meaningful when ddpq runs on the host
-    # (not in a container with its own PID namespace).
-    pid: int
-    # None where the driver cannot tell (NVML_VALUE_NOT_AVAILABLE, e.g. WDDM).
-    used_memory_mb: int | None
-
-
-@dataclass(frozen=True)
-class Device:
-    index: int  # NVML index, i.e. PCI bus order (see the module docstring)
-    uuid: str
-    name: str
-    memory_total_mb: int
-    memory_used_mb: int
-    processes: tuple[GpuProcess, ...]  # compute processes currently on the device
-    fake: bool
-
-
 class DevicesUnavailable(RuntimeError):
     """NVML cannot be used here: no library, no driver, or a failed query."""
 
 
-def discover(fake_gpus: int | None) -> list[Device]:
+def discover(fake_gpus: int | None) -> list[Gpu]:
     """The GPUs of this host: ``fake_gpus`` simulated ones, or (None) NVML's.
 
     Raises :class:`DevicesUnavailable` with a one-line message when NVML cannot
@@ -69,23 +47,8 @@ def discover(fake_gpus: int | None) -> list[Device]:
     return _discover_nvml()
 
 
-def external_pids(device: Device, ddpq_pids: Collection[int]) -> list[int]:
-    """PIDs of the processes on ``device`` that ddpq did not start.
-
-    In NVML's order, each once: with MIG a process shows up once per GPU
-    instance it uses, but is still one process to report.
-    """
-    seen: set[int] = set()
-    out: list[int] = []
-    for proc in device.processes:
-        if proc.pid not in ddpq_pids and proc.pid not in seen:
-            seen.add(proc.pid)
-            out.append(proc.pid)
-    return out
-
-
-def _fake_device(index: int) -> Device:
-    return Device(
+def _fake_device(index: int) -> Gpu:
+    return Gpu(
         index=index,
         uuid=f"FAKE-GPU-{index}",
         name="fake",
@@ -103,7 +66,7 @@ def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _discover_nvml() -> list[Device]:
+def _discover_nvml() -> list[Gpu]:
     try:
         import pynvml
     except ImportError as exc:
@@ -128,7 +91,7 @@ def _discover_nvml() -> list[Device]:
             pynvml.nvmlShutdown()
 
 
-def _nvml_device(pynvml: Any, index: int) -> Device:
+def _nvml_device(pynvml: Any, index: int) -> Gpu:
     what = "handle"
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -142,7 +105,7 @@ def _nvml_device(pynvml: Any, index: int) -> Device:
         procs = _compute_processes(pynvml, handle)
     except pynvml.NVMLError as exc:
         raise DevicesUnavailable(f"NVML query for the {what} of GPU {index} failed: {exc}") from exc
-    return Device(
+    return Gpu(
         index=index,
         uuid=uuid,
         name=name,

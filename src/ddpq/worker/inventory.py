@@ -12,9 +12,10 @@ import time
 from collections.abc import Collection
 
 from ddpq.config import Settings
+from ddpq.core.gpus import Gpu, external_pids
 from ddpq.store import devices as device_store
 from ddpq.store.db import Database
-from ddpq.worker.devices import Device, DevicesUnavailable, discover, external_pids
+from ddpq.worker.devices import DevicesUnavailable, discover
 
 log = logging.getLogger("ddpq.worker")
 
@@ -22,7 +23,7 @@ REFRESH_S = 5.0
 
 
 class Inventory:
-    def __init__(self, settings: Settings, devices: list[Device]) -> None:
+    def __init__(self, settings: Settings, devices: list[Gpu]) -> None:
         self.settings = settings
         self.devices = devices
         self.external: set[int] = set()
@@ -42,7 +43,8 @@ class Inventory:
         return time.monotonic() - self._refreshed_at >= REFRESH_S
 
     def refresh(self, ours: Collection[int]) -> bool:
-        """Ask NVML again; ``ours`` are the processes of ddpq's jobs. False if NVML failed."""
+        """Ask NVML again (real GPUs only); ``ours`` are the processes of ddpq's jobs. False
+        if NVML failed."""
         self._refreshed_at = time.monotonic()
         try:
             self.devices = discover(None)
@@ -53,23 +55,7 @@ class Inventory:
         return True
 
     def publish(self, db: Database, ours: Collection[int], now: float) -> None:
-        outside = {d.index: set(external_pids(d, ours)) for d in self.devices}
-        rows = [
-            device_store.DeviceRow(
-                index=d.index,
-                uuid=d.uuid,
-                name=d.name,
-                fake=d.fake,
-                memory_total_mb=d.memory_total_mb,
-                memory_used_mb=d.memory_used_mb,
-                external=d.index in self.external,
-                external_processes=[
-                    {"pid": p.pid, "used_memory_mb": p.used_memory_mb}
-                    for p in d.processes
-                    if p.pid in outside[d.index]
-                ],
-            )
-            for d in self.devices
-        ]
+        """Store this view for the API: each GPU with the processes on it that are not
+        ddpq's (``ours``)."""
         with db.write() as s:
-            device_store.replace_all(s, rows, now)
+            device_store.replace_all(s, [d.outside(ours) for d in self.devices], now)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ddpq import wake
 from ddpq.config import Settings
+from ddpq.core.gpus import Gpu
 from ddpq.core.rules import StopRequest, stop_due
 from ddpq.core.states import JobState
 from ddpq.core.untrusted import clean_text
@@ -28,7 +29,7 @@ from ddpq.store import attempts as attempt_store
 from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database, storage_fault
-from ddpq.worker.devices import Device, discover
+from ddpq.worker.devices import discover
 from ddpq.worker.exits import record_exits
 from ddpq.worker.inventory import Inventory
 from ddpq.worker.scheduling import Scheduler
@@ -46,7 +47,7 @@ class Worker:
         settings: Settings,
         executor: Executor | None = None,
         *,
-        devices: list[Device] | None = None,
+        devices: list[Gpu] | None = None,
         clock: Callable[[], float] = time.time,
         listen: bool = True,
     ) -> None:
@@ -78,7 +79,7 @@ class Worker:
         self._failing: dict[str, str] = {}  # phase -> the failure last logged for it
 
     @property
-    def devices(self) -> list[Device]:
+    def devices(self) -> list[Gpu]:
         return list(self.inventory.devices)
 
     def running(self) -> list[int]:
@@ -152,7 +153,6 @@ class Worker:
 
     def reconcile(self) -> None:
         """Adopt the jobs that still run, finalise those that ended while we were down."""
-        self.inventory.publish(self.db, set(), self.clock())
         with self.db.read() as s:
             active = attempt_store.active_attempts(s)
         for attempt in active:
@@ -165,6 +165,8 @@ class Worker:
             with self.db.write() as s:
                 record_exits(s, self._exits, self.settings, self.clock())
             self._exits.clear()  # committed
+        # Only now are the adopted jobs' processes known: none of them is "outside" use.
+        self._refresh_devices(force=True)
 
     def _reconcile_one(self, a: attempt_store.ActiveAttempt) -> None:
         now = self.clock()
@@ -221,11 +223,13 @@ class Worker:
             if self.executor.stop(job_id):
                 log.info("job %s: %s, stopping it", job_id, why.value)
 
-    def _refresh_devices(self) -> None:
-        if self.inventory.due():
-            ours = self.executor.job_pids()
-            if self.inventory.refresh(ours):
-                self.inventory.publish(self.db, ours, self.clock())
+    def _refresh_devices(self, force: bool = False) -> None:
+        if not (force or self.inventory.due()):
+            return
+        ours = self.executor.job_pids()
+        if self.settings.fake_gpus is None and not self.inventory.refresh(ours):
+            return  # NVML failed (and said why): the last view stands
+        self.inventory.publish(self.db, ours, self.clock())
 
     def _schedule(self) -> None:
         now = self.clock()

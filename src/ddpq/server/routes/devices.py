@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from ddpq.core.states import JobState
-from ddpq.schemas import DeviceList, DeviceOut, GpuProcessOut
+from ddpq.schemas import DeviceList, DeviceOut
 from ddpq.server import views
 from ddpq.server.deps import Auth, DatabaseDep
 from ddpq.store import devices as device_store
@@ -28,7 +28,7 @@ def devices(_who: Auth, db: DatabaseDep) -> DeviceList:
     items = []
     for d in snapshot:
         lease = gpu_holder.get(d.index)
-        status = "leased" if lease else ("external" if d.external else "free")
+        status = "leased" if lease else ("external" if d.processes else "free")
         items.append(
             DeviceOut(
                 index=d.index,
@@ -41,7 +41,7 @@ def devices(_who: Auth, db: DatabaseDep) -> DeviceList:
                 job_id=lease.job_id if lease else None,
                 owner=owners.get(lease.job_id) if lease else None,
                 since=views.ts(lease.acquired_at) if lease else None,
-                external_processes=[GpuProcessOut(**p) for p in d.external_processes],
+                external_processes=list(d.processes),
             )
         )
     return DeviceList(items=items, ports_leased=ports)

@@ -1,0 +1,50 @@
+"""The one record of a GPU: what NVML reports of it, passed from discovery to the page.
+
+The worker discovers these (``worker.devices``), keeps for each the processes on it that
+no ddpq job started, and publishes that view (``store.devices``); the API serves it. The
+same record all the way, so a field added here reaches every one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process on a GPU, as NVML reports it."""
+
+    # A PID in the host's PID namespace: NVML sees the driver's view, so comparing with
+    # ddpq's PIDs is only meaningful when ddpq runs on the host (not in a container with
+    # its own PID namespace).
+    pid: int
+    # None where the driver cannot tell (NVML_VALUE_NOT_AVAILABLE, e.g. WDDM).
+    used_memory_mb: int | None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int  # NVML index, i.e. PCI bus order (see worker.devices)
+    uuid: str
+    name: str
+    memory_total_mb: int
+    memory_used_mb: int
+    processes: tuple[GpuProcess, ...]  # compute processes on it
+    fake: bool
+
+    def outside(self, ddpq_pids: Collection[int]) -> Gpu:
+        """This GPU with only the processes ddpq did not start, in NVML's order, each once
+        (with MIG a process shows up once per GPU instance it uses)."""
+        seen: set[int] = set()
+        kept = []
+        for proc in self.processes:
+            if proc.pid not in ddpq_pids and proc.pid not in seen:
+                seen.add(proc.pid)
+                kept.append(proc)
+        return replace(self, processes=tuple(kept))
+
+
+def external_pids(gpu: Gpu, ddpq_pids: Collection[int]) -> list[int]:
+    """PIDs of the processes on ``gpu`` that ddpq did not start."""
+    return [p.pid for p in gpu.outside(ddpq_pids).processes]
