@@ -52,9 +52,11 @@ def api(home: Path) -> Iterator[TestClient]:
 
 def post_json(c: TestClient, path: str, body: Any, **headers: str) -> httpx.Response:
     """POST ``body`` as JSON text exactly as given (json.dumps keeps "\\ud800" escapes)."""
-    return c.post(
+    # Typed here: this TestClient's methods are untyped where httpx2 is not installed.
+    response: httpx.Response = c.post(
         path, content=json.dumps(body), headers={"Content-Type": "application/json", **headers}
     )
+    return response
 
 
 def assert_error(r: httpx.Response, status: int, code: str, *words: str) -> None:
@@ -97,7 +99,7 @@ def test_unencodable_strings_are_refused_before_they_are_stored(
     "value", [b"\xed\xa0\x80", b"al\xffice", "ålice".encode("latin-1")], ids=repr
 )
 def test_a_user_header_that_is_not_utf8_is_refused(api: TestClient, value: bytes) -> None:
-    r = api.post("/v1/jobs", json={"command": ["true"]}, headers={"X-Ddpq-User": value})  # type: ignore[dict-item]
+    r = api.post("/v1/jobs", json={"command": ["true"]}, headers={"X-Ddpq-User": value})
     assert_error(r, 422, "invalid", "X-Ddpq-User")
     assert api.get("/v1/jobs").json()["total"] == 0
 
@@ -355,10 +357,10 @@ BAD_USERS = ["a" * 6000, "alice bob", " alice", "alice\t", "-alice", ".", "al/ic
 @pytest.mark.parametrize("user", BAD_USERS, ids=lambda u: ascii(u)[:16])
 def test_the_user_header_is_checked_like_a_user_name(api: TestClient, user: str) -> None:
     headers = {"X-Ddpq-User": user.encode("latin-1")}
-    r = api.post("/v1/jobs", json={"command": ["true"]}, headers=headers)  # type: ignore[arg-type]
+    r = api.post("/v1/jobs", json={"command": ["true"]}, headers=headers)
     assert_error(r, 422, "invalid", "X-Ddpq-User")
     assert api.get("/v1/jobs").json()["total"] == 0
-    assert api.get("/v1/whoami", headers=headers).status_code == 422  # type: ignore[arg-type]
+    assert api.get("/v1/whoami", headers=headers).status_code == 422
 
 
 @pytest.mark.parametrize("user", ["alice", "first.last", "a_b-c", "A" * 64])
@@ -540,7 +542,9 @@ def test_a_root_daemon_does_not_reveal_hidden_paths(home: Path, tree: Path) -> N
         alice = {"Authorization": f"Bearer {token}"}
 
         def submit(cwd: Path, headers: dict[str, str] = alice) -> httpx.Response:
-            return c.post("/v1/jobs", json={"command": ["true"], "cwd": str(cwd)}, headers=headers)
+            body = {"command": ["true"], "cwd": str(cwd)}
+            response: httpx.Response = c.post("/v1/jobs", json=body, headers=headers)
+            return response
 
         exists, missing = tree / "secret" / "inner", tree / "secret" / "nope"
         details = [submit(p).json()["detail"].replace(str(p), "P") for p in (exists, missing)]
@@ -601,11 +605,12 @@ def test_only_admins_may_set_a_high_priority(home: Path) -> None:
             _, admin = user_store.add_user(s, "boss", admin=True, unix_user=me, now=time.time())
 
         def submit(token: str, priority: int) -> httpx.Response:
-            return c.post(
+            response: httpx.Response = c.post(
                 "/v1/jobs",
                 json={"command": ["true"], "priority": priority},
                 headers={"Authorization": f"Bearer {token}"},
             )
+            return response
 
         for priority in (101, 500, 1000):
             assert_error(submit(user, priority), 403, "forbidden", "priority", "admin")

@@ -84,14 +84,17 @@ def test_cli_reads_a_0600_token_file_and_refuses_a_readable_one(
 ) -> None:
     d, alice, _, _ = authed
     config = tmp_path / "config"
-    env = {"XDG_CONFIG_HOME": str(config), "DDPQ_TOKEN": ""}
-    saved = d.cli("login", alice, **env)
+
+    def as_alice(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return d.cli(*args, check=check, XDG_CONFIG_HOME=str(config), DDPQ_TOKEN="")
+
+    saved = as_alice("login", alice)
     path = Path(saved.stdout.split()[-1])
     assert path == config / "ddpq" / "token"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert d.cli("whoami", **env).stdout.strip() == "alice"
+    assert as_alice("whoami").stdout.strip() == "alice"
     path.chmod(0o644)
-    r = d.cli("whoami", check=False, **env)
+    r = as_alice("whoami", check=False)
     assert r.returncode == 2 and "chmod 600" in r.stderr
     assert token_file().name == "token"
 

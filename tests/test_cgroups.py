@@ -309,7 +309,7 @@ def daemon_log(d: Daemon) -> str:
 def test_serve_says_jobs_are_tracked_by_cgroup(make_daemon: Callable[..., Daemon]) -> None:
     d = make_daemon("--fake-gpus", "1")
     assert "jobs tracked by cgroup" in wait_for(
-        lambda: "tracked by" in daemon_log(d) and daemon_log(d), what="the tracking line"
+        lambda: log if "tracked by" in (log := daemon_log(d)) else None, what="the tracking line"
     )
 
 
@@ -419,7 +419,7 @@ def test_a_double_forked_setsid_child_ends_with_its_job(
         assert with_token(tok) == []
 
 
-def opened_by_job(done: Any) -> dict[str, int]:
+def opened_by_job(done: Any) -> dict[str, Any]:
     assert done.state == "succeeded", done.reason
     return dict(json.loads(Path(done.job_dir, "opens.json").read_text()))
 

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -24,7 +25,7 @@ def test_cli_submit_show_true_false_and_cancelled(daemon: Daemon) -> None:
     assert "stopping" in daemon.cli("cancel", str(sleeper)).stdout
     wait_done(c, sleeper)
 
-    def shown(job_id: int) -> dict[str, object]:
+    def shown(job_id: int) -> dict[str, Any]:
         return dict(json.loads(daemon.cli("show", str(job_id), "--json").stdout))
 
     assert (shown(ok)["state"], shown(ok)["exit_code"]) == ("succeeded", 0)
@@ -32,7 +33,7 @@ def test_cli_submit_show_true_false_and_cancelled(daemon: Daemon) -> None:
     cancelled = shown(sleeper)
     assert cancelled["state"] == "cancelled"
     assert cancelled["exit_signal"] == 15  # sleep dies of the SIGTERM
-    history = [e["to_state"] for e in cancelled["events"]]  # type: ignore[union-attr]
+    history = [e["to_state"] for e in cancelled["events"]]
     assert history == ["queued", "starting", "running", "cancelled"]
 
 

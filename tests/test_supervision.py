@@ -31,7 +31,7 @@ def alive(pid: int) -> bool:
 
 def job_pids(job_dir: str) -> list[int]:
     path = Path(job_dir) / "pids"
-    text = wait_for(lambda: path.exists() and path.read_text(), what="the job's pid file")
+    text = wait_for(lambda: path.read_text() if path.exists() else None, what="the pid file")
     return [int(x) for x in text.split()]
 
 

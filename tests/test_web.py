@@ -25,7 +25,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 try:
     from playwright.sync_api import Page, expect, sync_playwright
 except ImportError:  # pragma: no cover - CI installs it; this keeps the reason readable
-    sync_playwright = None
+    sync_playwright = None  # type: ignore[assignment]
 
 pytestmark = [
     pytest.mark.browser,
