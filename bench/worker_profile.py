@@ -54,8 +54,9 @@ def main() -> None:
             worker.step()
             steps += 1
             with db.read() as s:
-                if not jobs.jobs_in(s, LIVE):
-                    break
+                counts = jobs.count_by_state(s)
+            if not any(counts.get(state, 0) for state in LIVE):
+                break
             worker._wait()
         profile.disable()
         wall = time.perf_counter() - t0

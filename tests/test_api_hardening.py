@@ -117,7 +117,7 @@ def test_rows_stored_before_the_check_still_list(api: TestClient, home: Path) ->
             gpus=0,
             env={"K": "\udfff"},
         )
-        job = job_store.create_job(s, spec, time.time())
+        job = job_store.get_job(s, job_store.create_job(s, spec, time.time()).id)
         job_store.set_progress(s, job, {"phase\ud800": ["\udc80", {"k": "v\ud800"}]})
         job_id = job.id
     db.dispose()

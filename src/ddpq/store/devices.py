@@ -53,6 +53,9 @@ def all_devices(session: Session) -> list[Gpu]:
     ]
 
 
+_COUNT = select(func.count()).select_from(DeviceSnapshot)  # asked at every submission
+
+
 def count(session: Session) -> int:
     """How many GPUs the worker reported, without loading their rows."""
-    return session.scalar(select(func.count()).select_from(DeviceSnapshot)) or 0
+    return session.connection().execute(_COUNT).scalar() or 0

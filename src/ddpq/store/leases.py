@@ -61,13 +61,15 @@ def release(session: Session, job_id: int, now: float) -> None:
 
 
 def live(session: Session, job_ids: Iterable[int] | None = None) -> list[LiveLease]:
-    query = select(Lease).where(Lease.released_at.is_(None))
+    """Unreleased leases (of ``job_ids``, if given), as columns: read on every pass."""
+    table = cast(Table, Lease.__table__).c
+    query = select(table.job_id, table.kind, table.resource, table.acquired_at).where(
+        table.released_at.is_(None)
+    )
     if job_ids is not None:
-        query = query.where(Lease.job_id.in_(list(job_ids)))
-    return [
-        LiveLease(row.job_id, row.kind, row.resource, row.acquired_at)
-        for row in session.scalars(query.order_by(Lease.job_id, Lease.kind, Lease.resource))
-    ]
+        query = query.where(table.job_id.in_(list(job_ids)))
+    rows = session.connection().execute(query.order_by(table.job_id, table.kind, table.resource))
+    return [LiveLease(*row) for row in rows]
 
 
 def by_job(leases: Iterable[LiveLease]) -> dict[int, tuple[list[int], int | None]]:

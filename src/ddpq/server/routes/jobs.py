@@ -77,7 +77,8 @@ def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -
                 f"gpus: asked for {body.gpus} GPUs but this server has {total}",
             )
         job = job_store.create_job(s, spec, time.time())
-        out = views.jobs_out(s, [job])[0]
+        # A new job holds no lease, and its dependencies are the ones just given.
+        out = views.job_out(job, ([], None), sorted(set(spec.after)))
     wake.nudge(settings.wake_socket)
     return out
 
