@@ -145,24 +145,27 @@ class LocalExecutor:
                 gone.append(job_id)
         if not gone:
             return []
-        # One look at /proc for all of them: which sessions still have processes.
-        occupied = procs.occupied_sessions()
         out = []
+        occupied: set[int] | None = None
         for job_id in gone:
             w = self._watched.pop(job_id)
             if w.fd is not None:
                 os.close(w.fd)
-            out.append(Ended(job_id, w.attempt, self._final_record(job_id, w, occupied)))
+            record = w.folder.read_exit_record(w.attempt)
+            cgroup = self._cgroup_of(job_id, w.attempt)
+            if cgroup is not None:
+                record = self._end_cgroup(cgroup, record)
+            else:
+                if occupied is None:  # one look at /proc for all of them
+                    occupied = procs.occupied_sessions()
+                record = self._end_session(w, record, occupied)
+            out.append(Ended(job_id, w.attempt, record))
         return out
 
-    def _final_record(self, job_id: int, w: Watched, occupied: set[int]) -> ExitRecord:
-        """The attempt's exit record once nothing of the job is left (a "lost" one if the
-        shim wrote none, or the record cannot be the shim's)."""
-        record = w.folder.read_exit_record(w.attempt)
-        cgroup = self._cgroup_of(job_id, w.attempt)
-        if cgroup is not None:
-            return self._end_cgroup(cgroup, record)
-        # No cgroup (session tracking): find what is left by session and environment.
+    def _end_session(self, w: Watched, record: ExitRecord | None, occupied: set[int]) -> ExitRecord:
+        """Tracked by session: the record once nothing of the job is left (a "lost" one if
+        the shim wrote none, or the record cannot be the shim's)."""
+        # Find what is left by session and environment.
         marker = f"DDPQ_JOB_DIR={w.folder.path}".encode()
 
         def stragglers() -> list[int]:
