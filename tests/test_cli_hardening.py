@@ -26,6 +26,7 @@ from rich.console import Console
 
 from ddpq import entry
 from ddpq.client import cli
+from ddpq.client import draw as drawing
 from ddpq.client.api import DdpqClient
 from ddpq.client.format import progress_fraction, progress_line, sanitize
 from ddpq.client.watchview import render
@@ -165,14 +166,14 @@ def draw(renderable: Any) -> str:
 
 def render_show(text: str, capsys: pytest.CaptureFixture[str]) -> str:
     job = JobDetail.model_validate(job_data(text))
-    cli.render_job(job, f"log {text}\nlast line".encode("utf-8", "surrogatepass"))
+    drawing.render_job(job, f"log {text}\nlast line".encode("utf-8", "surrogatepass"))
     return capsys.readouterr().out
 
 
 RENDERERS: dict[str, Callable[[str, pytest.CaptureFixture[str]], str]] = {
-    "ls": lambda t, _: draw(cli.jobs_table([JobDetail.model_validate(job_data(t))])),
+    "ls": lambda t, _: draw(drawing.jobs_table([JobDetail.model_validate(job_data(t))])),
     "show": render_show,
-    "gpus": lambda t, _: draw(cli.gpu_table(DeviceList.model_validate(devices_data(t)))),
+    "gpus": lambda t, _: draw(drawing.gpu_table(DeviceList.model_validate(devices_data(t)))),
     "watch": lambda t, _: draw(
         render(
             [JobDetail.model_validate(job_data(t))],
@@ -216,7 +217,7 @@ def test_show_keeps_the_log_tails_lines_and_escapes_the_rest(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     job = JobDetail.model_validate(job_data("x"))
-    cli.render_job(job, b"epoch 1\n\x1b]0;pwned\x07[/bold]\n\tindented \xff")
+    drawing.render_job(job, b"epoch 1\n\x1b]0;pwned\x07[/bold]\n\tindented \xff")
     out = capsys.readouterr().out
     assert_inert(out)
     tail = out.split("log tail\n", 1)[1]

@@ -13,14 +13,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from ddpq.client.api import DEFAULT_URL, DdpqClient, DdpqError, find_token
-
-if TYPE_CHECKING:
-    from ddpq.schemas import DeviceList, JobDetail, JobOut
+from ddpq.client.draw import console, gpu_table, jobs_table, render_job
+from ddpq.core.states import TERMINAL, JobState
 
 app = typer.Typer(
     name="ddpq",
@@ -32,7 +31,8 @@ app = typer.Typer(
 )
 
 _OPTS: dict[str, Any] = {"url": None, "token": None, "debug": False}
-ACTIVE_STATES = ["queued", "held", "starting", "running"]
+# What `ls`, `watch` and `cancel --mine` mean by unfinished.
+ACTIVE_STATES = [state.value for state in JobState if state not in TERMINAL]
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -43,13 +43,6 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def client() -> DdpqClient:
     token = _OPTS["token"] or find_token()
     return DdpqClient(_OPTS["url"], token)
-
-
-def console() -> Any:
-    from rich.console import Console
-
-    # Rich turns colours off by itself when stdout is not a terminal (and honours NO_COLOR).
-    return Console()
 
 
 def print_json(data: Any) -> None:
@@ -178,49 +171,6 @@ def ls(
     console().print(jobs_table(jobs))
 
 
-def jobs_table(jobs: list[JobOut]) -> Any:
-    """The queue as a Rich table. Names, owners and progress are the users' and jobs' own
-    text: ``plain`` cells, never markup, with control characters made visible."""
-    from rich.table import Table
-
-    from ddpq.client.format import age, plain, progress_line
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ID", "NAME", "OWNER", "STATE", "GPUS", "PORT", "PROGRESS", "AGE"):
-        table.add_column(col, no_wrap=col != "PROGRESS")
-    for j in jobs:
-        gpus = ",".join(map(str, j.leases.gpus)) if j.leases.gpus else str(j.gpus)
-        table.add_row(
-            str(j.id),
-            plain(j.name),
-            plain(j.owner),
-            _styled_state(j.state),
-            gpus,
-            str(j.leases.port or ""),
-            plain(progress_line(j.progress)),
-            age(j.submitted_at),
-        )
-    return table
-
-
-STATE_STYLE = {
-    "queued": "yellow",
-    "held": "magenta",
-    "starting": "cyan",
-    "running": "green",
-    "succeeded": "bold green",
-    "failed": "bold red",
-    "cancelled": "dim",
-    "timed_out": "red",
-}
-
-
-def _styled_state(state: str) -> Any:
-    from ddpq.client.format import plain
-
-    return plain(state, STATE_STYLE.get(state, ""))
-
-
 @app.command()
 def show(
     job_id: int,
@@ -234,71 +184,6 @@ def show(
         print_json(job.model_dump(mode="json"))
         return
     render_job(job, b"\n".join(tail.splitlines()[-10:]))
-
-
-def render_job(job: JobDetail, tail: bytes) -> None:
-    """Print one job for people. Every line is a ``Text`` (never markup: a command may hold
-    ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
-    from rich.text import Text
-
-    from ddpq.client.format import plain, progress_line, sanitize
-    from ddpq.core.units import human_duration
-
-    con = console()
-
-    def line(text: str) -> None:
-        con.print(Text(text))
-
-    con.print(
-        Text.assemble(
-            (f"job {job.id}", "bold"),
-            f" {sanitize(job.name)}  ",
-            _styled_state(job.state),
-            f"  {sanitize(job.reason)}",
-        )
-    )
-    line(f"  owner      {sanitize(job.owner)}")
-    line(
-        f"  command    {sanitize(' '.join(job.command))}"
-        + ("  (torchrun)" if job.launcher == "torchrun" else "")
-    )
-    line(
-        f"  gpus       {job.gpus} requested"
-        + (f", leased {job.leases.gpus}" if job.leases.gpus else "")
-    )
-    if job.leases.port:
-        line(f"  port       {job.leases.port}")
-    line(f"  priority   {job.priority}")
-    if job.time_limit_s:
-        line(f"  time limit {human_duration(job.time_limit_s)}")
-    if job.after:
-        line(f"  after      {', '.join(map(str, job.after))}")
-    line(f"  attempt    {job.attempt} (retries allowed: {job.retries})")
-    if job.exit_code is not None or job.exit_signal is not None:
-        line(
-            f"  exit       code {job.exit_code}"
-            + (f", signal {job.exit_signal}" if job.exit_signal else "")
-        )
-    if job.progress:
-        line(f"  progress   {sanitize(progress_line(job.progress))}")
-    if job.job_dir:
-        line(f"  folder     {sanitize(job.job_dir)}")
-    con.print(plain("history", "bold"))
-    for e in job.events:
-        at = f"{e.at.astimezone():%Y-%m-%d %H:%M:%S}"
-        line(f"  {at}  {sanitize(e.to_state):<10} {sanitize(e.reason)}")
-    if job.attempts:
-        con.print(plain("attempts", "bold"))
-        for a in job.attempts:
-            state = sanitize(a.state or "running")
-            line(f"  #{a.number} GPUs {a.gpus} port {a.port}  {state}  {sanitize(a.reason)}")
-    if tail:
-        con.print(plain("log tail", "bold"))
-        # `ddpq logs` prints a job's bytes raw on purpose (they are the job's, and may be
-        # piped to a file); this tail is part of a rendering, so it is made safe like the
-        # rest: lines kept, escapes and other control characters made visible.
-        text = sanitize(tail.decode(errors="replace"), multiline=True)
-        con.print(Text(text), highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -382,37 +267,6 @@ def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         print_json(devs.model_dump(mode="json"))
         return
     console().print(gpu_table(devs))
-
-
-def gpu_table(devs: DeviceList) -> Any:
-    from rich.table import Table
-
-    from ddpq.client.format import age, plain
-
-    port_of = {job: port for port, job in devs.ports_leased.items()}
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "MEMORY", "OUTSIDE"):
-        table.add_column(col, no_wrap=True)
-    for d in devs.items:
-        status = {
-            "free": "[green]free[/]",
-            "leased": "[cyan]leased[/]",
-            "external": "[red]external[/]",
-        }[d.status]
-        outside = ", ".join(f"pid {p.pid}" for p in d.external_processes)
-        table.add_row(
-            str(d.index),
-            # The driver's name for the GPU and a user's name: plain text, never markup.
-            plain(d.name + (" (fake)" if d.fake and d.name != "fake" else "")),
-            status,
-            str(d.job_id or ""),
-            plain(d.owner or ""),
-            str(port_of.get(d.job_id, "")) if d.job_id else "",
-            age(d.since) if d.since else "",
-            f"{d.memory_used_mb}/{d.memory_total_mb} MiB",
-            outside,
-        )
-    return table
 
 
 @app.command()
