@@ -67,7 +67,8 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
                     f.write("0")
             except OSError as exc:
                 why = f"cannot join its cgroup {cgroup}: {exc.strerror or exc}"
-                code = shim.failed_to_start(shim.parse_args(argv).record, time.time(), why)
+                record = shim.parse_args(argv).record
+                code = shim.shim_record.failed_to_start(record, time.time(), why)
                 return
         os.umask(int(request["umask"]))  # type: ignore[call-overload]
         uid, gid = request.get("uid"), request.get("gid")

@@ -33,39 +33,11 @@ import time
 # Its helpers lie beside it: run by its path with ``python -S`` (the worker does) this
 # folder is first on sys.path; imported as ddpq's module (tests do), they are ddpq's too.
 if __package__:
-    from ddpq.executors.local.shim_log import CappedLog
-    from ddpq.executors.local.shim_procs import (
-        ANCESTORS,
-        JOB_CGROUP,
-        MAIN,
-        ancestors,
-        kill_everything,
-        own_start_ticks,
-        reap_children,
-    )
-    from ddpq.executors.local.shim_record import (
-        disk_error,
-        failed_to_start,
-        reserve_record,
-        write_record,
-    )
+    from ddpq.executors.local import shim_log, shim_procs, shim_record
 else:
-    from shim_log import CappedLog  # type: ignore[import-not-found,no-redef]
-    from shim_procs import (  # type: ignore[import-not-found,no-redef]
-        ANCESTORS,
-        JOB_CGROUP,
-        MAIN,
-        ancestors,
-        kill_everything,
-        own_start_ticks,
-        reap_children,
-    )
-    from shim_record import (  # type: ignore[import-not-found,no-redef]
-        disk_error,
-        failed_to_start,
-        reserve_record,
-        write_record,
-    )
+    import shim_log  # type: ignore[import-not-found,no-redef]
+    import shim_procs  # type: ignore[import-not-found,no-redef]
+    import shim_record  # type: ignore[import-not-found,no-redef]
 
 PR_SET_CHILD_SUBREAPER = 36
 NOT_LAUNCHED: dict[str, object] = {
@@ -148,7 +120,7 @@ def wait_for_worker(gate: int, cgroup: str) -> bool:
         word = b""
     os.close(gate)
     if word in (b"c", b"f") and cgroup:
-        JOB_CGROUP["dir"] = cgroup
+        shim_procs.JOB_CGROUP["dir"] = cgroup
     if word == b"f":
         renumber_gpus()
     return word in (b"c", b"f", b"s")
@@ -186,7 +158,9 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("ddpq shim: the worker went away before the job started\n")
         now = time.time()
         try:  # contextlib would cost 3 ms of imports on every job's start path
-            write_record(opts.record, {**NOT_LAUNCHED, "started_at": now, "ended_at": now})
+            shim_record.write_record(
+                opts.record, {**NOT_LAUNCHED, "started_at": now, "ended_at": now}
+            )
         except OSError:
             pass
         return 3
@@ -203,8 +177,8 @@ def main(argv: list[str]) -> int:
     marker = f"DDPQ_JOB_DIR={os.environ.get('DDPQ_JOB_DIR', '')}".encode()
     if not os.environ.get("DDPQ_JOB_DIR"):
         marker = b""  # started by hand, outside ddpq: only the session and our orphans
-    since = own_start_ticks()
-    ANCESTORS.update(ancestors())
+    since = shim_procs.own_start_ticks()
+    shim_procs.ANCESTORS.update(shim_procs.ancestors())
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -222,18 +196,20 @@ def main(argv: list[str]) -> int:
 
     started_at = time.time()
     error: str | None = None
-    reserve_record(record_path)
+    shim_record.reserve_record(record_path)
     try:
-        log = CappedLog(opts.log, cap)
+        log = shim_log.CappedLog(opts.log, cap)
     except OSError as exc:
-        return failed_to_start(record_path, started_at, disk_error("opening its log", exc))
+        return shim_record.failed_to_start(
+            record_path, started_at, shim_record.disk_error("opening its log", exc)
+        )
     try:
         # Here, not in the worker: the shim already runs as the job's account, so a
         # folder that account may not enter stays closed to it (a root worker's chdir
         # would have let the job in).
         os.chdir(opts.cwd)
     except OSError as exc:
-        return failed_to_start(
+        return shim_record.failed_to_start(
             record_path,
             started_at,
             f"cannot enter its working directory {opts.cwd}: {exc.strerror}",
@@ -264,7 +240,7 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             os.write(2, f"ddpq: cannot run {cmd[0]!r}: {exc.strerror}\n".encode())
         os._exit(127)
-    MAIN["pid"] = pid
+    shim_procs.MAIN["pid"] = pid
     # Only now, off the job's start path (ctypes costs milliseconds to import). An
     # orphan made in the job's first instant still stays in our session unless it
     # also left it; the worker's DDPQ_JOB_DIR sweep covers that corner.
@@ -289,10 +265,10 @@ def main(argv: list[str]) -> int:
                 pass
         if termed and not killed and time.monotonic() - stop_requested["at"] >= grace:
             killed = True
-            kill_everything(sid, marker, since)
+            shim_procs.kill_everything(sid, marker, since)
         if status is not None and pipe_open:
             # The job is gone; whatever still holds the pipe is a straggler.
-            kill_everything(sid, marker, since)
+            shim_procs.kill_everything(sid, marker, since)
         timeout = 0.5
         if termed and not killed:
             timeout = max(0.0, min(timeout, stop_requested["at"] + grace - time.monotonic()))
@@ -319,19 +295,19 @@ def main(argv: list[str]) -> int:
                     try:
                         log.write(chunk)
                     except OSError as exc:
-                        error = disk_error("writing the job's log", exc)
+                        error = shim_record.disk_error("writing the job's log", exc)
                         stop_requested["at"] = stop_requested["at"] or time.monotonic()
                         grace = 0.0
         if status is None:
-            reap_children()
-            status = MAIN.get("status")
-    kill_everything(sid, marker, since)
+            shim_procs.reap_children()
+            status = shim_procs.MAIN.get("status")
+    shim_procs.kill_everything(sid, marker, since)
     assert status is not None
     ended_at = time.time()
     try:
         log.close()
     except OSError as exc:
-        error = error or disk_error("writing the job's log", exc)
+        error = error or shim_record.disk_error("writing the job's log", exc)
     record: dict[str, object] = {
         "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
@@ -341,7 +317,7 @@ def main(argv: list[str]) -> int:
         "log_dropped_bytes": log.dropped,
     }
     try:
-        write_record(record_path, record)
+        shim_record.write_record(record_path, record)
     except OSError as exc:
         sys.stderr.write(f"ddpq shim: cannot write the exit record: {exc}\n")
         return 1
