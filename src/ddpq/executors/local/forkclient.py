@@ -24,8 +24,10 @@ class ForkServerLost(OSError):
 class ForkServer:
     """Started on first use; started again after it went away."""
 
-    def __init__(self, python: str) -> None:
+    def __init__(self, python: str, jobs_dir: Path) -> None:
         self.python = python
+        # Room on the server's command line for each forked shim's title (its job folder).
+        self.room = f"{jobs_dir}/{'#' * 20}"
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
 
@@ -33,7 +35,15 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [self.python, "-S", str(FORKSERVER), "--socket-fd", str(theirs.fileno())],
+                [
+                    self.python,
+                    "-S",
+                    str(FORKSERVER),
+                    "--socket-fd",
+                    str(theirs.fileno()),
+                    "--room",
+                    self.room,
+                ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

@@ -28,6 +28,7 @@ import time
 import shim  # type: ignore[import-not-found]  # beside this file (python -S puts it first)
 
 MAX_REQUEST = 1 << 20
+SHIM_TITLE = "ddpq-shim"  # a forked shim's command name and first word (procs.find_shim)
 
 
 def reap(*_: object) -> None:
@@ -38,6 +39,25 @@ def reap(*_: object) -> None:
             return
         if pid == 0:
             return
+
+
+def retitle(words: list[str]) -> None:
+    """Show this process as the shim it now is (``ps``, ``top``), not as the fork server it
+    was forked from: its command name, and its command line written over the server's
+    (which was started with room to spare for a job folder's path)."""
+    import ctypes
+
+    title = "\0".join(words).encode()
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, title.split(b"\0")[0][:15], 0, 0, 0)  # PR_SET_NAME
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return
+    if end - start > len(title):
+        ctypes.memmove(start, title.ljust(end - start, b"\0"), end - start)
 
 
 def child(request: dict[str, object], gate: int, err: int, server: socket.socket) -> None:
@@ -56,6 +76,8 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
         os.close(err)
         env, argv = request["env"], request["argv"]
         assert isinstance(env, dict) and isinstance(argv, list)
+        opts = shim.parse_args(shim.take_gate(argv)[2])
+        retitle([SHIM_TITLE, "--job-dir", opts.job_dir])
         os.environ.clear()
         os.environ.update(env)
         cgroup = request.get("cgroup")
@@ -67,8 +89,7 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
                     f.write("0")
             except OSError as exc:
                 why = f"cannot join its cgroup {cgroup}: {exc.strerror or exc}"
-                record = shim.parse_args(argv).record
-                code = shim.shim_record.failed_to_start(record, time.time(), why)
+                code = shim.shim_record.failed_to_start(opts.record, time.time(), why)
                 return
         os.umask(int(request["umask"]))  # type: ignore[call-overload]
         uid, gid = request.get("uid"), request.get("gid")
@@ -78,8 +99,12 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
             os.setuid(uid)
         os.chdir("/")
         code = shim.main(["--wait-fd", str(gate), *argv])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 2
+    except SystemExit as exc:  # the shim's usage error: say it, as python would
+        if isinstance(exc.code, int):
+            code = exc.code
+        else:
+            code = 2
+            os.write(2, f"{exc.code}\n".encode())
     except BaseException as exc:  # report, then end: nothing may return into the server
         try:
             os.write(2, f"ddpq shim: {type(exc).__name__}: {exc}\n".encode())
@@ -129,8 +154,9 @@ def serve(server: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "--socket-fd":
-        sys.stderr.write("usage: forkserver.py --socket-fd N\n")
+    # --room: ignored; its length is the room a forked shim has to show its job folder.
+    if len(argv) not in (2, 4) or argv[0] != "--socket-fd" or argv[2:3] not in ([], ["--room"]):
+        sys.stderr.write("usage: forkserver.py --socket-fd N [--room TEXT]\n")
         return 2
     server = socket.socket(fileno=int(argv[1]))
     # What every shim imports later, imported once here so children find it loaded.

@@ -122,9 +122,10 @@ def kill_all(pids: list[int]) -> None:
 
 
 def find_shim(job_dir: str) -> int | None:
-    """The PID of a shim started for ``job_dir``, found by its command line.
+    """The PID of a shim started for ``job_dir``, found by its command line: ``python -S
+    shim.py --job-dir D ...`` by exec, ``ddpq-shim --job-dir D`` forked by the fork server.
 
-    Needed when the worker died between starting a shim and recording its PID.
+    Needed for an attempt whose handle was never stored (the worker died first).
     """
     needle = b"\x00--job-dir\x00" + job_dir.encode() + b"\x00"
     for pid in all_pids():
@@ -132,7 +133,7 @@ def find_shim(job_dir: str) -> int | None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"shim.py" in cmdline and needle in cmdline:
+        if (b"shim.py" in cmdline or cmdline.startswith(b"ddpq-shim\x00")) and needle in cmdline:
             return pid
     return None
 

@@ -108,7 +108,7 @@ class Spawner:
         self.warn = warn
         wanted = os.environ.get(SPAWN_ENV, "fork").strip().lower()
         self.forkserver: ForkServer | None = (
-            ForkServer(settings.python) if wanted != "exec" else None
+            ForkServer(settings.python, settings.jobs_dir) if wanted != "exec" else None
         )
 
     def describe(self) -> str:
