@@ -106,3 +106,22 @@ def test_attempt_handles_carry_a_running_jobs_shim_across_the_upgrade(tmp_path: 
     with sqlite3.connect(path) as conn:
         shims = dict(conn.execute("SELECT id, shim_pid || ':' || shim_start_ticks FROM jobs"))
     assert shims == {running: "4321:98765", ended: None}
+
+
+def test_relaunches_start_at_zero_for_existing_jobs_and_go_away_on_downgrade(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0003")
+    with sqlite3.connect(path) as conn:
+        job_id = _insert_job(conn, "queued")
+    _at(path, "0004")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT relaunches FROM jobs WHERE id = ?", (job_id,)).fetchone() == (
+            0,
+        )
+    command.downgrade(alembic_config(path), "0003")
+    with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        assert "relaunches" not in columns
+        assert conn.execute("SELECT state FROM jobs").fetchone() == ("queued",)

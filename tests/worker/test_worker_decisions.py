@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpq.core.disposition import attempt_header
+from ddpq.core.disposition import MAX_RELAUNCHES, attempt_header
+from ddpq.core.rules import ExitRecord
 from ddpq.core.states import JobState
 from ddpq.executors.base import Launch
 from ddpq.executors.fake import FakeExecutor
@@ -339,3 +340,19 @@ def test_an_attempt_whose_handle_cannot_be_stored_never_runs_and_is_requeued(
     view = rig.job(job)
     assert view.state is R and view.attempt == 2 and rig.host.attempt_of(job).proceeded
     assert view.attempts[0][1:3] == (Q, "launch interrupted before the job started")
+
+
+def test_a_job_that_forges_nothing_ran_is_rerun_a_bounded_number_of_times(rig: Rig) -> None:
+    """The shim's "nothing ran" record lies in the job's own folder: a job may write one and
+    kill its shim. It is requeued for free only MAX_RELAUNCHES times, then it fails."""
+    job = rig.submit(max_retries=0)
+    for _ in range(MAX_RELAUNCHES + 1):
+        rig.step()
+        attempt = rig.host.attempt_of(job)
+        assert attempt.proceeded and rig.job(job).state is R
+        at = rig.clock()
+        attempt.record = ExitRecord(None, 9, at, at, None, launched=False)  # the forgery
+    rig.step()
+    view = rig.job(job)
+    assert view.state is F and view.attempt == MAX_RELAUNCHES + 1
+    assert view.reason == f"launch interrupted before the job started, {MAX_RELAUNCHES + 1} times"

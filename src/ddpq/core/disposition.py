@@ -15,6 +15,9 @@ from ddpq.core.rules import ExitRecord, StopRequest, outcome_of, retry_backoff_s
 from ddpq.core.states import TERMINAL, JobState
 
 INTERRUPTED = "launch interrupted before the job started"
+# Interrupted launches requeued for free, at most: the shim's "nothing ran" record is written
+# into a folder the job owns, so a job could forge one after running; this bounds the reruns.
+MAX_RELAUNCHES = 3
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class JobFacts:
     max_retries: int
     port_retries: int  # requeues so far because its rendezvous port was taken
     stop: StopRequest | None  # why ddpq asked it to stop, if it did
+    relaunches: int = 0  # requeues so far because a launch was cut short
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Disposition:
     job_reason: str
     not_before: float | None = None  # a retry waits out its back-off until then
     port_requeue: bool = False  # requeued on another port: counts against max_port_retries
+    relaunch: bool = False  # requeued after an interrupted launch: counts against MAX_RELAUNCHES
 
     @property
     def finished(self) -> bool:
@@ -57,12 +62,7 @@ def after_exit(
     reading the job's log.
     """
     if not record.launched:
-        # Nothing ran: not a failure and no retry used, just a launch to do again, unless
-        # the job was cancelled meanwhile (a restart never undoes a cancel).
-        if job.stop is StopRequest.CANCEL:
-            why = "cancelled before it started"
-            return Disposition(JobState.CANCELLED, why, JobState.CANCELLED, why)
-        return Disposition(JobState.QUEUED, INTERRUPTED, JobState.QUEUED, INTERRUPTED)
+        return after_interrupted_launch(job.stop, job.relaunches)
     outcome = outcome_of(record, job.stop, grace_s)
     failed = outcome.state is JobState.FAILED
     if failed and job.port_retries < max_port_retries and port_clash():
@@ -86,6 +86,19 @@ def after_exit(
             not_before=now + delay,
         )
     return Disposition(outcome.state, outcome.reason, outcome.state, outcome.reason)
+
+
+def after_interrupted_launch(stop: StopRequest | None, relaunches: int) -> Disposition:
+    """A launch cut short before the job ran (the worker went away): not a failure and no
+    retry used, a launch to do again; unless the job was cancelled meanwhile (a restart
+    never undoes a cancel), or this happened MAX_RELAUNCHES times already."""
+    if stop is StopRequest.CANCEL:
+        why = "cancelled before it started"
+        return Disposition(JobState.CANCELLED, why, JobState.CANCELLED, why)
+    if relaunches >= MAX_RELAUNCHES:
+        why = f"{INTERRUPTED}, {relaunches + 1} times"
+        return Disposition(JobState.FAILED, why, JobState.FAILED, why)
+    return Disposition(JobState.QUEUED, INTERRUPTED, JobState.QUEUED, INTERRUPTED, relaunch=True)
 
 
 # The first line ddpq writes into a job's log at each attempt. The port it names is how

@@ -15,7 +15,7 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from ddpq.core.disposition import Disposition, JobFacts, lease_text
+from ddpq.core.disposition import Disposition, JobFacts, after_interrupted_launch, lease_text
 from ddpq.core.rules import ExitRecord, StopRequest
 from ddpq.core.states import ACTIVE, JobState, check_transition
 from ddpq.store import jobs as job_store
@@ -260,6 +260,7 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
             Job.attempt,
             Job.max_retries,
             Job.port_retries,
+            Job.relaunches,
             Job.stop_request,
             Job.job_dir,
         ).where(Job.id.in_(ids))
@@ -267,7 +268,7 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
     out = {}
     for row in rows:
         stop = StopRequest(row.stop_request) if row.stop_request else None
-        facts = JobFacts(row.attempt, row.max_retries, row.port_retries, stop)
+        facts = JobFacts(row.attempt, row.max_retries, row.port_retries, stop, row.relaunches)
         out[row.id] = Ending(row.id, row.state, row.attempt, facts, row.job_dir)
     return out
 
@@ -319,6 +320,8 @@ def record_exit(
         values["progress"] = progress
     if disposition.port_requeue:
         values["port_retries"] = _jobs.c.port_retries + 1
+    if disposition.relaunch:
+        values["relaunches"] = _jobs.c.relaunches + 1
     if disposition.not_before is not None:
         values["not_before"] = disposition.not_before
     conn.execute(update(_jobs).where(_jobs.c.id == job_id).values(**values))
@@ -348,10 +351,13 @@ def requeue_unlaunched(session: Session, job_id: int, reason: str, now: float) -
     """A launch that was cut short before the job ran: back to the queue, unless it was
     cancelled meanwhile (then it ends cancelled: a cancel is never undone by a restart)."""
     job = job_store.get_job(session, job_id)
-    if job.stop_request == StopRequest.CANCEL:
-        end_unlaunched(session, job_id, JobState.CANCELLED, "cancelled before it started", now)
-    else:
+    stop = StopRequest(job.stop_request) if job.stop_request else None
+    disposition = after_interrupted_launch(stop, job.relaunches)
+    if disposition.relaunch:
+        job.relaunches += 1
         end_unlaunched(session, job_id, JobState.QUEUED, reason, now)
+    else:
+        end_unlaunched(session, job_id, disposition.job_state, disposition.job_reason, now)
 
 
 # ---- stops and progress -------------------------------------------------------------

@@ -55,6 +55,8 @@ class Job(Base):
     max_retries: Mapped[int] = mapped_column(Integer, default=0)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     port_retries: Mapped[int] = mapped_column(Integer, default=0)
+    # Launches cut short before the job ran, requeued for free (core.disposition bounds them).
+    relaunches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     user_hold: Mapped[bool] = mapped_column(Boolean, default=False)
 
     state: Mapped[JobState] = mapped_column(state_type("ck_jobs_state"), index=True)
