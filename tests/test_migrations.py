@@ -125,3 +125,24 @@ def test_relaunches_start_at_zero_for_existing_jobs_and_go_away_on_downgrade(
         columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
         assert "relaunches" not in columns
         assert conn.execute("SELECT state FROM jobs").fetchone() == ("queued",)
+
+
+def test_notifications_upgrade_and_downgrade_keep_the_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0004")
+    with sqlite3.connect(path) as conn:
+        job_id = _insert_job(conn, "succeeded")
+    _at(path, "0005n")
+    with sqlite3.connect(path) as conn:
+        row = conn.execute("SELECT notify_url, notify_done_at FROM jobs WHERE id = ?", (job_id,))
+        assert row.fetchone() == (None, None)
+        conn.execute(
+            "INSERT INTO notifications (job_id, attempt, at, status, error) "
+            "VALUES (?, 1, 2.0, 200, '')",
+            (job_id,),
+        )
+    command.downgrade(alembic_config(path), "0004")
+    with sqlite3.connect(path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "notifications" not in tables
+        assert conn.execute("SELECT state FROM jobs").fetchone() == ("succeeded",)

@@ -19,6 +19,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from ddpq.core import notify
 from ddpq.core.units import parse_duration, parse_size
 from ddpq.schemas import DEFAULT_API_ADDRESS
 
@@ -129,6 +130,10 @@ def _external_policy(value: str) -> str:
     return value
 
 
+def _notify_url(url: str | None) -> str | None:
+    return None if url is None else notify.check_url(url)
+
+
 def _absolute(path: Path) -> Path:
     return path.expanduser().resolve()
 
@@ -172,6 +177,12 @@ class Settings(BaseSettings):
     # How often the worker looks at the database even when nothing woke it
     # (another process's cancel, a time limit, progress files).
     poll_s: float = 0.5
+    # Where every job's end is POSTed unless it names its own URL (set at submission).
+    notify_url: Annotated[str | None, AfterValidator(_notify_url)] = None
+    # Notifications may go to this host's own addresses (a relay here; tests).
+    notify_allow_loopback: bool = False
+    notify_timeout_s: float = notify.TIMEOUT_S
+    notify_retry_s: tuple[float, ...] = notify.RETRY_DELAYS_S
 
     @classmethod
     def settings_customise_sources(

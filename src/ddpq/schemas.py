@@ -16,6 +16,7 @@ from pydantic import (
 )
 
 from ddpq.core.gpus import GpuProcess
+from ddpq.core.notify import check_url
 from ddpq.core.states import JobState
 
 # Where the daemon listens unless told otherwise, and so where a client looks for it: the
@@ -143,6 +144,16 @@ class JobSubmit(BaseModel):
         description="ignored when the daemon has --auth (the token says who)",
         json_schema_extra={"pattern": NAME_PATTERN},
     )
+    notify: Text | None = Field(
+        default=None,
+        description="an http(s) URL to POST a JSON message to when the job ends (Slack and "
+        "Mattermost webhooks show its `text`); default: the daemon's --notify-url",
+    )
+
+    @field_validator("notify")
+    @classmethod
+    def _notify(cls, v: str | None) -> str | None:
+        return None if v is None else check_url(v)
 
     @field_validator("name", "owner")
     @classmethod
@@ -254,9 +265,20 @@ class JobOut(BaseModel):
     job_dir: str | None
 
 
+class NotificationOut(BaseModel):
+    """One attempt to deliver the job's end (the URL is not shown: it may hold a secret)."""
+
+    attempt: int
+    at: datetime
+    status: int | None
+    error: str
+
+
 class JobDetail(JobOut):
     events: list[EventOut]
     attempts: list[AttemptOut]
+    notify: bool = Field(default=False, description="a URL is set to POST the job's end to")
+    notifications: list[NotificationOut] = Field(default_factory=list)
 
 
 class JobList(BaseModel):

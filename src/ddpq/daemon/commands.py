@@ -107,6 +107,20 @@ PortsPerUserOpt = Annotated[
 ]
 
 
+NotifyUrlOpt = Annotated[
+    str | None,
+    typer.Option(help="POST every job's end here unless the job names its own --notify URL"),
+]
+NotifyLoopbackOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--notify-allow-loopback",
+        help="let notifications go to this host's own addresses (refused: they could reach "
+        "local services no user should drive)",
+    ),
+]
+
+
 def _run_daemon(*, api: bool, worker: bool, config: Path | None, flags: dict[str, Any]) -> None:
     """``flags``: the command's options, named as the settings are (``grace``, ``log_cap``)."""
     from ddpq.config import ConfigError
@@ -137,6 +151,8 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         allow_root: AllowRootOpt = None,
         shared_account: SharedOpt = None,
         ports_per_user: PortsPerUserOpt = None,
+        notify_url: NotifyUrlOpt = None,
+        notify_allow_loopback: NotifyLoopbackOpt = None,
     ) -> None:
         flags = {k: v for k, v in locals().items() if k not in ("config", "with_worker")}
         _run_daemon(api=True, worker=with_worker, config=config, flags=flags)
@@ -167,7 +183,9 @@ def worker(
     allow_root: AllowRootOpt = None,
     shared_account: SharedOpt = None,
     ports_per_user: PortsPerUserOpt = None,
+    notify_allow_loopback: NotifyLoopbackOpt = None,
 ) -> None:
-    """Run only the worker loop (launches and watches jobs); --auth as the API has it."""
+    """Run only the worker loop (launches and watches jobs, sends notifications); --auth as
+    the API has it."""
     flags = {k: v for k, v in locals().items() if k != "config"}
     _run_daemon(api=False, worker=True, config=config, flags=flags)

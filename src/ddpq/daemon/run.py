@@ -15,6 +15,7 @@ from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
 from ddpq.store.db import migrate
 
 if TYPE_CHECKING:
+    from ddpq.daemon.notifier import Notifier
     from ddpq.worker.loop import Worker
 
 log = logging.getLogger("ddpq")
@@ -56,6 +57,14 @@ def _start_worker(settings: Settings) -> Worker:
         raise ConfigError(str(exc)) from None
 
 
+def _start_notifier(settings: Settings) -> Notifier:
+    from ddpq.daemon.notifier import Notifier
+
+    notifier = Notifier(settings)
+    threading.Thread(target=notifier.run, name="ddpq-notifier", daemon=True).start()
+    return notifier
+
+
 def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     settings.validate(runs_jobs=worker, listens=api)
     setup_logging()
@@ -87,6 +96,8 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             *settings.port_range,
         )
         log.info("worker: %s", agent.executor.describe())
+    # Beside the worker, not in its pass: a receiver that hangs never delays scheduling.
+    notifier = _start_notifier(settings) if worker else None
     try:
         if sock is not None:
             import uvicorn
@@ -116,6 +127,8 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
                 log.info("stopping: running jobs keep running and are re-adopted on restart")
             agent.stop()
             thread.join()
+        if notifier is not None:
+            notifier.stop()
         if lock is not None:
             lock.close()
         trust.close()

@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ddpq.core.untrusted import clean_text
-from ddpq.schemas import AttemptOut, EventOut, JobDetail, JobOut, LeaseOut
+from ddpq.schemas import AttemptOut, EventOut, JobDetail, JobOut, LeaseOut, NotificationOut
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store import notifications as notification_store
 from ddpq.store.db import Session
 from ddpq.store.models import Job
 
@@ -78,8 +79,16 @@ def jobs_out(session: Session, jobs: list[Job]) -> list[JobOut]:
 
 def job_detail(session: Session, job: Job) -> JobDetail:
     base = jobs_out(session, [job])[0]
+    sent = notification_store.attempts_of(session, [job.id]).get(job.id, [])
     return JobDetail(
         **base.model_dump(),
+        notify=job.notify_url is not None,
+        notifications=[
+            NotificationOut(
+                attempt=n.attempt, at=ts_req(n.at), status=n.status, error=servable(n.error)
+            )
+            for n in sent
+        ],
         events=[
             EventOut(
                 at=ts_req(e.at),

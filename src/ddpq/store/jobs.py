@@ -36,6 +36,7 @@ class NewJob:
     max_retries: int = 0
     after: tuple[int, ...] = ()
     hold: bool = False
+    notify_url: str | None = None
 
 
 def _record(
@@ -81,6 +82,7 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "state": JobState.QUEUED,
         "reason": "",
         "submitted_at": now,
+        "notify_url": spec.notify_url,
     }
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None

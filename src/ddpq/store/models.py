@@ -74,8 +74,20 @@ class Job(Base):
     job_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     sched_latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Where to POST a message when the job ends (may hold a webhook's secret: never shown),
+    # and when that was settled: delivered, or given up. Pending: a URL and no time.
+    notify_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    notify_done_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
-    __table_args__ = (Index("ix_jobs_state_priority", "state", "priority"),)
+    __table_args__ = (
+        Index("ix_jobs_state_priority", "state", "priority"),
+        # The notifier's question, every second: which ended jobs still owe a message.
+        Index(
+            "ix_jobs_notify_pending",
+            "id",
+            sqlite_where=text("notify_url IS NOT NULL AND notify_done_at IS NULL"),
+        ),
+    )
 
 
 class JobDependency(Base):
@@ -123,6 +135,19 @@ class Attempt(Base):
     # None until the launch has got that far; kept once the attempt has ended, for history.
     executor: Mapped[str | None] = mapped_column(String(16), nullable=True)
     handle: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class Notification(Base):
+    """One attempt to deliver a job's end to its URL."""
+
+    __tablename__ = "notifications"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    status: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the HTTP answer
+    error: Mapped[str] = mapped_column(Text, default="")  # why there was none, in words
 
 
 class Lease(Base):

@@ -67,6 +67,7 @@ def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -
         max_retries=body.retries,
         after=tuple(body.after),
         hold=body.hold,
+        notify_url=body.notify or settings.notify_url,
     )
     with db.write() as s:
         total = device_store.count(s)

@@ -1,0 +1,272 @@
+"""Notifications of a job's end: the URL rules, the message, the sender, the notifier."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddpq.core.notify import Ended, check_url, message, next_attempt_at
+from ddpq.core.states import JobState
+from ddpq.daemon import webhook
+from ddpq.daemon.notifier import Notifier
+from ddpq.schemas import JobSubmit
+from ddpq.store import notifications as notification_store
+from tests.helpers import Daemon, wait_done, wait_for
+from tests.worker.rig import Rig, make_rig
+
+# ---- the URL a user gives ------------------------------------------------------------------
+
+BAD_URLS = [
+    "ftp://example.org/x",
+    "file:///etc/passwd",
+    "javascript:alert(1)",
+    "http://",
+    "https:///path",
+    "http://user:secret@example.org/",
+    "http://example.org/a b",
+    "http://example.org/\r\nX-Evil: 1",
+    "http://example.org:99999/",
+    "http://example.org:0/",
+    "http://[::1/",
+    "http://example.org/" + "x" * 3000,
+    "example.org/hook",
+]
+
+
+@pytest.mark.parametrize("url", BAD_URLS, ids=lambda u: ascii(u)[:30])
+def test_a_url_that_is_not_a_plain_http_address_is_refused(url: str) -> None:
+    with pytest.raises(ValueError):
+        check_url(url)
+    with pytest.raises(ValueError):
+        JobSubmit(command=["true"], notify=url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.slack.com/services/T000/B000/XXXX",
+        "http://mattermost.lab.internal:8065/hooks/abc?x=1",
+        "http://10.0.0.5/hook",
+        "http://[2001:db8::1]:8080/h",
+    ],
+)
+def test_webhook_urls_are_taken(url: str) -> None:
+    assert check_url(url) == url
+
+
+# ---- what is sent, and when ----------------------------------------------------------------
+
+
+def test_the_message_has_the_facts_and_a_text_line_for_chat() -> None:
+    progress = {"epoch": 5, "test_acc": 0.91, "phase": "done", "flag": True, "bad": float("nan")}
+    sent = message(Ended(7, "exp1", "alice", JobState.SUCCEEDED, 0, "exit code 0", progress))
+    assert sent["state"] == "succeeded" and sent["job_id"] == 7 and sent["exit_code"] == 0
+    assert sent["metrics"] == {"epoch": 5, "test_acc": 0.91, "phase": "done"}
+    assert sent["text"].startswith("ddpq: job 7 (exp1) of alice succeeded: exit code 0")
+    assert "test_acc 0.91" in sent["text"]
+    json.dumps(sent, allow_nan=False)  # valid JSON for any receiver
+
+
+def test_attempts_are_bounded_with_a_growing_delay() -> None:
+    delays = (1.0, 5.0, 30.0)
+    assert next_attempt_at(0, None, delays) == float("-inf")
+    assert [next_attempt_at(n, 100.0, delays) for n in (1, 2, 3)] == [101.0, 105.0, 130.0]
+    assert next_attempt_at(4, 100.0, delays) is None  # given up after len(delays) + 1
+
+
+# ---- a receiver the tests run --------------------------------------------------------------
+
+
+@dataclass
+class Receiver:
+    """A local webhook receiver that answers ``status`` (or hangs) and keeps what it got."""
+
+    status: int = 200
+    hang: threading.Event | None = None
+    got: list[dict[str, Any]] = field(default_factory=list)
+    server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            r.got.append(json.loads(body))
+            if r.hang is not None:
+                r.hang.wait(30)
+            self.send_response(r.status)
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    r.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    r.server.daemon_threads = True
+    threading.Thread(target=r.server.serve_forever, daemon=True).start()
+    yield r
+    if r.hang is not None:
+        r.hang.set()
+    r.server.shutdown()
+    r.server.server_close()
+
+
+def test_the_sender_reports_what_the_receiver_said(receiver: Receiver) -> None:
+    assert webhook.post(receiver.url, b"{}", timeout=5, allow_loopback=True) == (200, "")
+    receiver.status = 500
+    assert webhook.post(receiver.url, b"{}", timeout=5, allow_loopback=True)[0] == 500
+
+
+def test_the_sender_refuses_this_host_and_metadata_addresses(receiver: Receiver) -> None:
+    status, why = webhook.post(receiver.url, b"{}", timeout=5, allow_loopback=False)
+    assert status is None and "loopback" in why and receiver.got == []
+    # Never, whatever the admin allows: cloud metadata, unspecified, multicast, link-local.
+    for address in ("169.254.169.254", "0.0.0.0", "::", "224.0.0.1", "fe80::1%eth0"):
+        assert webhook.refused_address(address, allow_loopback=True) is not None, address
+    for address in ("127.0.0.1", "127.8.9.1", "::1", "::ffff:127.0.0.1"):
+        assert webhook.refused_address(address, allow_loopback=False) is not None, address
+        assert webhook.refused_address(address, allow_loopback=True) is None, address
+    for address in ("10.1.2.3", "192.168.0.9", "8.8.8.8", "2001:db8::1"):
+        assert webhook.refused_address(address, allow_loopback=False) is None, address
+
+
+def test_the_sender_gives_up_on_a_receiver_that_hangs_or_is_not_there(
+    receiver: Receiver,
+) -> None:
+    receiver.hang = threading.Event()
+    status, why = webhook.post(receiver.url, b"{}", timeout=0.5, allow_loopback=True)
+    assert status is None and why == "no answer in time"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/"
+    assert webhook.post(closed, b"{}", timeout=2, allow_loopback=True) == (
+        None,
+        "connection refused",
+    )
+
+
+# ---- the notifier, in process ---------------------------------------------------------------
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    r = make_rig(
+        tmp_path / "home",
+        notify_allow_loopback=True,
+        notify_timeout_s=0.5,
+        notify_retry_s=(0.1, 0.1),
+    )
+    yield r
+    r.close()
+
+
+def notifier_of(rig: Rig) -> Notifier:
+    return Notifier(rig.settings, clock=rig.clock)
+
+
+def attempts(rig: Rig, job_id: int) -> list[notification_store.Attempt]:
+    with rig.api.read() as s:
+        return notification_store.attempts_of(s, [job_id]).get(job_id, [])
+
+
+def settle(notifier: Notifier, rig: Rig, job_id: int, count: int, step: float = 0.2) -> None:
+    """Run the notifier (moving the clock past each back-off) until ``count`` attempts."""
+
+    def done() -> bool:
+        rig.clock.advance(step)
+        notifier.send_due()
+        return len(attempts(rig, job_id)) >= count
+
+    wait_for(done, timeout=20, what=f"{count} notification attempts")
+
+
+def test_an_ended_job_is_notified_once(rig: Rig, receiver: Receiver) -> None:
+    job = rig.submit(notify_url=receiver.url)
+    quiet = rig.submit()  # no URL: nothing is sent for it
+    rig.step()
+    rig.host.finish(job, 0)
+    rig.host.finish(quiet, 0)
+    rig.step()
+    notifier = notifier_of(rig)
+    try:
+        settle(notifier, rig, job, 1)
+        for _ in range(5):  # delivered: never sent again
+            rig.clock.advance(10)
+            notifier.send_due()
+    finally:
+        notifier.stop()
+    assert [a.status for a in attempts(rig, job)] == [200] and attempts(rig, quiet) == []
+    assert len(receiver.got) == 1 and receiver.got[0]["state"] == "succeeded"
+
+
+def test_a_receiver_that_fails_is_retried_then_given_up(rig: Rig, receiver: Receiver) -> None:
+    receiver.status = 500
+    job = rig.submit(notify_url=receiver.url)
+    rig.step()
+    rig.host.finish(job, 1)
+    rig.step()
+    notifier = notifier_of(rig)
+    try:
+        settle(notifier, rig, job, 3)
+        rig.clock.advance(100)
+        assert notifier.send_due() == 0  # 1 + len(notify_retry_s) attempts, then no more
+    finally:
+        notifier.stop()
+    assert [(a.attempt, a.error) for a in attempts(rig, job)] == [
+        (1, "HTTP 500"),
+        (2, "HTTP 500"),
+        (3, "HTTP 500"),
+    ]
+
+
+def test_a_receiver_that_hangs_delays_no_scheduling(rig: Rig, receiver: Receiver) -> None:
+    receiver.hang = threading.Event()
+    job = rig.submit(notify_url=receiver.url)
+    rig.step()
+    rig.host.finish(job, 0)
+    rig.step()
+    notifier = notifier_of(rig)
+    try:
+        assert notifier.send_due() == 1  # in flight, waiting on the receiver
+        wait_for(lambda: receiver.got, what="the receiver to be reached")
+        later = rig.submit()
+        rig.step()  # the worker goes on meanwhile
+        assert rig.job(later).state is JobState.RUNNING
+        settle(notifier, rig, job, 1, step=0)
+    finally:
+        notifier.stop()
+    assert attempts(rig, job)[0].error == "no answer in time"
+
+
+# ---- end to end ------------------------------------------------------------------------------
+
+
+def test_a_daemon_posts_a_jobs_end_to_its_default_url_and_shows_the_attempt(
+    make_daemon: Callable[..., Daemon], receiver: Receiver
+) -> None:
+    d = make_daemon("--fake-gpus", "1", "--notify-url", receiver.url, "--notify-allow-loopback")
+    c = d.client()
+    job = c.submit(JobSubmit(command=["sh", "-c", "exit 3"]))
+    assert wait_done(c, job.id).state == "failed"
+    wait_for(lambda: c.show(job.id).notifications, what="the notification attempt")
+    shown = c.show(job.id)
+    assert shown.notify and [n.status for n in shown.notifications] == [200]
+    assert receiver.got[0]["exit_code"] == 3 and receiver.got[0]["job_id"] == job.id
+    # The URL may hold a webhook's secret: not in what the API serves, nor in the log.
+    assert receiver.url not in shown.model_dump_json()
+    assert receiver.url not in (d.home / "daemon.log").read_text()
