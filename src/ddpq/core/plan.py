@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
+from ddpq.core.policy import Backfill, Order, Policy
+
 
 def needs_port(gpus: int, launcher: str) -> bool:
     """Whether a job gets a rendezvous port: torchrun needs one, and so may any job on
@@ -42,6 +44,8 @@ class QueuedJob:
     # Only jobs that rendezvous (torchrun, or any job on GPUs) lease a port: a CPU-only
     # helper job must not use up the range that DDP jobs need.
     needs_port: bool = True
+    # GPU-seconds of its earlier attempts (the LAS policy ranks by it).
+    attained_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,9 @@ class PortBudget:
 NO_PORT_LIMIT = PortBudget(per_owner=2**31, held={})
 
 
-def order_key(job: QueuedJob, usage: Mapping[str, float]) -> tuple[int, float, float, int]:
-    return (-job.priority, usage.get(job.owner, 0.0), job.submitted_at, job.id)
+def order_key(job: QueuedJob, usage: Mapping[str, float]) -> tuple[float, ...]:
+    """The default order (``fairshare``): see ``core.policy``."""
+    return Order(Policy.FAIRSHARE, usage).key(job)
 
 
 def _expected_end(job: RunningJob) -> float:
@@ -118,6 +123,7 @@ def plan(
     usage: Mapping[str, float],
     now: float,
     port_budget: PortBudget = NO_PORT_LIMIT,
+    order: Order | None = None,
 ) -> list[Placement]:
     """Decide what starts now. Pure: same inputs, same answer.
 
@@ -127,7 +133,9 @@ def plan(
     ``usage``: recent GPU-seconds per owner (see ``rules.recent_usage``).
     ``port_budget``: how many ports each owner may hold; a job over it waits, and
     (like a job waiting for a port) does not block the jobs behind it.
+    ``order``: the policy's ranking and backfill (default: ``fairshare`` on ``usage``).
     """
+    order = order or Order(Policy.FAIRSHARE, usage)
     usable = set(usable_gpus)
     held = {g for job in running for g in job.gpus}
     free = sorted(usable - held)
@@ -155,7 +163,7 @@ def plan(
         return placements[-1]
 
     eligible = [j for j in queued if j.not_before is None or j.not_before <= now]
-    for job in sorted(eligible, key=lambda j: order_key(j, usage)):
+    for job in sorted(eligible, key=order.key):
         if job.needs_port and not (ports and port_budget.allows(job.owner, ports_placed)):
             continue  # waits for a port; it holds nothing, so it delays nobody
         fits = job.gpus <= len(free)
@@ -165,6 +173,10 @@ def plan(
                 continue
             if job.gpus > len(usable):
                 continue  # can never fit here (e.g. GPUs became external); do not block others
+            if order.backfill is Backfill.NONE:
+                break  # first come, first served: nobody passes it
+            if order.backfill is Backfill.GREEDY:
+                continue  # it reserves nothing; preemption makes room for it instead
             head_shadow, head_extra = shadow(job.gpus, len(free), live, now)
             continue
         # Backfill past the head.
@@ -191,17 +203,19 @@ def explain_waits(
     usage: Mapping[str, float],
     now: float,
     port_budget: PortBudget = NO_PORT_LIMIT,
+    order: Order | None = None,
 ) -> dict[int, str]:
     """Why each queued job that ``plan`` did not place is still waiting, in words.
 
     Coarse on purpose (no counts that change every pass), so the reasons change, and
     are written, only when a job's situation really does.
     """
+    order = order or Order(Policy.FAIRSHARE, usage)
     placed = {p.job_id for p in placements}
     usable = len(set(usable_gpus))
     reasons: dict[int, str] = {}
     head: QueuedJob | None = None
-    for job in sorted(queued, key=lambda j: order_key(j, usage)):
+    for job in sorted(queued, key=order.key):
         if job.id in placed:
             continue
         if job.not_before is not None and job.not_before > now:

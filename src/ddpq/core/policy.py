@@ -1,0 +1,92 @@
+"""Scheduling policies: the order in which queued jobs are considered, and what a job that
+does not fit does to the jobs behind it (pure).
+
+- ``fifo``: submission order, and the first job that does not fit blocks everyone behind it
+  (the baseline every other policy is measured against).
+- ``fairshare``: higher priority first, then the owner who used fewer GPU-seconds lately,
+  then submission order; EASY backfill behind a blocked head (``core.plan``).
+- ``las``: higher priority first, then least attained service (Tiresias, NSDI'19): a job's
+  GPU-seconds so far, discretised into a few queues so that jobs of similar age share
+  fairly and short jobs overtake long ones without knowing any job's length. No job
+  reserves GPUs; a waiting job of a better queue may preempt preemptible jobs of a worse
+  one instead (``core.preempt``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class Policy(StrEnum):
+    FIFO = "fifo"
+    FAIRSHARE = "fairshare"
+    LAS = "las"
+
+
+# What the daemon does out of the box (``--policy``); chosen by replaying traces
+# (bench/RESULTS.md, "Scheduling policy").
+DEFAULT_POLICY = Policy.FAIRSHARE
+
+
+class Backfill(StrEnum):
+    NONE = "none"  # the first job that does not fit stops the pass
+    EASY = "easy"  # later jobs start only where they cannot delay that one (shadow time)
+    GREEDY = "greedy"  # any later job that fits starts; preemption, not reservation, helps
+
+
+BACKFILL = {
+    Policy.FIFO: Backfill.NONE,
+    Policy.FAIRSHARE: Backfill.EASY,
+    Policy.LAS: Backfill.GREEDY,
+}
+
+# GPU-seconds at which a job moves to the next LAS queue: one GPU-hour, then eight. The
+# replay (bench/RESULTS.md) chose them; below the first a job counts as short.
+LAS_THRESHOLDS: tuple[float, ...] = (3600.0, 8 * 3600.0)
+
+
+class Orderable(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def submitted_at(self) -> float: ...
+    @property
+    def attained_s(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Order:
+    """How a policy ranks jobs: smaller keys go first."""
+
+    policy: Policy
+    usage: Mapping[str, float]  # recent GPU-seconds per owner (fair share)
+    thresholds: Sequence[float] = LAS_THRESHOLDS
+
+    def key(self, job: Orderable) -> tuple[float, ...]:
+        if self.policy is Policy.FIFO:
+            return (job.submitted_at, job.id)
+        if self.policy is Policy.LAS:
+            queue = las_queue(job.attained_s, self.thresholds)
+            return (-job.priority, queue, job.submitted_at, job.id)
+        return (-job.priority, self.usage.get(job.owner, 0.0), job.submitted_at, job.id)
+
+    @property
+    def backfill(self) -> Backfill:
+        return BACKFILL[self.policy]
+
+    def rank(self, job: Orderable) -> tuple[int, int]:
+        """A job's class for preemption (smaller is better): priority, then LAS queue."""
+        return (-job.priority, las_queue(job.attained_s, self.thresholds))
+
+
+def las_queue(attained_s: float, thresholds: Sequence[float] = LAS_THRESHOLDS) -> int:
+    """Which LAS queue a job with ``attained_s`` GPU-seconds is in (0: the least served)."""
+    return bisect_right(list(thresholds), attained_s)

@@ -1,0 +1,112 @@
+"""Job traces for the replay: read a CSV, or generate one with heavy-tailed durations."""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# The columns a trace must have (as the Tiresias simulator's, shared/traces/); others ignored.
+REQUIRED = ("job_id", "num_gpu", "submit_time", "duration")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be replayed; the message names the line."""
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    id: int
+    gpus: int
+    submit_s: float
+    duration_s: float  # how long it runs when it is never stopped
+    user: str = "user"
+    priority: int = 0
+    preemptible: bool = True
+
+
+def read(path: Path) -> list[TraceJob]:
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc.strerror or exc}") from None
+    return parse(rows, str(path))
+
+
+def parse(rows: Iterable[dict[str, str]], where: str = "trace") -> list[TraceJob]:
+    jobs = []
+    for number, row in enumerate(rows, start=2):  # line 1 is the header
+        missing = [c for c in REQUIRED if not (row.get(c) or "").strip()]
+        if missing:
+            raise TraceError(f"{where}:{number}: no {', '.join(missing)}")
+        try:
+            job = TraceJob(
+                id=int(row["job_id"]),
+                gpus=int(row["num_gpu"]),
+                submit_s=float(row["submit_time"]),
+                duration_s=float(row["duration"]),
+                user=(row.get("user") or "user").strip() or "user",
+                priority=int(row.get("priority") or 0),
+            )
+        except ValueError as exc:
+            raise TraceError(f"{where}:{number}: {exc}") from None
+        numbers = (job.submit_s, job.duration_s)
+        if job.gpus < 0 or not all(math.isfinite(x) and x >= 0 for x in numbers):
+            raise TraceError(f"{where}:{number}: GPUs, times and durations must be >= 0")
+        jobs.append(job)
+    ids = [j.id for j in jobs]
+    if len(set(ids)) != len(ids):
+        raise TraceError(f"{where}: job ids repeat")
+    return sorted(jobs, key=lambda j: (j.submit_s, j.id))
+
+
+def mark_preemptible(jobs: list[TraceJob], fraction: float, seed: int) -> list[TraceJob]:
+    """Each job preemptible with probability ``fraction`` (1: all, as the built-in workload)."""
+    rng = random.Random(seed)
+    return [
+        TraceJob(
+            j.id, j.gpus, j.submit_s, j.duration_s, j.user, j.priority, rng.random() < fraction
+        )
+        for j in jobs
+    ]
+
+
+# The generated trace's shape (see ``generate``).
+GPU_COUNTS, GPU_WEIGHTS = (1, 2, 4, 8), (0.6, 0.2, 0.12, 0.08)
+MEDIAN_S, SIGMA, SHORTEST_S, LONGEST_S = 600.0, 1.8, 30.0, 3 * 86400.0
+
+
+def generate(
+    count: int, seed: int, users: int = 4, gpus: int = 8, load: float = 0.9
+) -> list[TraceJob]:
+    """A trace shaped like the public ones (Philly, Helios): Poisson arrivals; mostly 1-GPU
+    jobs, some of 2, 4 and 8; log-normal durations with a heavy tail (median 10 min, mean
+    ~50 min, one in a hundred over ~16 hours, capped at 3 days); users of unequal appetite
+    (each submits half as much as the one before). Arrivals are spaced so that the jobs ask
+    for ``load`` of ``gpus`` GPUs on average."""
+    rng = random.Random(seed)
+    mean_gpus = sum(g * w for g, w in zip(GPU_COUNTS, GPU_WEIGHTS, strict=True))
+    mean_duration = MEDIAN_S * math.exp(SIGMA**2 / 2)
+    mean_gap = mean_gpus * mean_duration / (gpus * load)
+    weights = [2.0**-u for u in range(users)]
+    t = 0.0
+    jobs = []
+    for i in range(count):
+        t += rng.expovariate(1.0 / mean_gap)
+        n = rng.choices(GPU_COUNTS, weights=GPU_WEIGHTS)[0]
+        duration = min(LONGEST_S, max(SHORTEST_S, rng.lognormvariate(math.log(MEDIAN_S), SIGMA)))
+        user = f"user{rng.choices(range(users), weights=weights)[0]}"
+        jobs.append(TraceJob(i, n, round(t, 3), round(duration, 3), user))
+    return jobs
+
+
+def write(jobs: Iterable[TraceJob], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow([*REQUIRED, "user", "priority"])
+        for j in jobs:
+            out.writerow([j.id, j.gpus, j.submit_s, j.duration_s, j.user, j.priority])
