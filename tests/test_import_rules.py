@@ -103,6 +103,11 @@ RULES = [
         only=(STDLIB, THIRD_PARTY, "ddpq.core", "ddpq.jobdir", "ddpq.config", "ddpq.executors"),
     ),
     Rule(
+        "a replay runs the real planner and nothing else",
+        applies_to=("ddpq.sim",),
+        only=(STDLIB, "ddpq.core", "ddpq.sim"),
+    ),
+    Rule(
         "the shim starts in milliseconds: standard library only",
         # The shim, the two modules beside it, and the fork server that runs it: each is
         # found as a top-level module when run by its path with python -S.

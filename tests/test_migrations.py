@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 
-from ddpq.core.states import JobState
+from ddpq.core.states import ATTEMPT_ONLY, JobState
 from ddpq.store.db import Database, alembic_config, migrate
 from ddpq.store.jobs import get_job
 
@@ -47,7 +47,9 @@ def test_typed_states_upgrade_keeps_rows_and_refuses_unknown_words(tmp_path: Pat
     path = tmp_path / "ddpq.db"
     _at(path, "0001")
     with sqlite3.connect(path) as conn:
-        ids = {state: _insert_job(conn, state.value) for state in JobState}
+        # The states as 0002 knew them (0006 added "preempted", which only attempts take).
+        known = [state for state in JobState if state not in ATTEMPT_ONLY]
+        ids = {state: _insert_job(conn, state.value) for state in known}
     migrate(path)  # to head
     db = Database(path)
     with db.read() as s:

@@ -20,6 +20,8 @@ from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ddpq.core import notify
+from ddpq.core.policy import DEFAULT_POLICY, Policy
+from ddpq.core.preempt import DEFAULT_GUARDS
 from ddpq.core.units import parse_duration, parse_size
 from ddpq.schemas import DEFAULT_API_ADDRESS
 
@@ -177,6 +179,14 @@ class Settings(BaseSettings):
     # How often the worker looks at the database even when nothing woke it
     # (another process's cancel, a time limit, progress files).
     poll_s: float = 0.5
+    # Which scheduling policy orders the queue (core.policy; chosen by trace replay).
+    policy: Policy = DEFAULT_POLICY
+    # How long a preemptible job has to checkpoint once told to, before it is stopped.
+    preempt_grace_s: Seconds = 60.0
+    # The policy's guards against thrashing (core.preempt): a job runs this long between
+    # preemptions, and is preempted at most this often.
+    preempt_min_run_s: float = DEFAULT_GUARDS.min_run_s
+    max_preemptions: int = DEFAULT_GUARDS.max_preemptions
     # Where every job's end is POSTed unless it names its own URL (set at submission).
     notify_url: Annotated[str | None, AfterValidator(_notify_url)] = None
     # Notifications may go to this host's own addresses (a relay here; tests).

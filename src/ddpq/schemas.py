@@ -144,6 +144,13 @@ class JobSubmit(BaseModel):
         description="ignored when the daemon has --auth (the token says who)",
         json_schema_extra={"pattern": NAME_PATTERN},
     )
+    preemptible: bool = Field(
+        default=False,
+        description="may be asked to checkpoint and go back to the queue (docs/preemption.md)",
+    )
+    preempt_signal: Literal["USR1", "USR2", "INT", "HUP", "TERM"] = Field(
+        default="USR1", description="the signal that tells a preemptible job to checkpoint"
+    )
     notify: Text | None = Field(
         default=None,
         description="an http(s) URL to POST a JSON message to when the job ends (Slack and "
@@ -260,6 +267,8 @@ class JobOut(BaseModel):
     attempt: int
     after: list[int]
     hold: bool
+    preemptible: bool = False
+    preemptions: int = 0
     leases: LeaseOut
     progress: dict[str, Any] | None
     job_dir: str | None

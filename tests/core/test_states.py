@@ -8,6 +8,7 @@ import pytest
 
 from ddpq.core.states import (
     ACTIVE,
+    ATTEMPT_ONLY,
     TERMINAL,
     WAITING,
     InvalidTransition,
@@ -77,8 +78,18 @@ def test_state_groups() -> None:
     assert {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMED_OUT} == TERMINAL
     assert {S.STARTING, S.RUNNING} == ACTIVE
     assert {S.QUEUED, S.HELD} == WAITING
-    assert set(JobState) == TERMINAL | ACTIVE | WAITING
+    # "preempted" ends attempts only: the job itself goes back to the queue.
+    assert (
+        set(JobState)
+        == TERMINAL | ACTIVE | WAITING | ATTEMPT_ONLY
+        == TERMINAL | ACTIVE | WAITING | {S.PREEMPTED}
+    )
     assert not (TERMINAL & ACTIVE or TERMINAL & WAITING or ACTIVE & WAITING)
+
+
+def test_no_job_is_ever_in_the_preempted_state() -> None:
+    assert not any(can_transition(old, S.PREEMPTED) for old in JobState)
+    assert not any(can_transition(S.PREEMPTED, new) for new in JobState)
 
 
 def test_a_job_cannot_skip_starting() -> None:
@@ -87,12 +98,12 @@ def test_a_job_cannot_skip_starting() -> None:
     assert not can_transition(S.HELD, S.STARTING)
 
 
-@pytest.mark.parametrize("state", sorted(set(JobState) - TERMINAL), ids=str)
+@pytest.mark.parametrize("state", sorted(set(JobState) - TERMINAL - ATTEMPT_ONLY), ids=str)
 def test_every_live_state_can_be_cancelled(state: JobState) -> None:
     assert can_transition(state, S.CANCELLED)
 
 
-@pytest.mark.parametrize("state", sorted(set(JobState) - TERMINAL), ids=str)
+@pytest.mark.parametrize("state", sorted(set(JobState) - TERMINAL - ATTEMPT_ONLY), ids=str)
 def test_every_live_state_can_finish(state: JobState) -> None:
     seen, todo = {state}, [state]
     while todo:

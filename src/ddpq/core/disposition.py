@@ -11,10 +11,19 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ddpq.core.rules import ExitRecord, StopRequest, outcome_of, retry_backoff_s, should_retry
+from ddpq.core.rules import (
+    ExitRecord,
+    StopRequest,
+    describe_exit,
+    outcome_of,
+    retry_backoff_s,
+    should_retry,
+)
 from ddpq.core.states import TERMINAL, JobState
 
 INTERRUPTED = "launch interrupted before the job started"
+# The exit status of a job that saved its state when asked to (EX_TEMPFAIL): "requeue me".
+REQUEUE_EXIT = 75
 # Interrupted launches requeued for free, at most: the shim's "nothing ran" record is written
 # into a folder the job owns, so a job could forge one after running; this bounds the reruns.
 MAX_RELAUNCHES = 3
@@ -29,6 +38,8 @@ class JobFacts:
     port_retries: int  # requeues so far because its rendezvous port was taken
     stop: StopRequest | None  # why ddpq asked it to stop, if it did
     relaunches: int = 0  # requeues so far because a launch was cut short
+    stop_sent_at: float | None = None  # when the stop (or preemption) was sent
+    stop_reason: str | None = None  # who or what asked for it ("preempted by alice")
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class Disposition:
     not_before: float | None = None  # a retry waits out its back-off until then
     port_requeue: bool = False  # requeued on another port: counts against max_port_retries
     relaunch: bool = False  # requeued after an interrupted launch: counts against MAX_RELAUNCHES
+    preempted: bool = False  # requeued after a preemption: no retry used, counted apart
 
     @property
     def finished(self) -> bool:
@@ -54,6 +66,7 @@ def after_exit(
     max_port_retries: int,
     now: float,
     port_clash: Callable[[], bool] = lambda: False,
+    preempt_grace_s: float = 0.0,
 ) -> Disposition:
     """Decide what follows an attempt that ended as ``record`` says.
 
@@ -63,6 +76,10 @@ def after_exit(
     """
     if not record.launched:
         return after_interrupted_launch(job.stop, job.relaunches)
+    if job.stop is StopRequest.PREEMPT and record.error is None:
+        preempted = after_preemption(record, job, preempt_grace_s)
+        if preempted is not None:
+            return preempted
     outcome = outcome_of(record, job.stop, grace_s)
     failed = outcome.state is JobState.FAILED
     if failed and job.port_retries < max_port_retries and port_clash():
@@ -86,6 +103,30 @@ def after_exit(
             not_before=now + delay,
         )
     return Disposition(outcome.state, outcome.reason, outcome.state, outcome.reason)
+
+
+def after_preemption(
+    record: ExitRecord, job: JobFacts, preempt_grace_s: float
+) -> Disposition | None:
+    """A job asked to checkpoint and go: back to the queue, keeping its place (its
+    submission time), no retry used; None if it finished meanwhile (exit 0: a success)."""
+    if record.signal is None and record.exit_code == 0:
+        return None
+    why = job.stop_reason or "preempted"
+    late = job.stop_sent_at is not None and record.ended_at - job.stop_sent_at > preempt_grace_s
+    if record.signal is None and record.exit_code == REQUEUE_EXIT:
+        how = "checkpointed"
+    elif late:
+        how = f"did not exit within its {preempt_grace_s:g}s to checkpoint, so it was stopped"
+    else:
+        how = f"ended without saying it checkpointed ({describe_exit(record)})"
+    return Disposition(
+        JobState.PREEMPTED,
+        f"{why}: {how}",
+        JobState.QUEUED,
+        f"{why}: {how}; back in the queue",
+        preempted=True,
+    )
 
 
 def after_interrupted_launch(stop: StopRequest | None, relaunches: int) -> Disposition:

@@ -14,6 +14,7 @@ class StopRequest(StrEnum):
 
     CANCEL = "cancel"
     TIMEOUT = "timeout"
+    PREEMPT = "preempt"  # checkpoint and go back to the queue (an admin, or the policy)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ class JobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     TIMED_OUT = "timed_out"
+    # How an attempt ends when ddpq preempts it; the job itself goes back to the queue.
+    PREEMPTED = "preempted"
 
 
 TERMINAL: frozenset[JobState] = frozenset(
@@ -26,6 +28,8 @@ TERMINAL: frozenset[JobState] = frozenset(
 )
 # States in which a job holds leases and (maybe) processes.
 ACTIVE: frozenset[JobState] = frozenset({JobState.STARTING, JobState.RUNNING})
+# The end of an attempt, never a job's state: the job goes back to the queue.
+ATTEMPT_ONLY: frozenset[JobState] = frozenset({JobState.PREEMPTED})
 # States in which a job waits for the scheduler.
 WAITING: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.HELD})
 
@@ -50,6 +54,7 @@ _ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
     JobState.TIMED_OUT: frozenset(),
+    JobState.PREEMPTED: frozenset(),  # never a job's state, only an attempt's end
 }
 
 

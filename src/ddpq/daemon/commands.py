@@ -107,6 +107,14 @@ PortsPerUserOpt = Annotated[
 ]
 
 
+PolicyOpt = Annotated[
+    str | None,
+    typer.Option(help="scheduling policy: fairshare, las (preempts), or fifo"),
+]
+PreemptGraceOpt = Annotated[
+    str | None,
+    typer.Option(help="time a preemptible job has to checkpoint before it is stopped"),
+]
 NotifyUrlOpt = Annotated[
     str | None,
     typer.Option(help="POST every job's end here unless the job names its own --notify URL"),
@@ -153,6 +161,8 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         ports_per_user: PortsPerUserOpt = None,
         notify_url: NotifyUrlOpt = None,
         notify_allow_loopback: NotifyLoopbackOpt = None,
+        policy: PolicyOpt = None,
+        preempt_grace: PreemptGraceOpt = None,
     ) -> None:
         flags = {k: v for k, v in locals().items() if k not in ("config", "with_worker")}
         _run_daemon(api=True, worker=with_worker, config=config, flags=flags)
@@ -184,6 +194,8 @@ def worker(
     shared_account: SharedOpt = None,
     ports_per_user: PortsPerUserOpt = None,
     notify_allow_loopback: NotifyLoopbackOpt = None,
+    policy: PolicyOpt = None,
+    preempt_grace: PreemptGraceOpt = None,
 ) -> None:
     """Run only the worker loop (launches and watches jobs, sends notifications); --auth as
     the API has it."""

@@ -42,6 +42,8 @@ PUBLIC_NAMES: dict[str, str] = {
     "shared_account": "shared_account",
     "stop_jobs": "stop_jobs_on_exit",
     "ports_per_user": "max_user_ports",
+    "policy": "policy",
+    "preempt_grace": "preempt_grace_s",
     "notify_url": "notify_url",
     "notify_allow_loopback": "notify_allow_loopback",
 }

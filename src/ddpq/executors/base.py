@@ -36,6 +36,8 @@ class Launch:
     env: Mapping[str, str]  # the job's own --env (the executor adds the job contract)
     owner: str
     unix_account: str | None  # the Unix account the owner is mapped to, if any
+    # Preemptible: the signal that tells it to checkpoint (e.g. "USR1"); None: it is not.
+    preempt_signal: str | None = None
 
 
 class LaunchFailed(Exception):
@@ -94,9 +96,10 @@ class Executor(Protocol):
         gone (so their leases may be released); they are no longer watched."""
         ...
 
-    def stop(self, job_id: int) -> bool:
-        """Ask a watched job to stop: a signal now, a kill after the grace period. False if
-        the job is not watched (it ended meanwhile: ``ended`` reports it)."""
+    def stop(self, job_id: int, preempt: bool = False) -> bool:
+        """Ask a watched job to stop: a signal now, a kill after the grace period. With
+        ``preempt``, first its preemption signal and the time to checkpoint (then a stop as
+        above). False if the job is not watched (it ended meanwhile: ``ended`` reports it)."""
         ...
 
     def job_pids(self) -> set[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ddpq.core.disposition import REQUEUE_EXIT
 from ddpq.executors.base import Launch
 
 
@@ -12,7 +13,9 @@ def threads_per_rank(cpu_count: int, total_gpus: int) -> int:
     return max(1, cpu_count // max(1, total_gpus))
 
 
-def job_env(launch: Launch, base: Mapping[str, str], omp_threads: int) -> dict[str, str]:
+def job_env(
+    launch: Launch, base: Mapping[str, str], omp_threads: int, preempt_grace_s: float = 0.0
+) -> dict[str, str]:
     env = dict(base)
     # Variables of the daemon's own that must not leak into a job.
     for key in [k for k in env if k.startswith("DDPQ_")]:
@@ -36,6 +39,11 @@ def job_env(launch: Launch, base: Mapping[str, str], omp_threads: int) -> dict[s
     )
     if launch.port is not None:
         env["MASTER_PORT"] = str(launch.port)
+    if launch.preempt_signal is not None:
+        # docs/preemption.md: checkpoint on this signal, exit REQUEUE_EXIT within the grace.
+        env["DDPQ_PREEMPT_SIGNAL"] = launch.preempt_signal
+        env["DDPQ_PREEMPT_GRACE"] = f"{preempt_grace_s:g}"
+        env["DDPQ_REQUEUE_EXIT"] = str(REQUEUE_EXIT)
     return env
 
 

@@ -26,6 +26,7 @@ class FakeAttempt:
     proceeded: bool = False  # let run by the worker (its handle stored)
     record: ExitRecord | None = None  # set once it has ended
     stops: int = 0  # how often the worker asked it to stop
+    preempts: int = 0  # how often the worker asked it to checkpoint and go
 
 
 @dataclass
@@ -36,6 +37,8 @@ class FakeHost:
     refuse: dict[int, str] = field(default_factory=dict)
     # When set, an attempt asked to stop ends at once, killed by this signal.
     stop_ends_with_signal: int | None = 15
+    # When set, an attempt asked to preempt itself exits at once with this status.
+    preempt_ends_with: int | None = 75
     clock: Callable[[], float] = time.time  # the time an exit record says the attempt ended
     _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -122,11 +125,16 @@ class FakeExecutor:
                 out.append(Ended(job_id, attempt.launch.attempt, attempt.record))
         return out
 
-    def stop(self, job_id: int) -> bool:
+    def stop(self, job_id: int, preempt: bool = False) -> bool:
         handle = self.watched.get(job_id)
         if handle is None:
             return False
         attempt = self.host.attempts[handle]
+        if preempt:
+            attempt.preempts += 1
+            if self.host.preempt_ends_with is not None and attempt.record is None:
+                self.host.finish(job_id, self.host.preempt_ends_with)
+            return True
         attempt.stops += 1
         if self.host.stop_ends_with_signal is not None and attempt.record is None:
             self.host.finish(job_id, None, self.host.stop_ends_with_signal)

@@ -62,6 +62,8 @@ def job_out(job: Job, leases: tuple[list[int], int | None], after: list[int]) ->
         attempt=job.attempt,
         after=after,
         hold=job.user_hold,
+        preemptible=job.preemptible,
+        preemptions=job.preemptions,
         leases=LeaseOut(gpus=sorted(gpus), port=port),
         progress=servable(job.progress),
         job_dir=servable(job.job_dir),

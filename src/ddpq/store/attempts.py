@@ -69,6 +69,7 @@ class Leased:
     gpus: tuple[int, ...]
     port: int | None
     job_dir: str
+    preempt_signal: str | None = None  # preemptible: the signal that tells it to checkpoint
 
 
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
@@ -81,9 +82,17 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
         return []
     by_id = {p.job_id: p for p in placed}
     rows = session.execute(
-        select(Job.id, Job.attempt, Job.owner, Job.command, Job.launcher, Job.cwd, Job.env).where(
-            Job.id.in_(list(by_id)), Job.state == JobState.QUEUED
-        )
+        select(
+            Job.id,
+            Job.attempt,
+            Job.owner,
+            Job.command,
+            Job.launcher,
+            Job.cwd,
+            Job.env,
+            Job.preemptible,
+            Job.preempt_signal,
+        ).where(Job.id.in_(list(by_id)), Job.state == JobState.QUEUED)
     ).all()
     lease_store.acquire_many(session, [(p.job_id, p.gpus, p.port) for p in placed], now)
     out: list[Leased] = []
@@ -125,6 +134,7 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 p.gpus,
                 p.port,
                 p.job_dir,
+                row.preempt_signal if row.preemptible else None,
             )
         )
     if job_rows:
@@ -262,13 +272,23 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
             Job.port_retries,
             Job.relaunches,
             Job.stop_request,
+            Job.stop_sent_at,
+            Job.stop_reason,
             Job.job_dir,
         ).where(Job.id.in_(ids))
     )
     out = {}
     for row in rows:
         stop = StopRequest(row.stop_request) if row.stop_request else None
-        facts = JobFacts(row.attempt, row.max_retries, row.port_retries, stop, row.relaunches)
+        facts = JobFacts(
+            row.attempt,
+            row.max_retries,
+            row.port_retries,
+            stop,
+            row.relaunches,
+            row.stop_sent_at,
+            row.stop_reason,
+        )
         out[row.id] = Ending(row.id, row.state, row.attempt, facts, row.job_dir)
     return out
 
@@ -322,6 +342,11 @@ def record_exit(
         values["port_retries"] = _jobs.c.port_retries + 1
     if disposition.relaunch:
         values["relaunches"] = _jobs.c.relaunches + 1
+    if disposition.preempted:
+        values["preemptions"] = _jobs.c.preemptions + 1
+    if not disposition.finished:
+        # Back in the queue: the stop that ended this attempt is done with.
+        values.update(stop_request=None, stop_sent_at=None, stop_reason=None)
     if disposition.not_before is not None:
         values["not_before"] = disposition.not_before
     conn.execute(update(_jobs).where(_jobs.c.id == job_id).values(**values))
@@ -376,6 +401,44 @@ def mark_stop_sent(session: Session, job_id: int, why: StopRequest, now: float) 
         .values(stop_request=func.coalesce(_jobs.c.stop_request, why.value), stop_sent_at=now)
     )
     return bool(result.rowcount == 1)
+
+
+def request_preemptions(session: Session, wanted: Mapping[int, str]) -> list[int]:
+    """Ask running jobs to checkpoint and go (the policy's choice): job id -> who it makes
+    room for. Jobs already being stopped are left alone; the ones asked are returned."""
+    asked = []
+    conn = session.connection()
+    for job_id, why in wanted.items():
+        result = conn.execute(
+            update(_jobs)
+            .where(
+                _jobs.c.id == job_id,
+                _jobs.c.state == JobState.RUNNING,
+                _jobs.c.preemptible.is_(True),
+                _jobs.c.stop_request.is_(None),
+            )
+            .values(stop_request=StopRequest.PREEMPT.value, stop_reason=why)
+        )
+        if result.rowcount == 1:
+            asked.append(job_id)
+    return asked
+
+
+def attained(session: Session, job_ids: Iterable[int], now: float) -> dict[int, float]:
+    """GPU-seconds each job has held over all its attempts (a running one's up to ``now``):
+    the service the LAS policy ranks by."""
+    ids = list(job_ids)
+    if not ids:
+        return {}
+    held = func.json_array_length(Attempt.gpus) * (
+        func.coalesce(Attempt.ended_at, now) - Attempt.started_at
+    )
+    rows = session.execute(
+        select(Attempt.job_id, func.sum(held))
+        .where(Attempt.job_id.in_(ids))
+        .group_by(Attempt.job_id)
+    )
+    return {job_id: float(total or 0.0) for job_id, total in rows}
 
 
 def request_stop_all(session: Session, why: StopRequest) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from ddpq.core.deps import dependency_verdict, waiting_reason
 from ddpq.core.plan import QueuedJob, needs_port
-from ddpq.core.rules import Run
+from ddpq.core.rules import Run, StopRequest
 from ddpq.core.states import ACTIVE, TERMINAL, JobState, check_transition
 from ddpq.store.models import Attempt, Job, JobDependency, JobEvent
 
@@ -37,6 +37,8 @@ class NewJob:
     after: tuple[int, ...] = ()
     hold: bool = False
     notify_url: str | None = None
+    preemptible: bool = False
+    preempt_signal: str = "USR1"
 
 
 def _record(
@@ -83,6 +85,9 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "reason": "",
         "submitted_at": now,
         "notify_url": spec.notify_url,
+        "preemptible": spec.preemptible,
+        "preempt_signal": spec.preempt_signal,
+        "preemptions": 0,
     }
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None
@@ -242,6 +247,11 @@ class RunningView:
     time_limit_s: float | None
     stop_request: str | None
     stop_sent_at: float | None
+    # For the preemption rule (core.preempt):
+    priority: int = 0
+    submitted_at: float = 0.0
+    preemptible: bool = False
+    preemptions: int = 0
 
 
 def running_for_supervision(
@@ -255,9 +265,13 @@ def running_for_supervision(
         Job.time_limit_s,
         Job.stop_request,
         Job.stop_sent_at,
+        Job.priority,
+        Job.submitted_at,
+        Job.preemptible,
+        Job.preemptions,
     )
     rows = session.execute(select(*columns).where(Job.state.in_(list(states))))
-    return [RunningView(*row) for row in rows]
+    return [RunningView(*tuple(row)) for row in rows]
 
 
 def events_of(session: Session, job_id: int) -> list[JobEvent]:
@@ -295,6 +309,24 @@ def end_attempt(
     )
     job.exit_code = exit_code
     job.exit_signal = exit_signal
+
+
+class NotPreemptible(ValueError):
+    pass
+
+
+def request_preempt(session: Session, job: Job, by: str, now: float) -> None:
+    """An admin asks a running, preemptible job to checkpoint and go back to the queue."""
+    if job.state is not JobState.RUNNING:
+        raise NotPreemptible(f"job {job.id} is {job.state.value}; only a running job is preempted")
+    if not job.preemptible:
+        raise NotPreemptible(f"job {job.id} was not submitted --preemptible")
+    if job.stop_request is not None:
+        raise NotPreemptible(f"job {job.id} is being stopped already ({job.stop_request})")
+    job.stop_request = StopRequest.PREEMPT.value
+    job.stop_reason = f"preempted by {by}"
+    # The request is in the history at once, with who asked; the requeue follows it.
+    _record(session, job, job.state, job.state, f"preemption asked for by {by}", now)
 
 
 def request_stop(session: Session, job: Job, why: str) -> bool:

@@ -55,6 +55,12 @@ class Job(Base):
     max_retries: Mapped[int] = mapped_column(Integer, default=0)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     port_retries: Mapped[int] = mapped_column(Integer, default=0)
+    # Preemptible: it may be asked to checkpoint (with this signal) and go back to the queue.
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    preempt_signal: Mapped[str] = mapped_column(String(8), default="USR1", server_default="USR1")
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Who or what asked for the stop in stop_request ("preempted by alice").
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Launches cut short before the job ran, requeued for free (core.disposition bounds them).
     relaunches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     user_hold: Mapped[bool] = mapped_column(Boolean, default=False)

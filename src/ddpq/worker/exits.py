@@ -66,6 +66,7 @@ def _record(
         max_port_retries=settings.max_port_retries,
         now=now,
         port_clash=lambda: folder is not None and rendezvous_port_clash(folder.log_tail()),
+        preempt_grace_s=settings.preempt_grace_s,
     )
     progress = folder.read_progress() if folder is not None else None
     attempt_store.record_exit(s, ending, record, disposition, progress, now)

@@ -220,8 +220,14 @@ class Worker:
         with self.db.write() as s:
             sent = [(i, why) for i, why in due if attempt_store.mark_stop_sent(s, i, why, now)]
         for job_id, why in sent:
-            if self.executor.stop(job_id):
-                log.info("job %s: %s, stopping it", job_id, why.value)
+            preempt = why is StopRequest.PREEMPT
+            if self.executor.stop(job_id, preempt=preempt):
+                log.info(
+                    "job %s: %s, %s",
+                    job_id,
+                    why.value,
+                    "preempting it" if preempt else "stopping it",
+                )
 
     def _refresh_devices(self, force: bool = False) -> None:
         if not (force or self.inventory.due()):
@@ -255,6 +261,7 @@ class Worker:
                 env=job.env,
                 owner=job.owner,
                 unix_account=mapped.get(job.owner),
+                preempt_signal=job.preempt_signal,
             )
             try:
                 started.append((job.job_id, self.executor.start(launch)))

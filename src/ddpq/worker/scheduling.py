@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ddpq.config import Settings
 from ddpq.core import plan as planner
+from ddpq.core.policy import Order, Policy
+from ddpq.core.preempt import Guards, Running, Waiting, victims
 from ddpq.core.rules import recent_usage
 from ddpq.core.states import ACTIVE
 from ddpq.store import attempts as attempt_store
@@ -68,6 +71,11 @@ class Scheduler:
         if self.last_port is None:
             self.last_port = lease_store.last_port(s)
         usage = self._recent_usage(s, now)
+        order = Order(cfg.policy, usage)
+        served: dict[int, float] = {}
+        if cfg.policy is Policy.LAS:  # ranked by the service each job has had so far
+            served = attempt_store.attained(s, [c.id for c in candidates], now)
+            candidates = [replace(c, attained_s=served.get(c.id, 0.0)) for c in candidates]
         placements: list[planner.Placement] = []
         free_ports: list[int] = []
         for _ in range(PORT_REPLANS):
@@ -77,7 +85,7 @@ class Scheduler:
                 if p not in leased_ports and self.port_cooldown.get(p, 0.0) <= now
             ]
             placements = planner.plan(
-                candidates, usable_gpus, running, free_ports, usage, now, budget
+                candidates, usable_gpus, running, free_ports, usage, now, budget, order
             )
             busy = [p.port for p in placements if p.port is not None and not self.port_free(p.port)]
             if not busy:
@@ -86,8 +94,10 @@ class Scheduler:
                 log.info("port %s is in use by another program; skipping it", port)
                 self.port_cooldown[port] = now + PORT_COOLDOWN_S
         reasons = planner.explain_waits(
-            candidates, usable_gpus, placements, free_ports, usage, now, budget
+            candidates, usable_gpus, placements, free_ports, usage, now, budget, order
         )
+        if cfg.policy is Policy.LAS:
+            self._preempt_for(s, candidates, placements, active, held, usable_gpus, order, now)
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         submitted = {c.id: c.submitted_at for c in candidates}
         placed = [
@@ -105,6 +115,54 @@ class Scheduler:
             if p.port is not None:
                 self.last_port = p.port
         return attempt_store.lease_and_start(s, placed, now)
+
+    def _preempt_for(
+        self,
+        s: Session,
+        candidates: Sequence[planner.QueuedJob],
+        placements: Sequence[planner.Placement],
+        active: Sequence[job_store.RunningView],
+        held: dict[int, tuple[list[int], int | None]],
+        usable_gpus: Sequence[int],
+        order: Order,
+        now: float,
+    ) -> None:
+        """Under LAS: ask running jobs of worse queues to checkpoint and go, so that waiting
+        jobs of better ones can start (``core.preempt``); their GPUs come back when they do."""
+        placed = {p.job_id for p in placements}
+        waiting = [
+            Waiting(c.id, c.owner, c.priority, c.submitted_at, c.attained_s, c.gpus)
+            for c in candidates
+            if c.id not in placed and (c.not_before is None or c.not_before <= now)
+        ]
+        if not waiting:
+            return
+        gpus_of = {j.id: len(held.get(j.id, ([], None))[0]) for j in active}
+        # GPUs of jobs already being stopped are as good as free: do not preempt twice.
+        leaving = sum(gpus_of[j.id] for j in active if j.stop_request)
+        free = len(set(usable_gpus)) - sum(gpus_of.values()) - sum(len(p.gpus) for p in placements)
+        served = attempt_store.attained(s, [j.id for j in active], now)
+        running = [
+            Running(
+                j.id,
+                j.owner,
+                j.priority,
+                j.submitted_at,
+                served.get(j.id, 0.0),
+                gpus_of[j.id],
+                j.started_at or now,
+                j.preemptible,
+                j.preemptions,
+            )
+            for j in active
+            if not j.stop_request
+        ]
+        guards = Guards(self.settings.preempt_min_run_s, self.settings.max_preemptions)
+        wanted = victims(waiting, running, free + leaving, order, now, guards)
+        if wanted:
+            why = {p.victim: f"preempted for job {p.for_job}" for p in wanted}
+            for job_id in attempt_store.request_preemptions(s, why):
+                log.info("job %s: %s (it has had more service)", job_id, why[job_id])
 
     def _recent_usage(self, s: Session, now: float) -> dict[str, float]:
         """Recent GPU-seconds per owner, recomputed at most every USAGE_TTL_S."""

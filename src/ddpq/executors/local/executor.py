@@ -223,12 +223,13 @@ class LocalExecutor:
 
     # ---- stop, processes, descriptors -----------------------------------------------
 
-    def stop(self, job_id: int) -> bool:
+    def stop(self, job_id: int, preempt: bool = False) -> bool:
         w = self._watched.get(job_id)
         if w is None or not procs.is_alive(w.ident):
             return False
-        # The shim forwards SIGTERM to the job's group and SIGKILLs it after the grace.
-        return procs.send(w.ident.pid, signal.SIGTERM)
+        # The shim forwards SIGTERM to the job's group and SIGKILLs it after the grace; on
+        # SIGUSR1 it sends the job its preemption signal first and waits its checkpoint grace.
+        return procs.send(w.ident.pid, signal.SIGUSR1 if preempt else signal.SIGTERM)
 
     def job_pids(self) -> set[int]:
         pids: set[int] = set()

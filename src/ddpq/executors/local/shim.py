@@ -60,6 +60,12 @@ class Options:
         self.grace = -1.0
         self.cap = -1
         self.cmd: list[str] = []
+        # A preemptible job: the signal it is told to checkpoint with, and how long it has.
+        self.preempt_signal = ""
+        self.preempt_grace = 0.0
+        # The job's first process is a launcher (torchrun): it must not act on the signal,
+        # only the ranks it starts, which install their own handlers.
+        self.preempt_shield = False
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -80,6 +86,12 @@ def parse_args(argv: list[str]) -> Options:
             opts.grace = float(value)
         elif flag == "--log-cap":
             opts.cap = int(value)
+        elif flag == "--preempt-signal":
+            opts.preempt_signal = value
+        elif flag == "--preempt-grace":
+            opts.preempt_grace = float(value)
+        elif flag == "--preempt-shield":
+            opts.preempt_shield = value == "1"
         else:
             raise SystemExit(f"shim: unknown option {flag}")
         i += 2
@@ -152,6 +164,27 @@ def become_subreaper() -> None:
 def main(argv: list[str]) -> int:
     gate, cgroup, argv = take_gate(argv)
     opts = parse_args(argv)
+    # A stop or a preemption may come as soon as the worker has let us go: handled from
+    # the start (a signal without a handler would end the shim, and the job would be lost).
+    stop_requested = {"at": 0.0, "preempt_at": 0.0}
+
+    def on_stop(signum: int, _frame: object) -> None:
+        if not stop_requested["at"]:
+            stop_requested["at"] = time.monotonic()
+
+    def on_preempt(signum: int, _frame: object) -> None:
+        if not opts.preempt_signal:
+            on_stop(signum, _frame)  # not preemptible: a preemption is a stop
+        elif not stop_requested["preempt_at"]:
+            stop_requested["preempt_at"] = time.monotonic()
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_stop)
+    signal.signal(signal.SIGUSR1, on_preempt)
+    preempt_with = (
+        getattr(signal, f"SIG{opts.preempt_signal}", None) if opts.preempt_signal else None
+    )
     if gate >= 0 and not wait_for_worker(gate, cgroup):
         # The worker stored this attempt's handle, or died before it could: either way a
         # record that says nothing ran lets the next worker put the job back in the queue.
@@ -183,15 +216,6 @@ def main(argv: list[str]) -> int:
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
-    stop_requested = {"at": 0.0}
-
-    def on_stop(signum: int, _frame: object) -> None:
-        if not stop_requested["at"]:
-            stop_requested["at"] = time.monotonic()
-
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGHUP, on_stop)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the select below
 
     started_at = time.time()
@@ -231,6 +255,11 @@ def main(argv: list[str]) -> int:
                 signal.SIGXFSZ,
             ):
                 signal.signal(s, signal.SIG_DFL)
+            signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+            if preempt_with is not None and opts.preempt_shield:
+                # Ignored by the launcher and inherited so by its ranks, which install a
+                # handler of their own (a Python one may; a shell could not trap it then).
+                signal.signal(preempt_with, signal.SIG_IGN)
             signal.set_wakeup_fd(-1)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
@@ -255,8 +284,21 @@ def main(argv: list[str]) -> int:
     status: int | None = None
     termed = False
     killed = False
+    preempted = False
     pipe_open = True
     while status is None or pipe_open:
+        if stop_requested["preempt_at"] and not preempted and preempt_with is not None:
+            preempted = True
+            try:
+                os.killpg(pid, preempt_with)
+            except ProcessLookupError:
+                pass
+        if (
+            preempted
+            and not stop_requested["at"]
+            and time.monotonic() - stop_requested["preempt_at"] >= opts.preempt_grace
+        ):
+            stop_requested["at"] = time.monotonic()  # it did not checkpoint in time: stop it
         if stop_requested["at"] and not termed:
             termed = True
             try:
@@ -272,6 +314,9 @@ def main(argv: list[str]) -> int:
         timeout = 0.5
         if termed and not killed:
             timeout = max(0.0, min(timeout, stop_requested["at"] + grace - time.monotonic()))
+        elif preempted and not termed:
+            deadline = stop_requested["preempt_at"] + opts.preempt_grace
+            timeout = max(0.0, min(timeout, deadline - time.monotonic()))
         fds = [wake_r] + ([out_r] if pipe_open else [])
         try:
             ready, _, _ = select.select(fds, [], [], timeout)

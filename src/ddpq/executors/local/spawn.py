@@ -133,7 +133,7 @@ class Spawner:
         switch = account is not None and account.uid != os.geteuid()
         folder = JobDir(launch.job_dir)
         self._prepare_folder(folder, account)
-        env = job_env(launch, os.environ, self.omp_threads)
+        env = job_env(launch, os.environ, self.omp_threads, cfg.preempt_grace_s)
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
         owner = (account.uid, account.gid) if account is not None and switch else None
@@ -142,6 +142,11 @@ class Spawner:
             out.write(attempt_header(when, launch.gpus, launch.port).encode())
         cgroup = self._new_cgroup(launch)
         args = shim_args(folder, launch.cwd, cfg.grace_s, cfg.log_cap_bytes)
+        if launch.preempt_signal is not None:
+            at = args.index("--")
+            shield = "1" if launch.launcher == "torchrun" else "0"
+            preempt = ["--preempt-signal", launch.preempt_signal, "--preempt-shield", shield]
+            args[at:at] = [*preempt, "--preempt-grace", repr(cfg.preempt_grace_s)]
         args += job_argv(launch, cfg.python)
         # The shim waits on this pipe before it starts the job: until the worker has stored
         # its handle (so a restarted worker finds it), and until it is in its cgroup and

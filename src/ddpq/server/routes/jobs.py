@@ -68,6 +68,8 @@ def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -
         after=tuple(body.after),
         hold=body.hold,
         notify_url=body.notify or settings.notify_url,
+        preemptible=body.preemptible,
+        preempt_signal=body.preempt_signal,
     )
     with db.write() as s:
         total = device_store.count(s)
@@ -172,6 +174,23 @@ def set_hold(settings: Settings, db: Database, job_id: int, who: Caller, hold: b
         try:
             job_store.set_hold(s, job, hold, time.time())
         except ValueError as exc:
+            raise ApiError(409, "conflict", str(exc)) from None
+        out = views.jobs_out(s, [job])[0]
+    wake.nudge(settings.wake_socket)
+    return out
+
+
+@router.post("/{job_id}/preempt", response_model=JobOut, responses={**CONFLICT, **WRITE_ERRORS})
+def preempt(job_id: JobId, who: Auth, settings: SettingsDep, db: DatabaseDep) -> JobOut:
+    """Ask a running, preemptible job to checkpoint and go back to the queue (admins only:
+    it takes a user's GPUs away from them; the policy does this on its own under `las`)."""
+    if not who.admin:
+        raise ApiError(403, "forbidden", "only an admin may preempt a job")
+    with db.write() as s:
+        job = job_store.get_job(s, job_id)
+        try:
+            job_store.request_preempt(s, job, who.name, time.time())
+        except job_store.NotPreemptible as exc:
             raise ApiError(409, "conflict", str(exc)) from None
         out = views.jobs_out(s, [job])[0]
     wake.nudge(settings.wake_socket)
