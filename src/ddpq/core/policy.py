@@ -28,8 +28,9 @@ class Policy(StrEnum):
 
 
 # What the daemon does out of the box (``--policy``); chosen by replaying traces
-# (bench/RESULTS.md, "Scheduling policy").
-DEFAULT_POLICY = Policy.FAIRSHARE
+# (bench/RESULTS.md, "Scheduling policy"): LAS cut the mean job completion time by 6-16x
+# against FIFO and fairshare on every trace replayed, with a p99 no worse.
+DEFAULT_POLICY = Policy.LAS
 
 
 class Backfill(StrEnum):
@@ -74,8 +75,10 @@ class Order:
         if self.policy is Policy.FIFO:
             return (job.submitted_at, job.id)
         if self.policy is Policy.LAS:
+            # Within a queue, fair share between users, then submission order.
             queue = las_queue(job.attained_s, self.thresholds)
-            return (-job.priority, queue, job.submitted_at, job.id)
+            share = self.usage.get(job.owner, 0.0)
+            return (-job.priority, queue, share, job.submitted_at, job.id)
         return (-job.priority, self.usage.get(job.owner, 0.0), job.submitted_at, job.id)
 
     @property
