@@ -356,3 +356,15 @@ def test_a_job_that_forges_nothing_ran_is_rerun_a_bounded_number_of_times(rig: R
     view = rig.job(job)
     assert view.state is F and view.attempt == MAX_RELAUNCHES + 1
     assert view.reason == f"launch interrupted before the job started, {MAX_RELAUNCHES + 1} times"
+
+
+def test_progress_of_several_jobs_in_one_pass_is_recorded(rig: Rig) -> None:
+    jobs = [rig.submit(), rig.submit()]
+    rig.step()
+    for n, job in enumerate(jobs):
+        folder = JobDir(Path(str(rig.job(job).job_dir)))
+        folder.path.mkdir(parents=True, exist_ok=True)
+        folder.metrics.write_text(f'{{"step": {n + 1}}}\n')
+    rig.clock.advance(1.0)
+    rig.step()
+    assert [rig.job(j).progress for j in jobs] == [{"step": 1}, {"step": 2}]
