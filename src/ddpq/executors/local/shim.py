@@ -289,10 +289,13 @@ def main(argv: list[str]) -> int:
     while status is None or pipe_open:
         if stop_requested["preempt_at"] and not preempted and preempt_with is not None:
             preempted = True
-            try:
-                os.killpg(pid, preempt_with)
-            except ProcessLookupError:
-                pass
+            # Every process of the job, not its process group alone: torchrun starts each
+            # rank in a session of its own. The launcher itself ignores the signal.
+            for member in shim_procs.job_members(sid, marker, since):
+                try:
+                    os.kill(member, preempt_with)
+                except OSError:
+                    pass
         if (
             preempted
             and not stop_requested["at"]
