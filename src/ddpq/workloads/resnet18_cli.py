@@ -166,6 +166,15 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument(
+        "--deterministic",
+        action="store_true",
+        help=(
+            "deterministic kernels only, no cuDNN autotuning: the same seed gives the same "
+            "result bit for bit on GPUs too, a preempted and resumed run included (slower; on "
+            "the CPU with a fixed thread count runs are deterministic anyway)"
+        ),
+    )
+    run.add_argument(
         "--eval",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -182,7 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-every",
         type=_non_negative_int,
         default=1,
-        help="save every N epochs and after the last one; 0 = never (default: %(default)s)",
+        help=(
+            "save every N epochs and after the last one; 0 = never, except when preempted "
+            "(default: %(default)s)"
+        ),
     )
     ckpt.add_argument(
         "--checkpoint-dir",
