@@ -167,7 +167,7 @@ def test_a_signal_during_evaluation_saves_that_epoch_end(
     args = ["--synthetic", "40", "--batch-size", "8", "--max-steps-per-epoch", "2"]
     args += ["--checkpoint-every", "5"]  # no epoch checkpoint is due: the preemption saves
     came = signal_during_evaluation(monkeypatch)
-    assert workload.main([*args, "--epochs", "3"]) == preemption.REQUEUE_EXIT
+    assert workload.main([*args, "--epochs", "3"]) == workload.EXIT_REQUEUE == 75
     assert came == [1]
     state = load(job / "checkpoint.pt")
     assert (state["epoch"], state["step"], state["reason"]) == (1, 0, "preempted")

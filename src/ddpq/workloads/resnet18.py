@@ -34,9 +34,10 @@ Same seed, same result: the data order and the crops/flips of an epoch are a fun
 (seed, epoch, rank) alone (``plan_epoch``), so a resumed epoch redraws its plan and skips the
 steps already done; everything else that evolves (weights, optimizer, each rank's BatchNorm
 statistics and metric sums, the RNGs) is in the checkpoint. On the CPU with a fixed thread
-count a preempted and resumed run ends bit-identical to an uninterrupted one (tested); on GPUs
-cuDNN's autotuning and atomics make two uninterrupted runs differ as much, unless
-``--deterministic``.
+count a preempted and resumed run ends bit-identical to an uninterrupted one (tested, with and
+without ``--deterministic``). On GPUs it ends as close as two uninterrupted runs do: cuDNN's
+autotuning and atomic additions make those differ in the last bits; ``--deterministic`` removes
+the autotuning and cuDNN's nondeterministic kernels (the GPU path is not tested here).
 """
 
 from __future__ import annotations
@@ -715,7 +716,9 @@ class Trainer:
             lap = clock.lap(done)
             m = self.meet(sums, done * plan.batch, lap)
             clock.met(done, m.images)
-            if m.stop:
+            # SIGTERM too (the grace period is over, or a cancel): preempted still saves, as
+            # the file is replaced atomically even if a SIGKILL cuts the save short.
+            if m.stop and not m.preempt:
                 return Interrupted("terminated", done, sums, {})
             next_meeting = done + m.next_in
             train = {"train_loss": m.train_loss, "train_acc": m.train_acc}
@@ -987,14 +990,17 @@ def make_optimizer(net: nn.Module, args: argparse.Namespace, lr: float) -> torch
 
 
 def setup_backends(cuda: bool, deterministic: bool) -> None:
-    if deterministic:
-        # Bit-identical reruns (and resumes) on GPUs too, at some speed: no autotuning (its
-        # choice may differ between runs), no nondeterministic kernels. cuBLAS reads this
-        # variable when it creates its first handle, which is still to come.
+    if deterministic and cuda:
+        # Fewer run-to-run differences at some speed: deterministic cuDNN convolutions and no
+        # autotuning (its pick may differ between runs). Not use_deterministic_algorithms:
+        # on CUDA it raises for two ops ResNet18 needs (AdaptiveAvgPool2d's backward,
+        # NLLLoss), which have no deterministic version. cuBLAS reads the variable when it
+        # creates its first handle, which is still to come.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
+    elif deterministic:
+        torch.use_deterministic_algorithms(True)
     elif cuda:
         torch.backends.cudnn.benchmark = True  # fixed shapes: pick the fastest kernels once
     if cuda:

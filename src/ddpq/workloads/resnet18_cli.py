@@ -169,9 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--deterministic",
         action="store_true",
         help=(
-            "deterministic kernels only, no cuDNN autotuning: the same seed gives the same "
-            "result bit for bit on GPUs too, a preempted and resumed run included (slower; on "
-            "the CPU with a fixed thread count runs are deterministic anyway)"
+            "on GPUs: deterministic cuDNN convolutions and no autotuning, so that runs of one "
+            "seed (a preempted and resumed one included) differ less, at some speed; on the "
+            "CPU, torch's deterministic algorithms (runs with a fixed thread count are "
+            "bit-identical anyway)"
         ),
     )
     run.add_argument(
