@@ -6,17 +6,12 @@ per rank, a few tiny steps; each waits on a condition with a deadline, never a f
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import pickle
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,101 +25,17 @@ import torch  # noqa: E402
 
 from ddpq.workloads import cifar  # noqa: E402
 from ddpq.workloads import resnet18 as workload  # noqa: E402
-
-SRC = Path(__file__).resolve().parents[2] / "src"
-RUN_TIMEOUT_S = 120.0
-TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def job_env(job_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
-    env["OMP_NUM_THREADS"] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    env["DDPQ_JOB_DIR"] = str(job_dir)
-    env.pop("DDPQ_CIFAR_DIR", None)
-    return env
-
-
-def workload_cmd(args: list[str], nproc: int | None) -> list[str]:
-    """``nproc=None``: the module run plainly (world size 1); else under torchrun."""
-    if nproc is None:
-        return [sys.executable, "-m", "ddpq.workloads.resnet18", *args]
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        "1",
-        "--nproc-per-node",
-        str(nproc),
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
-        "-m",
-        "ddpq.workloads.resnet18",
-        *args,
-    ]
-
-
-def start(args: list[str], job_dir: Path, nproc: int | None, log: Path) -> subprocess.Popen[bytes]:
-    job_dir.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        # Own session: the test can signal (and on failure kill) the whole group.
-        return subprocess.Popen(
-            workload_cmd(args, nproc),
-            env=job_env(job_dir),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def finish(proc: subprocess.Popen[bytes], timeout: float = RUN_TIMEOUT_S) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(proc, signal.SIGKILL)
-        proc.wait()
-        raise
-
-
-def kill_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
-
-
-def run(args: list[str], job_dir: Path, nproc: int | None = None) -> tuple[int, str]:
-    log = job_dir.with_name(job_dir.name + ".log")
-    proc = start(args, job_dir, nproc, log)
-    code = finish(proc)
-    return code, log.read_text(errors="replace")
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before the condition held")
-        if time.monotonic() > deadline:
-            kill_group(proc, signal.SIGKILL)
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.05)
-
-
-def records(job_dir: Path) -> list[dict[str, Any]]:
-    path = job_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+from tests.workload.runs import (  # noqa: E402
+    RUN_TIMEOUT_S,
+    SRC,
+    finish,
+    kill_group,
+    kill_job,
+    records,
+    run,
+    start,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +280,7 @@ def test_sigterm_then_rerun_resumes_at_the_next_epoch(tmp_path: Path, data_dir: 
         kill_group(proc, signal.SIGTERM)
         code = finish(proc, timeout=60)
     finally:
-        kill_group(proc, signal.SIGKILL)
+        kill_job(proc, signal.SIGKILL)
     first = log.read_text(errors="replace")
     assert code != 0, first
     assert "SIGTERM: stopping during epoch" in first, first

@@ -13,11 +13,31 @@ Its contract with ddpq is argv, environment and files:
   (null where not measured), ``images_per_s``, ``eta_s`` and ``time`` (unix seconds). Every
   loss and accuracy is global: summed over all ranks, not one rank's last batch. Without
   ``$DDPQ_JOB_DIR`` no metrics file is written (stdout still gets a line per epoch).
+  With ``$DDPQ_ATTEMPT`` set every record carries ``attempt``; the record of the step a
+  preemption saved has ``"preempted": true``, and the next attempt's records continue from it
+  (same epoch, next step, cumulative numbers over the whole epoch).
 * ``checkpoint.pt`` in ``--checkpoint-dir`` or ``$DDPQ_JOB_DIR``: written by rank 0 after
-  every ``--checkpoint-every`` epochs (temp file, fsync, rename); when present at start-up
-  every rank loads it and training resumes at the next epoch.
-* Exit status: 0 done; 1 crashed; 2 unusable arguments or data (one line on stderr);
-  143 stopped by SIGTERM (at the next point where all ranks agree, so none is left waiting).
+  every ``--checkpoint-every`` epochs, and when preempted (temp file, fsync, rename); when
+  present at start-up every rank loads it and training resumes where it was saved: at the next
+  epoch, or at the next step of a preempted epoch (format 2, see ``checkpoint_state``).
+* Preemption (docs/preemption.md): with ``$DDPQ_PREEMPT_SIGNAL`` set (``USR1``...), that
+  signal makes the ranks agree, at their next meeting, on the step to save; rank 0 saves it
+  and every rank exits ``$DDPQ_REQUEUE_EXIT`` (75). A signal during set-up (before the first
+  step) exits 75 without saving (nothing was trained; the checkpoint on disk stands); during
+  evaluation, at the end of that epoch with the epoch's checkpoint; after the last epoch's
+  training the run just finishes (exit 0).
+* Exit status: 0 done; 1 crashed; 2 unusable arguments, data or environment (one line on
+  stderr); 75 preempted and saved; 143 stopped by SIGTERM (at the next point where all ranks
+  agree, so none is left waiting).
+
+Same seed, same result: the data order and the crops/flips of an epoch are a function of
+(seed, epoch, rank) alone (``plan_epoch``), so a resumed epoch redraws its plan and skips the
+steps already done; everything else that evolves (weights, optimizer, each rank's BatchNorm
+statistics and metric sums, the RNGs) is in the checkpoint. On the CPU with a fixed thread
+count a preempted and resumed run ends bit-identical to an uninterrupted one (tested, with and
+without ``--deterministic``). On GPUs it ends as close as two uninterrupted runs do: cuDNN's
+autotuning and atomic additions make those differ in the last bits; ``--deterministic`` removes
+the autotuning and cuDNN's nondeterministic kernels (the GPU path is not tested here).
 """
 
 from __future__ import annotations
@@ -27,6 +47,7 @@ import inspect
 import json
 import math
 import os
+import random
 import signal
 import sys
 import time
@@ -34,28 +55,39 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, Any, Literal
 
+if __name__ == "__main__":
+    # Run as the workload (torchrun starts each rank with -m): catch the preemption signal
+    # before `import torch` takes its ~3 s. A rank inherits that signal ignored from torchrun,
+    # so one sent in those seconds would be lost and the job killed after its grace period.
+    from ddpq.workloads import preemption as _preemption
+
+    _preemption.catch_early()
+
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ddpq.workloads import cifar
+from ddpq.workloads import cifar, preemption
 from ddpq.workloads.resnet18_cli import PRETRAINED_FILENAME, build_parser
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
 PAD = 4  # random-crop padding, as in the usual CIFAR recipe (RandomCrop(32, padding=4))
 SIZE = 32
-SYNC_PERIOD_S = 2.0  # how often ranks meet to reduce metrics and check for SIGTERM
+SYNC_PERIOD_S = 2.0  # how often ranks meet to reduce metrics and check for signals
 CHECKPOINT_NAME = "checkpoint.pt"
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: also mid-epoch (step, per-rank state); 1 (epochs only) still read
+READABLE_FORMATS = (1, 2)
 
 EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_USAGE = 2
+EXIT_REQUEUE = preemption.REQUEUE_EXIT  # unless $DDPQ_REQUEUE_EXIT says otherwise
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
@@ -141,21 +173,48 @@ def start_cluster(args: argparse.Namespace) -> Cluster:
 
 
 class StopRequest:
-    """SIGTERM handling: before training it aborts set-up; during training it only raises a
-    flag that the ranks reduce at their next meeting, so that all stop after the same step
-    instead of one leaving the others blocked in a collective."""
+    """Signal handling. SIGTERM: before training it aborts set-up; during training it only
+    raises a flag that the ranks reduce at their next meeting, so that all stop after the same
+    step instead of one leaving the others blocked in a collective.
+
+    The preemption signal never interrupts anything, set-up included: it raises ``preempt``,
+    which the ranks reduce at their next agreement point (the first one right after set-up,
+    then every meeting, then after each epoch's evaluation), so that all save the same step.
+    Raising during set-up instead would let one rank leave while another already waits in a
+    collective for it (DDP's first broadcast), which ends the job as a crash. When the
+    preemption signal is SIGTERM itself, SIGTERM means preemption.
+    """
 
     def __init__(self) -> None:
         self.requested = False
+        self.preempt = False
         self.deferred = False
+        self._previous: dict[signal.Signals, Any] = {}
 
     def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handle)
+        self._catch(signal.SIGTERM, self._handle)
+
+    def catch_preemption(self, sig: signal.Signals) -> None:
+        # A signal noted before torch was imported (preemption.catch_early) counts too.
+        self.preempt = self.preempt or preemption.came_early()
+        self._catch(sig, self._handle_preempt)
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _catch(self, sig: signal.Signals, handler: Any) -> None:
+        previous = signal.signal(sig, handler)
+        self._previous.setdefault(sig, previous)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
         if not self.deferred:
             raise Terminated()
+
+    def _handle_preempt(self, signum: int, frame: FrameType | None) -> None:
+        self.preempt = True
 
 
 # --------------------------------------------------------------------------- data
@@ -376,10 +435,12 @@ def average_bn_buffers(model: nn.Module, cl: Cluster) -> None:
 
 
 class MetricsLog:
-    """Rank 0's JSON-lines progress file; a no-op on other ranks or without a job dir."""
+    """Rank 0's JSON-lines progress file; a no-op on other ranks or without a job dir.
+    Appended to, so the records of a job's attempts follow one another."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, attempt: int | None = None) -> None:
         self._file: IO[str] | None = None
+        self._attempt = attempt
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("a", encoding="utf-8")
@@ -387,6 +448,8 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if self._file is None:
             return
+        if self._attempt is not None:
+            record = {**record, "attempt": self._attempt}
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
         self._file.flush()
 
@@ -438,19 +501,35 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint as format 2, whichever readable format the file has."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise WorkloadError(f"cannot read checkpoint {path}: {exc}") from exc
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise WorkloadError(f"{path} is not a ddpq resnet18 checkpoint (format 1)")
-    return state
+    if not isinstance(state, dict) or state.get("format") not in READABLE_FORMATS:
+        formats = " or ".join(map(str, READABLE_FORMATS))
+        raise WorkloadError(f"{path} is not a ddpq resnet18 checkpoint (format {formats})")
+    out: dict[str, Any] = dict(state)
+    if out["format"] == 1:  # saved at epoch ends only, by rank 0, with torch's RNG states
+        out.update(format=2, step=0, ranks=None, data=None)
+    return out
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
+    """Every random generator a rank has. Training itself draws from none of them (the data
+    plan has its own seeded generators), but whatever does, now or later, resumes in step."""
+    np_state = np.random.get_state(legacy=False)
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "python": random.getstate(),
+        # As plain values: torch.load(weights_only=True) refuses numpy arrays.
+        "numpy": {
+            "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
     }
 
 
@@ -458,6 +537,19 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and state.get("cuda") is not None:
         torch.cuda.set_rng_state(state["cuda"], device)
+    if state.get("python") is not None:  # format 1 had torch's only
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if state.get("numpy") is not None:
+        n = state["numpy"]
+        np.random.set_state(
+            {
+                "bit_generator": "MT19937",
+                "state": {"key": n["key"].numpy().astype(np.uint32), "pos": n["pos"]},
+                "has_gauss": n["has_gauss"],
+                "gauss": n["gauss"],
+            }
+        )
 
 
 # --------------------------------------------------------------------------- training
@@ -470,18 +562,32 @@ class Meeting:
     train_loss: float
     train_acc: float
     images: float  # images trained this epoch so far, all ranks
-    stop: bool
+    stop: bool  # SIGTERM on some rank
+    preempt: bool  # the preemption signal on some rank
     next_in: int  # steps to the next meeting
+
+
+@dataclass
+class Interrupted:
+    """An epoch cut short at a meeting: by SIGTERM, or by preemption at step ``step``."""
+
+    reason: Literal["terminated", "preempted"]
+    step: int  # steps of the epoch done
+    sums: torch.Tensor  # this rank's own metric sums so far (not reduced)
+    record: dict[str, Any]  # the progress record of that step
 
 
 class EpochClock:
     """Wall time of an epoch's meeting points, for step times and throughput."""
 
-    def __init__(self) -> None:
+    def __init__(self, done: int = 0, images: float = 0.0) -> None:
+        """``done`` steps (``images`` over all ranks) of the epoch were trained before: by the
+        attempt a resumed epoch began in."""
         self.start = self.last = time.perf_counter()
-        self.last_step = 0
+        self.last_step = done
+        self.base = (self.start, images)
         self.first: tuple[float, float] | None = None  # (time, images) after the first meeting
-        self.end: tuple[float, float] = (self.start, 0.0)
+        self.end: tuple[float, float] = self.base
 
     def lap(self, done: int) -> tuple[int, float]:
         """Steps and seconds since the last meeting."""
@@ -495,10 +601,10 @@ class EpochClock:
 
     def steady_rate(self) -> float:
         """Images/s over the epoch, not counting its first step (start-up, warm-up, cuDNN
-        autotuning), unless that was the only one."""
-        (t0, n0), (t1, n1) = self.first or (self.start, 0.0), self.end
+        autotuning), unless that was the only one; only this attempt's steps count."""
+        (t0, n0), (t1, n1) = self.first or self.base, self.end
         if n1 <= n0:
-            t0, n0 = self.start, 0.0
+            t0, n0 = self.base
         return (n1 - n0) / max(t1 - t0, 1e-9)
 
 
@@ -516,7 +622,12 @@ class Trainer:
     metrics: MetricsLog
     batch: int
     steps: int
+    preempt_cfg: preemption.PreemptConfig
     start_epoch: int = 0
+    start_step: int = 0  # steps of epoch start_epoch already done (a preempted epoch)
+    resume: dict[str, Any] | None = None  # this rank's own state at start_step (sums...)
+    resume_note: str = ""  # why a mid-epoch checkpoint could not be resumed mid-epoch
+    sync_period: float = SYNC_PERIOD_S
     step_time: float = 0.0  # rank 0's estimate, seconds per step
     eval_time: float = 0.0
     last: dict[str, Any] = field(default_factory=dict)
@@ -530,6 +641,23 @@ class Trainer:
         if self.cl.distributed:
             dist.all_reduce(values)
         return values
+
+    def agree(self, flag: bool) -> bool:
+        """True on every rank if ``flag`` is True on any: one all-reduce."""
+        t = torch.tensor([float(flag)], dtype=torch.float64, device=self.cl.device)
+        return bool(self.reduce(t).item() > 0)
+
+    def gather(self, mine: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every rank's ``mine``, in rank order, on every rank."""
+        if not self.cl.distributed:
+            return [mine]
+        out: list[Any] = [None] * self.cl.world_size
+        dist.all_gather_object(out, mine)
+        return out
+
+    @property
+    def preemptible(self) -> bool:
+        return self.preempt_cfg.signal is not None
 
     def eta(self, epoch: int, step: int, evaluated: bool = False) -> float:
         """Seconds left after ``step`` of ``epoch`` (and its evaluation if ``evaluated``)."""
@@ -553,27 +681,34 @@ class Trainer:
 
     def meet(self, sums: torch.Tensor, images: int, lap: tuple[int, float]) -> Meeting:
         """The ranks' meeting point, the loop's only host sync: one all-reduce of the metric
-        sums, the stop flags and the next meeting's distance. Rank 0 alone proposes that
+        sums, the signal flags and the next meeting's distance. Rank 0 alone proposes that
         distance from its step time (the others add 0, so every rank gets the same exact
-        number); any rank's SIGTERM stops all."""
+        number); any rank's SIGTERM stops all, any rank's preemption signal preempts all."""
         steps, seconds = lap
         proposal = 0
         if self.cl.is_main:
             self.step_time = seconds / steps
-            proposal = max(1, round(SYNC_PERIOD_S / max(self.step_time, 1e-6)))
-        meta = [images, float(self.stop.requested), proposal]
+            proposal = max(1, round(self.sync_period / max(self.step_time, 1e-6)))
+        meta = [images, float(self.stop.requested), float(self.stop.preempt), proposal]
         extra = torch.tensor(meta, dtype=torch.float64, device=self.cl.device)
-        loss_sum, correct, total, stops, agreed = self.reduce(torch.cat([sums, extra])).tolist()
-        return Meeting(loss_sum / total, correct / total, total, stops > 0, int(agreed))
+        reduced = self.reduce(torch.cat([sums, extra])).tolist()
+        loss_sum, correct, total, stops, preempts, agreed = reduced
+        return Meeting(
+            loss_sum / total, correct / total, total, stops > 0, preempts > 0, int(agreed)
+        )
 
-    def train_epoch(self, epoch: int) -> dict[str, Any] | None:
-        """One epoch; returns its global train metrics, or None when stopped by SIGTERM."""
+    def train_epoch(self, epoch: int, first: int = 0) -> dict[str, Any] | Interrupted:
+        """One epoch from step ``first`` on; returns its global train metrics, or how it was
+        cut short. A preemption agreed at the epoch's last step is left to the epoch's end
+        (run()), where the checkpoint is an ordinary epoch boundary."""
         plan = plan_epoch(self.data, self.cl, self.args.seed, epoch, self.batch, self.steps)
         self.model.train()
         sums = torch.zeros(2, dtype=torch.float64, device=self.cl.device)  # loss*n, correct
-        clock = EpochClock()
-        next_meeting = 1  # after the first step (warm-up), then about every SYNC_PERIOD_S
-        for s in range(plan.steps):
+        if first and self.resume is not None:
+            sums.copy_(self.resume["sums"])  # this rank's own sums: the totals add up exactly
+        clock = EpochClock(first, float(first * plan.batch * self.cl.world_size))
+        next_meeting = first + 1  # after the first step (warm-up), then about every sync_period
+        for s in range(first, plan.steps):
             self.train_step(plan, epoch, s, sums)
             done = s + 1
             if done != next_meeting and done != plan.steps:
@@ -581,8 +716,10 @@ class Trainer:
             lap = clock.lap(done)
             m = self.meet(sums, done * plan.batch, lap)
             clock.met(done, m.images)
-            if m.stop:
-                return None
+            # SIGTERM too (the grace period is over, or a cancel): preempted still saves, as
+            # the file is replaced atomically even if a SIGKILL cuts the save short.
+            if m.stop and not m.preempt:
+                return Interrupted("terminated", done, sums, {})
             next_meeting = done + m.next_in
             train = {"train_loss": m.train_loss, "train_acc": m.train_acc}
             if done == plan.steps:
@@ -599,6 +736,8 @@ class Trainer:
                 lr=self.optimizer.param_groups[0]["lr"],
                 **train,
             )
+            if m.preempt:
+                return Interrupted("preempted", done, sums, rec)
             self.metrics.write(rec)
         raise AssertionError("unreachable: the ranks always meet after the last step")
 
@@ -627,26 +766,128 @@ class Trainer:
             "test_samples": int(count),
         }
 
-    def checkpoint_state(self, epochs_done: int) -> dict[str, Any]:
+    def data_position(self, epochs_done: int, step: int) -> dict[str, Any]:
+        """Where in the data order training stands. The order and the augmentation of an
+        epoch are drawn from (seed, epoch, rank) alone (plan_epoch), so this is all of the
+        sampler's state; resuming mid-epoch needs the same geometry to skip the same images."""
+        return {
+            "sampler": "distributed",
+            "seed": self.args.seed,
+            "epoch": epochs_done,
+            "step": step,
+            "world_size": self.cl.world_size,
+            "batch": self.batch,
+            "steps": self.steps,
+            "train_size": self.data.train_size,
+        }
+
+    def local_state(self, step: int, sums: torch.Tensor) -> dict[str, Any]:
+        """What differs between ranks mid-epoch: BatchNorm statistics (averaged only at an
+        epoch's end), the metric sums, and (in principle) the RNGs."""
+        return {
+            "rank": self.cl.rank,
+            "step": step,
+            "sums": sums.detach().cpu().clone(),
+            "buffers": {k: b.detach().cpu().clone() for k, b in self.net.named_buffers()},
+            "rng": rng_state(self.cl.device),
+        }
+
+    def checkpoint_state(
+        self,
+        epochs_done: int,
+        step: int = 0,
+        ranks: list[dict[str, Any]] | None = None,
+        reason: str = "epoch",
+    ) -> dict[str, Any]:
+        """Format 2. ``epoch``: epochs done; ``step``: steps done of the next one (0 at an
+        epoch's end). ``model`` is always one usable model (mid-epoch its BatchNorm statistics
+        are the ranks' average, as at an epoch's end); ``ranks`` holds each rank's own state
+        for an exact resume (None at an epoch's end, where all ranks hold the same)."""
+        model = self.net.state_dict()
+        if ranks is not None:
+            if {r["step"] for r in ranks} != {step}:
+                raise AssertionError(f"ranks disagree on the step to save: {ranks}")
+            model = dict(model)
+            for name, first in ranks[0]["buffers"].items():
+                if first.is_floating_point():
+                    model[name] = torch.stack([r["buffers"][name] for r in ranks]).mean(0)
         return {
             "format": CHECKPOINT_FORMAT,
             "epoch": epochs_done,
-            "model": self.net.state_dict(),
+            "step": step,
+            "steps": self.steps,
+            "reason": reason,
+            "attempt": self.preempt_cfg.attempt,
+            "model": model,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.schedule.state_dict(),
+            "scaler": None,  # bf16 autocast needs no GradScaler (no fp16 loss scaling)
             "rng": rng_state(self.cl.device),
+            "data": self.data_position(epochs_done, step),
+            "ranks": ranks,
             "stem": self.args.stem,
             "world_size": self.cl.world_size,
             "batch_size": self.args.batch_size,
             "metrics": self.last,
         }
 
+    def requeue(
+        self,
+        ckpt: Path | None,
+        epochs_done: int,
+        cut: Interrupted | None,
+        saved: bool,
+    ) -> int:
+        """Save where the ranks agreed to stop (mid-epoch: ``cut``; else the end of epoch
+        ``epochs_done``, already saved if ``saved``) and return the exit status, the same on
+        every rank: $DDPQ_REQUEUE_EXIT once the file is durable, 1 if it could not be saved."""
+        cl, cfg, epochs = self.cl, self.preempt_cfg, self.args.epochs
+        step = cut.step if cut is not None else 0
+        where = (
+            f"epoch {epochs_done + 1}/{epochs} step {step}/{self.steps}"
+            if step
+            else f"the end of epoch {epochs_done}/{epochs}"
+        )
+        if ckpt is None:
+            log(
+                cl,
+                f"preempted ({cfg.name}) at {where}: nowhere to save (no --checkpoint-dir "
+                "or $DDPQ_JOB_DIR), so a rerun starts over",
+            )
+            return cfg.requeue_exit
+        ranks = self.gather(self.local_state(step, cut.sums)) if cut is not None else None
+        ok = False
+        if cl.is_main:
+            ok = saved
+            if not saved:
+                try:
+                    state = self.checkpoint_state(epochs_done, step, ranks, "preempted")
+                    save_checkpoint(ckpt, state)
+                    ok = True
+                except OSError as exc:
+                    log(cl, f"preempted ({cfg.name}) at {where}: cannot save {ckpt}: {exc}")
+            if ok:
+                if cut is not None:
+                    self.metrics.write({**cut.record, "preempted": True})
+                log(
+                    cl,
+                    f"preempted ({cfg.name}): saved {where} to {ckpt}; "
+                    f"exit {cfg.requeue_exit} to be requeued",
+                )
+        # Every rank waits for rank 0's file (and its last words): torchrun stops the others
+        # as soon as one rank exits, and the requeue status must mean "saved" on every rank.
+        return cfg.requeue_exit if self.agree(ok) else EXIT_CRASH
+
     def run(self, ckpt: Path | None) -> int:
         args, cl = self.args, self.cl
         for epoch in range(self.start_epoch, args.epochs):
             t0 = time.perf_counter()
-            train = self.train_epoch(epoch)
-            if train is None:
+            first = self.start_step if epoch == self.start_epoch else 0
+            train = self.train_epoch(epoch, first)
+            self.resume = None  # this rank's saved sums belonged to that epoch only
+            if isinstance(train, Interrupted):
+                if train.reason == "preempted":
+                    return self.requeue(ckpt, epoch, train, saved=False)
                 log(cl, f"SIGTERM: stopping during epoch {epoch + 1}/{args.epochs}")
                 return EXIT_TERMINATED
             average_bn_buffers(self.net, cl)
@@ -668,11 +909,24 @@ class Trainer:
             )
             self.metrics.write(self.last)
             log(cl, format_epoch(self.last))
-            due = args.checkpoint_every and (
+            due = bool(args.checkpoint_every) and (
                 (epoch + 1) % args.checkpoint_every == 0 or epoch + 1 == args.epochs
             )
             if due and ckpt is not None and cl.is_main:
                 save_checkpoint(ckpt, self.checkpoint_state(epoch + 1))
+            if not self.preemptible:
+                continue
+            if epoch + 1 == args.epochs:
+                if self.stop.preempt:
+                    log(
+                        cl,
+                        f"preemption signal ({self.preempt_cfg.name}) after the last "
+                        "epoch's training: finishing instead",
+                    )
+                continue
+            # A signal during this epoch's last steps or its evaluation: save this boundary.
+            if self.agree(self.stop.preempt):
+                return self.requeue(ckpt, epoch + 1, None, saved=due)
         return EXIT_OK
 
 
@@ -735,9 +989,21 @@ def make_optimizer(net: nn.Module, args: argparse.Namespace, lr: float) -> torch
         return sgd(None)
 
 
-def setup_backends(cuda: bool) -> None:
-    if cuda:
+def setup_backends(cuda: bool, deterministic: bool) -> None:
+    if deterministic and cuda:
+        # Fewer run-to-run differences at some speed: deterministic cuDNN convolutions and no
+        # autotuning (its pick may differ between runs). Not use_deterministic_algorithms:
+        # on CUDA it raises for two ops ResNet18 needs (AdaptiveAvgPool2d's backward,
+        # NLLLoss), which have no deterministic version. cuBLAS reads the variable when it
+        # creates its first handle, which is still to come.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    elif deterministic:
+        torch.use_deterministic_algorithms(True)
+    elif cuda:
         torch.backends.cudnn.benchmark = True  # fixed shapes: pick the fastest kernels once
+    if cuda:
         torch.set_float32_matmul_precision("high")  # TF32 where fp32 remains (no --amp)
 
 
@@ -757,6 +1023,25 @@ def find_checkpoint(args: argparse.Namespace) -> tuple[Path | None, dict[str, An
     )
 
 
+def mid_epoch_resume(
+    state: dict[str, Any], here: dict[str, Any], cl: Cluster
+) -> tuple[int, dict[str, Any] | None, str]:
+    """(step, this rank's saved state, note) to resume a checkpoint at: its step when it was
+    saved mid-epoch with this run's data geometry, else the start of that epoch (the note
+    says why: the steps already done cannot be skipped when the shards differ)."""
+    step = int(state.get("step") or 0)
+    if step == 0:
+        return 0, None, ""
+    saved = state.get("data") or {}
+    keys = ("seed", "world_size", "batch", "steps", "train_size")
+    diff = [f"{k} {saved.get(k)} (now {here[k]})" for k in keys if saved.get(k) != here[k]]
+    ranks = state.get("ranks") or []
+    if diff or len(ranks) != cl.world_size:
+        why = ", ".join(diff) or f"{len(ranks)} ranks' states for {cl.world_size} ranks"
+        return 0, None, f"saved at step {step} with {why}: that epoch restarts at its first step"
+    return step, ranks[cl.rank], ""
+
+
 def build_trainer(
     args: argparse.Namespace,
     cl: Cluster,
@@ -764,6 +1049,7 @@ def build_trainer(
     state: dict[str, Any] | None,
     stem: str,
     stop: StopRequest,
+    preempt_cfg: preemption.PreemptConfig,
 ) -> Trainer:
     cuda = cl.device.type == "cuda"
     # channels_last suits cuDNN's tensor-core kernels; on the CPU it measured no faster
@@ -783,38 +1069,73 @@ def build_trainer(
     )
     lr = peak_lr(args.lr, cl.world_size, batch)
     optimizer = make_optimizer(net, args, lr)
-    start_epoch = 0
     if state is not None:
         net.load_state_dict(state["model"])
-        start_epoch = int(state["epoch"])
         if not args.eval_only:
             optimizer.load_state_dict(state["optimizer"])
             restore_rng(state["rng"], cl.device)
     job_dir = os.environ.get("DDPQ_JOB_DIR")
-    return Trainer(
+    metrics_path = Path(job_dir) / "metrics.jsonl" if job_dir and cl.is_main else None
+    # Meet often enough that a preemption is agreed on well inside its grace period.
+    grace = preempt_cfg.grace_s if preempt_cfg.signal is not None else None
+    trainer = Trainer(
         args=args,
         cl=cl,
         data=data,
-        model=wrap_ddp(net, cl),
+        model=wrap_ddp(net, cl),  # broadcasts rank 0's parameters and buffers to all
         net=net,
         optimizer=optimizer,
         schedule=Schedule(lr, args.warmup_epochs, args.epochs),
         amp=args.amp if args.amp is not None else cuda,
         stop=stop,
-        metrics=MetricsLog(Path(job_dir) / "metrics.jsonl" if job_dir and cl.is_main else None),
+        metrics=MetricsLog(metrics_path, preempt_cfg.attempt),
         batch=batch,
         steps=steps,
-        start_epoch=start_epoch,
+        preempt_cfg=preempt_cfg,
+        start_epoch=int(state["epoch"]) if state is not None else 0,
+        sync_period=SYNC_PERIOD_S if grace is None else min(SYNC_PERIOD_S, grace / 4),
+    )
+    if state is not None and not args.eval_only:
+        here = trainer.data_position(trainer.start_epoch, int(state.get("step") or 0))
+        step, mine, trainer.resume_note = mid_epoch_resume(state, here, cl)
+        if mine is not None:
+            # This rank's own BatchNorm statistics, after DDP's broadcast of rank 0's, and
+            # its own RNGs: the run goes on exactly as if never stopped.
+            buffers = dict(net.named_buffers())
+            with torch.no_grad():
+                for name, saved in mine["buffers"].items():
+                    buffers[name].copy_(saved)
+            restore_rng(mine["rng"], cl.device)
+            trainer.start_step, trainer.resume = step, mine
+    return trainer
+
+
+def resume_line(trainer: Trainer, ckpt: Path | None, state: dict[str, Any]) -> str:
+    epoch, epochs, steps = trainer.start_epoch, trainer.args.epochs, trainer.steps
+    if trainer.start_step:
+        step = trainer.start_step
+        by = f", saved by attempt {state['attempt']}" if state.get("attempt") else ""
+        return (
+            f"resuming from checkpoint {ckpt} (epoch {epoch} done and step {step}/{steps} of "
+            f"epoch {epoch + 1}{by}): continuing at epoch {epoch + 1}/{epochs} "
+            f"step {step + 1}/{steps}"
+        )
+    note = f"; {trainer.resume_note}" if trainer.resume_note else ""
+    return (
+        f"resuming from checkpoint {ckpt} (epoch {epoch} done{note}): "
+        f"continuing at epoch {epoch + 1}/{epochs}"
     )
 
 
-def train_main(args: argparse.Namespace, stop: StopRequest) -> int:
+def train_main(
+    args: argparse.Namespace, stop: StopRequest, preempt_cfg: preemption.PreemptConfig
+) -> int:
     t_begin = time.perf_counter()
     data_np, data_desc = load_data(args)  # before joining: a data error fails fast everywhere
     ckpt, state, stem = find_checkpoint(args)
     cl = start_cluster(args)
-    setup_backends(cl.device.type == "cuda")
-    trainer = build_trainer(args, cl, data_np, state, stem, stop)
+    setup_backends(cl.device.type == "cuda", args.deterministic)
+    trainer = build_trainer(args, cl, data_np, state, stem, stop, preempt_cfg)
     del data_np  # the device copy is what trains
     backend = "nccl" if cl.device.type == "cuda" else "gloo"
     log(
@@ -827,14 +1148,26 @@ def train_main(args: argparse.Namespace, stop: StopRequest) -> int:
         f"peak lr {trainer.schedule.peak_lr:.4g}; data {data_desc}",
     )
     try:
+        # A preemption signal during set-up: all ranks leave here together. Nothing was
+        # trained in this attempt, so there is nothing to save: the checkpoint on disk (or
+        # none, and the next attempt starts afresh) is exactly where to resume.
+        if trainer.preemptible:
+            stop.deferred = True  # leaving together: a SIGTERM now must not cut one rank short
+            if trainer.agree(stop.preempt):
+                where = f"checkpoint {ckpt} stands" if state is not None else "none saved yet"
+                log(
+                    cl,
+                    f"preempted ({preempt_cfg.name}) during set-up, before any step: nothing "
+                    f"to save ({where}); exit {preempt_cfg.requeue_exit} to be requeued",
+                )
+                return preempt_cfg.requeue_exit
+            stop.deferred = False
+            if stop.requested:  # SIGTERM came during that agreement: still set-up
+                raise Terminated()
         if args.eval_only:
             return eval_only(trainer, state, t_begin)
         if state is not None:
-            log(
-                cl,
-                f"resuming from checkpoint {ckpt} (epoch {trainer.start_epoch} done): "
-                f"continuing at epoch {trainer.start_epoch + 1}/{args.epochs}",
-            )
+            log(cl, resume_line(trainer, ckpt, state))
         stop.deferred = True  # from here on SIGTERM is handled at the ranks' meeting points
         code = trainer.run(ckpt)
         if code == EXIT_OK:
@@ -845,12 +1178,16 @@ def train_main(args: argparse.Namespace, stop: StopRequest) -> int:
 
 
 def eval_only(trainer: Trainer, state: dict[str, Any] | None, t_begin: float) -> int:
+    """Evaluate the checkpoint's model (a preemption signal now is ignored: the evaluation is
+    short and rerunning it is all a requeue would do)."""
     test = trainer.evaluate()
     epoch = int(state["epoch"]) if state else 0
+    step = int(state.get("step") or 0) if state else 0
+    at = f"epoch {epoch}" + (f" and step {step}/{state['steps']}" if state and step else "")
     trainer.metrics.write(record("eval", epoch=epoch, epochs=trainer.args.epochs, **test))
     log(
         trainer.cl,
-        f"eval: checkpoint after epoch {epoch}: test_loss {test['test_loss']:.6f} "
+        f"eval: checkpoint after {at}: test_loss {test['test_loss']:.6f} "
         f"test_acc {test['test_acc']:.4f} over {test['test_samples']} images "
         f"({time.perf_counter() - t_begin:.1f} s)",
     )
@@ -878,21 +1215,35 @@ def main(argv: list[str] | None = None) -> int:
     stop.install()
     prog = "resnet18"
     try:
-        return train_main(args, stop)
-    except (WorkloadError, cifar.CifarError) as exc:
+        preempt_cfg = preemption.from_environ(os.environ)
+        if preempt_cfg.signal is not None:
+            stop.catch_preemption(preempt_cfg.signal)
+        return train_main(args, stop, preempt_cfg)
+    except (WorkloadError, cifar.CifarError, preemption.PreemptEnvError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except (Terminated, KeyboardInterrupt):
         print(f"{prog}: stopped by a signal", file=sys.stderr, flush=True)
         return EXIT_TERMINATED
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # The status is decided: from here a signal only raises a flag. Our handlers stay
+        # until the group is gone: a peer that has exited already makes torchrun SIGTERM this
+        # rank, which must not kill it while it tears down.
+        stop.deferred = True
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
             except Exception as exc:  # a peer may already be gone; nothing left to clean
                 print(f"{prog}: destroy_process_group: {exc}", file=sys.stderr, flush=True)
+        stop.uninstall()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Leave now, not after finalising torch (a second or so): torchrun SIGTERMs the other
+    # ranks as soon as one exits non-zero (75 included), and with the handlers uninstalled a
+    # rank still finalising would die of that signal instead of exiting with its status.
+    # Everything written is flushed or closed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -166,6 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument(
+        "--deterministic",
+        action="store_true",
+        help=(
+            "on GPUs: deterministic cuDNN convolutions and no autotuning, so that runs of one "
+            "seed (a preempted and resumed one included) differ less, at some speed; on the "
+            "CPU, torch's deterministic algorithms (runs with a fixed thread count are "
+            "bit-identical anyway)"
+        ),
+    )
+    run.add_argument(
         "--eval",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -182,7 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-every",
         type=_non_negative_int,
         default=1,
-        help="save every N epochs and after the last one; 0 = never (default: %(default)s)",
+        help=(
+            "save every N epochs and after the last one; 0 = never, except when preempted "
+            "(default: %(default)s)"
+        ),
     )
     ckpt.add_argument(
         "--checkpoint-dir",

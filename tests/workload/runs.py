@@ -1,0 +1,170 @@
+"""Running the built-in workload as ddpq would: its own session, the job's environment, one
+thread per rank, under torchrun or plainly; waiting on conditions with deadlines."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+RUN_TIMEOUT_S = 120.0
+TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+PREEMPT_ENV = ("DDPQ_PREEMPT_SIGNAL", "DDPQ_PREEMPT_GRACE", "DDPQ_REQUEUE_EXIT", "DDPQ_ATTEMPT")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def job_env(job_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (*TORCHRUN_ENV, *PREEMPT_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["DDPQ_JOB_DIR"] = str(job_dir)
+    env.pop("DDPQ_CIFAR_DIR", None)
+    env.update(extra or {})
+    return env
+
+
+def workload_cmd(args: list[str], nproc: int | None) -> list[str]:
+    """``nproc=None``: the module run plainly (world size 1); else under torchrun."""
+    if nproc is None:
+        return [sys.executable, "-m", "ddpq.workloads.resnet18", *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "ddpq.workloads.resnet18",
+        *args,
+    ]
+
+
+def start(
+    args: list[str],
+    job_dir: Path,
+    nproc: int | None,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    ignore: signal.Signals | None = None,
+) -> subprocess.Popen[bytes]:
+    """``env``: added to the job's environment; ``ignore``: a signal the started program
+    (torchrun) runs with ignored, as ddpq starts it with the preemption signal."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+
+    def ignoring() -> None:
+        if ignore is not None:
+            signal.signal(ignore, signal.SIG_IGN)
+
+    with log.open("ab") as out:
+        # Own session: the test can signal (and on failure kill) the whole group.
+        return subprocess.Popen(
+            workload_cmd(args, nproc),
+            env=job_env(job_dir, env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=ignoring if ignore is not None else None,
+        )
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float = RUN_TIMEOUT_S) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_job(proc, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
+def kill_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (torchrun's ranks), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def signal_ranks(proc: subprocess.Popen[bytes], sig: signal.Signals) -> list[int]:
+    """Send ``sig`` to each rank torchrun started: they run in sessions of their own, so a
+    signal to torchrun's group never reaches them."""
+    ranks = children(proc.pid)
+    for pid in ranks:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    return ranks
+
+
+def kill_job(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """``sig`` to torchrun's group and to its ranks (each in a session of its own)."""
+    ranks = children(proc.pid)
+    kill_group(proc, sig)
+    for pid in ranks:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+
+
+def run(
+    args: list[str],
+    job_dir: Path,
+    nproc: int | None = None,
+    env: Mapping[str, str] | None = None,
+    log_name: str | None = None,
+) -> tuple[int, str]:
+    log = job_dir.with_name(log_name or job_dir.name + ".log")
+    proc = start(args, job_dir, nproc, log, env)
+    code = finish(proc)
+    return code, log.read_text(errors="replace")
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) before the condition held")
+        if time.monotonic() > deadline:
+            kill_job(proc, signal.SIGKILL)
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(0.02)
+
+
+def records(job_dir: Path) -> list[dict[str, Any]]:
+    path = job_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    # A line being written right now is not a record yet.
+    lines = path.read_text().splitlines(keepends=True)
+    return [json.loads(line) for line in lines if line.endswith("\n")]
