@@ -8,6 +8,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ddpq.executors.local import procs
@@ -67,3 +68,45 @@ def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
     epochs = [r["epoch"] for r in records if r.get("phase") == "epoch"]
     # The second attempt continued after the checkpointed epoch instead of starting over.
     assert epochs.count(1) == 1 and epochs[-1] == 6
+
+
+def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """Through ddpq, as an admin would: the job is preempted mid-epoch, requeued without a
+    retry, resumes at the step it saved, and ends with the loss of an uninterrupted run."""
+    d = make_daemon("--fake-gpus", "2", "--preempt-grace", "30s")
+    c = d.client()
+    args = [*TINY, "--max-steps-per-epoch", "12", "--epochs", "2", "--deterministic"]
+    job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, preemptible=True))
+    running = wait_state(c, job.id, "running", timeout=60)
+    metrics = Path(str(running.job_dir)) / "metrics.jsonl"
+
+    def mid_epoch() -> bool:
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        steps = [json.loads(x) for x in lines if '"phase": "train"' in x]
+        return any(r.get("epoch") == 1 and r.get("step", 0) >= 2 for r in steps)
+
+    wait_for(mid_epoch, timeout=240, what="a few steps of the first epoch")
+    r = httpx.post(f"{d.url}/v1/jobs/{job.id}/preempt", json={})
+    assert r.status_code == 200, r.text
+    done = wait_done(c, job.id, timeout=400)
+    assert done.state == "succeeded", c.log_tail(job.id).decode()
+    assert [a.state for a in done.attempts] == ["preempted", "succeeded"]
+    assert done.attempts[0].reason.endswith("checkpointed")  # torchrun exits 1: the record says
+    records = [json.loads(x) for x in metrics.read_text().splitlines()]
+    saved = next(r for r in records if r.get("preempted"))
+    resumed = next(r for r in records if r.get("attempt") == 2)  # its first step's record
+    # The step after the saved one (the next epoch's first when it saved at an epoch's end).
+    after_saved = (
+        (saved["epoch"] + 1, 1)
+        if saved["step"] == saved["steps"]
+        else (saved["epoch"], saved["step"] + 1)
+    )
+    assert (resumed["epoch"], resumed["step"]) == after_saved
+    # The same job, never stopped.
+    again = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2))
+    reference = wait_done(c, again.id, timeout=400)
+    assert reference.progress is not None and done.progress is not None
+    assert done.progress["test_loss"] == reference.progress["test_loss"]
+    assert done.progress["test_acc"] == reference.progress["test_acc"]

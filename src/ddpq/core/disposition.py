@@ -67,6 +67,7 @@ def after_exit(
     now: float,
     port_clash: Callable[[], bool] = lambda: False,
     preempt_grace_s: float = 0.0,
+    checkpointed: bool = False,
 ) -> Disposition:
     """Decide what follows an attempt that ended as ``record`` says.
 
@@ -77,7 +78,7 @@ def after_exit(
     if not record.launched:
         return after_interrupted_launch(job.stop, job.relaunches)
     if job.stop is StopRequest.PREEMPT and record.error is None:
-        preempted = after_preemption(record, job, preempt_grace_s)
+        preempted = after_preemption(record, job, preempt_grace_s, checkpointed)
         if preempted is not None:
             return preempted
     outcome = outcome_of(record, job.stop, grace_s)
@@ -106,15 +107,18 @@ def after_exit(
 
 
 def after_preemption(
-    record: ExitRecord, job: JobFacts, preempt_grace_s: float
+    record: ExitRecord, job: JobFacts, preempt_grace_s: float, checkpointed: bool = False
 ) -> Disposition | None:
     """A job asked to checkpoint and go: back to the queue, keeping its place (its
-    submission time), no retry used; None if it finished meanwhile (exit 0: a success)."""
+    submission time), no retry used; None if it finished meanwhile (exit 0: a success).
+
+    ``checkpointed``: the job's last progress record says it saved (``"preempted": true``).
+    Under torchrun that is the only sign: torchrun exits 1 when its ranks exit 75."""
     if record.signal is None and record.exit_code == 0:
         return None
     why = job.stop_reason or "preempted"
     late = job.stop_sent_at is not None and record.ended_at - job.stop_sent_at > preempt_grace_s
-    if record.signal is None and record.exit_code == REQUEUE_EXIT:
+    if (record.signal is None and record.exit_code == REQUEUE_EXIT) or checkpointed:
         how = "checkpointed"
     elif late:
         how = f"did not exit within its {preempt_grace_s:g}s to checkpoint, so it was stopped"

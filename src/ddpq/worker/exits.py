@@ -59,6 +59,7 @@ def _record(
     read_files: bool,
 ) -> None:
     folder = JobDir(Path(ending.job_dir)) if read_files and ending.job_dir else None
+    progress = folder.read_progress() if folder is not None else None
     disposition = after_exit(
         record,
         ending.facts,
@@ -67,7 +68,7 @@ def _record(
         now=now,
         port_clash=lambda: folder is not None and rendezvous_port_clash(folder.log_tail()),
         preempt_grace_s=settings.preempt_grace_s,
+        checkpointed=progress is not None and progress.get("preempted") is True,
     )
-    progress = folder.read_progress() if folder is not None else None
     attempt_store.record_exit(s, ending, record, disposition, progress, now)
     log.info("job %s: %s", ending.job_id, disposition.attempt_reason)
