@@ -42,6 +42,9 @@ PUBLIC_NAMES: dict[str, str] = {
     "shared_account": "shared_account",
     "stop_jobs": "stop_jobs_on_exit",
     "ports_per_user": "max_user_ports",
+    "keep_finished": "keep_finished_s",
+    "jobs_budget": "jobs_budget_bytes",
+    "prune_rows": "prune_rows",
 }
 _NAME_OF = {field: name for name, field in PUBLIC_NAMES.items()}
 
