@@ -94,16 +94,19 @@ def test_backup_under_load_and_restore_into_a_fresh_folder(
                 if n % 7 == 3:
                     c.cancel(job.id)
 
+    def more_than(n: int) -> Callable[[], bool]:
+        return lambda: len(submitted) > n
+
     thread = threading.Thread(target=load)
     thread.start()
     copies = []
     try:
         for i in range(3):
-            wait_for(lambda i=i: len(submitted) > 20 * (i + 1), 60, "submissions to go on")
+            wait_for(more_than(20 * (i + 1)), 60, "submissions to go on")
             copy = tmp_path / f"backup-{i}.db"
-            r = admin("backup", str(copy), "--home", str(d.home))
-            assert r.returncode == 0, r.stderr
-            assert str(copy) in r.stdout
+            made = admin("backup", str(copy), "--home", str(d.home))
+            assert made.returncode == 0, made.stderr
+            assert str(copy) in made.stdout
             copies.append(copy)
     finally:
         stop.set()
