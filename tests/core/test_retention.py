@@ -23,7 +23,9 @@ def job_folders(draw: st.DrawFn) -> list[JobFolder]:
         st.lists(st.integers(1, 10_000), min_size=count, max_size=count, unique=True)
     ):
         state = draw(st.sampled_from(list(JobState)))
-        finished = state in TERMINAL and draw(st.booleans() | st.just(True))
+        # A job requeued for a retry still carries its last attempt's end: only its state
+        # says it is not finished.
+        finished = draw(st.booleans() | st.just(state in TERMINAL))
         exists = draw(st.booleans() | st.just(True))
         jobs.append(
             JobFolder(
