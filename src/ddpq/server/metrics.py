@@ -121,8 +121,7 @@ def _retention(s: Session) -> Iterator[Metric]:
     totals = retention.removed_totals(s)
     jobs = CounterMetricFamily(
         "ddpq_retention_removed_jobs",
-        "Finished jobs whose checkpoints, logs (with the other records) or rows retention "
-        "removed.",
+        "Finished jobs whose checkpoints, logs (with the other records) or rows retention removed.",
         labels=["what"],
     )
     size = CounterMetricFamily(
