@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from ddpq.config import Settings
 from ddpq.core import retention
 from ddpq.core.retention import JobFolder, Plan, Policy, What
-from ddpq.core.units import human_duration
 from ddpq.daemon import sweep
 from ddpq.store import retention as store
 from ddpq.store.db import Database, storage_fault
@@ -76,6 +75,14 @@ class Report:
 def _jobs(count: tuple[int, int]) -> str:
     n, size = count
     return f"{n} job{'s' if n != 1 else ''} ({approx_size(size)})"
+
+
+def written_duration(seconds: float) -> str:
+    """A limit as people write it: 30d, 12h, 90m, 45s (the largest unit that fits exactly)."""
+    for unit, scale in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= scale and seconds % scale == 0:
+            return f"{int(seconds // scale)}{unit}"
+    return f"{seconds:g}s"
 
 
 def approx_size(size: int) -> str:
@@ -181,7 +188,7 @@ class Janitor:
         """What goes now, and every job folder as measured."""
         folders, other, newest = self.survey(now)
         keep = self.policy.keep_finished_s
-        label = human_duration(keep) if keep is not None else ""
+        label = written_duration(keep) if keep is not None else ""
         plan = retention.plan(
             folders, self.policy, now, newest_id=newest, other_bytes=other, age_label=label
         )

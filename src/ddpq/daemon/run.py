@@ -70,10 +70,11 @@ def _start_janitor(settings: Settings) -> tuple[Janitor, threading.Thread] | Non
     thread.start()
     limits = []
     if policy.keep_finished_s is not None:
-        from ddpq.core.units import human_duration
+        from ddpq.daemon.janitor import written_duration
 
         rows = " and their rows" if policy.prune_rows else ""
-        limits.append(f"finished jobs' folders{rows} kept {human_duration(policy.keep_finished_s)}")
+        kept = written_duration(policy.keep_finished_s)
+        limits.append(f"finished jobs' folders{rows} kept {kept} after they end")
     if policy.budget_bytes is not None:
         from ddpq.daemon.janitor import approx_size
 
