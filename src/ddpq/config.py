@@ -97,6 +97,18 @@ def _size(value: object) -> object:
     return parse_size(value) if isinstance(value, str) else _not_a_bool(value)
 
 
+def _or_never(word: str, read: Callable[[str], object]) -> Callable[[object], object]:
+    """A limit that may be lifted: ``word`` ("forever", "unlimited") is None, so that a
+    flag can undo what a lower source set."""
+
+    def check(value: object) -> object:
+        if isinstance(value, str):
+            return None if value.strip().lower() == word else read(value)
+        return _not_a_bool(value)
+
+    return check
+
+
 def _ports(value: object) -> object:
     return parse_port_range(value) if isinstance(value, str) else value
 
@@ -142,6 +154,14 @@ def _absolute(path: Path) -> Path:
 
 Seconds = Annotated[float, BeforeValidator(_duration), Field(ge=0, allow_inf_nan=False)]
 Bytes = Annotated[int, BeforeValidator(_size), AfterValidator(_at_least(MIN_LOG_CAP, " bytes"))]
+# Retention: how long a finished job's folder is kept, and how much all job folders may hold.
+KeepFor = Annotated[
+    Annotated[float, Field(gt=0, allow_inf_nan=False)] | None,
+    BeforeValidator(_or_never("forever", parse_duration)),
+]
+Budget = Annotated[
+    Annotated[int, Field(gt=0)] | None, BeforeValidator(_or_never("unlimited", parse_size))
+]
 PortRange = Annotated[tuple[int, int], BeforeValidator(_ports), AfterValidator(_check_ports)]
 
 
@@ -173,6 +193,15 @@ class Settings(BaseSettings):
     # Rendezvous ports one user's jobs may hold at once (0: a quarter of --port-range),
     # so one user's flood of torchrun jobs cannot take every port.
     max_user_ports: Annotated[int, AfterValidator(_at_least(0))] = 0
+    # Retention (``ddpq.daemon.janitor``): finished jobs' folders older than this are
+    # removed (None: kept forever), and with ``prune_rows`` their rows too; the oldest
+    # finished jobs' checkpoints, then their logs, go while all job folders hold more than
+    # ``jobs_budget_bytes``. Jobs that are not finished are never touched.
+    keep_finished_s: KeepFor = None
+    jobs_budget_bytes: Budget = None
+    prune_rows: bool = False
+    # How often the janitor looks (it also looks once when the daemon starts).
+    prune_every_s: float = 600.0
     # Interpreter for the shim and for torchrun: the daemon's own, which has torch
     # installed on a GPU host.
     python: str = sys.executable

@@ -9,6 +9,11 @@ through this module, so a file's name and the rules for opening it are written o
 
 The shim is started by file path with the standard library only; it is handed these
 files' paths as flags (see ``executors.local.launch.shim_argv``), never their names.
+
+What ddpq calls a job's *checkpoints* is everything in its folder but the records above
+(``is_checkpoint``): whatever the job wrote to resume from, and anything else it left.
+Retention removes them first, the records (the log above all) only when that is not
+enough or the job is old enough; ``ddpq.daemon.sweep`` measures and removes.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ EXIT_RECORD = "exit.json"
 METRICS = "metrics.jsonl"
 # The shim's own complaints (it cannot write the log, say), for an admin to read.
 SHIM_ERRORS = "shim.err"
+
+# The records: ddpq's and the job's account of what happened. All else is checkpoints.
+RECORDS = frozenset({LOG, EXIT_RECORD, METRICS, SHIM_ERRORS})
 
 EXIT_RECORD_MAX = 64 * 1024
 PROGRESS_TAIL = 16 * 1024
@@ -173,3 +181,8 @@ def read_progress(job_dir: Path) -> dict[str, Any] | None:
         if record is not None:
             return record
     return None
+
+
+def is_checkpoint(name: str) -> bool:
+    """An entry at the top of a job's folder that is not one of the records."""
+    return name not in RECORDS

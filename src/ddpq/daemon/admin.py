@@ -1,5 +1,6 @@
-"""``ddpq admin user ...``: users and their tokens, on the state folder directly (run on
-the server, as the daemon's account). Imports only Typer until a command runs."""
+"""``ddpq admin ...``: users and their tokens, backups, retention, on the state folder
+directly (run on the server, as the daemon's account). Imports only Typer until a command
+runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from typing import Annotated, Any
 
 import typer
 
-from ddpq.daemon.commands import ConfigOpt, HomeOpt, ShowsSettingsDefaults, fail
+from ddpq.daemon.commands import (
+    ConfigOpt,
+    HomeOpt,
+    JobsBudgetOpt,
+    KeepFinishedOpt,
+    PruneRowsOpt,
+    ShowsSettingsDefaults,
+    fail,
+)
 
 app = typer.Typer(
     help="Local administration (run on the server, reads the state folder).",
@@ -19,17 +28,23 @@ user_app = typer.Typer(help="Users and their API tokens.", rich_markup_mode=None
 app.add_typer(user_app, name="user")
 
 
+def _settings(flags: dict[str, Any], config: Path | None) -> Any:
+    """The settings as the daemon would have them (flags, DDPQ_*, the config file)."""
+    from ddpq.config import ConfigError
+    from ddpq.daemon.settings import load_settings
+
+    try:
+        return load_settings(flags, config)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+
+
 def _admin_db(home: Path | None, config: Path | None) -> Any:
     """The state folder's database, found as the daemon finds it (--home, $DDPQ_HOME, the
     config file's `home`, the default), migrated to head."""
-    from ddpq.config import ConfigError
-    from ddpq.daemon.settings import load_settings
     from ddpq.store.db import Database, migrate
 
-    try:
-        settings = load_settings({"home": home}, config)
-    except ConfigError as exc:
-        fail(str(exc), 2)
+    settings = _settings({"home": home}, config)
     settings.home.mkdir(parents=True, exist_ok=True)
     migrate(settings.db_path)
     return Database(settings.db_path)
@@ -171,3 +186,82 @@ def user_remove(name: str, home: HomeOpt = None, config: ConfigOpt = None) -> No
     finally:
         db.dispose()
     typer.echo(f"removed {name}")
+
+
+@app.command("backup", cls=ShowsSettingsDefaults)
+def backup(
+    path: Annotated[Path, typer.Argument(help="the new file to write (never overwritten)")],
+    home: HomeOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Copy the database to PATH, consistently, while the daemon runs (SQLite's backup API).
+
+    The copy is one file, 0600: it holds token hashes and every job's --env. Job folders
+    (logs, checkpoints) are not in it. Restore: docs/admin.md.
+    """
+    import os
+
+    settings = _settings({"home": home}, config)
+    if os.path.lexists(path):
+        fail(f"{path} exists already; give the name of a new file", 2)
+    if not path.parent.is_dir():
+        fail(f"{path.parent} is not a folder that exists", 2)
+    if not settings.db_path.is_file():
+        fail(f"no database at {settings.db_path} (is --home or $DDPQ_HOME right?)", 2)
+    from ddpq.daemon.janitor import approx_size
+    from ddpq.store.backup import BackupFailed, backup_database
+
+    try:
+        size = backup_database(settings.db_path, path)
+    except FileExistsError:
+        fail(f"{path} exists already; give the name of a new file", 2)
+    except (BackupFailed, OSError) as exc:
+        fail(f"backup failed: {exc}", 1)
+    typer.echo(f"{settings.db_path} copied to {path} ({approx_size(size)})")
+
+
+@app.command("prune", cls=ShowsSettingsDefaults)
+def prune(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="only show what would be removed")
+    ] = False,
+    keep_finished: KeepFinishedOpt = None,
+    jobs_budget: JobsBudgetOpt = None,
+    prune_rows: PruneRowsOpt = None,
+    home: HomeOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Apply retention once, now: what `ddpq serve --keep-finished/--jobs-budget` does on
+    its own every 10 minutes, with the same settings unless these options say otherwise.
+    Never touches a job that has not finished."""
+    from ddpq.core.retention import What
+    from ddpq.daemon.janitor import Janitor, approx_size
+
+    flags = {
+        "home": home,
+        "keep_finished": keep_finished,
+        "jobs_budget": jobs_budget,
+        "prune_rows": prune_rows,
+    }
+    settings = _settings(flags, config)
+    if settings.keep_finished_s is None and settings.jobs_budget_bytes is None:
+        fail(
+            "nothing to prune by: give --keep-finished or --jobs-budget (or set keep_finished "
+            "or jobs_budget in the config file, DDPQ_KEEP_FINISHED or DDPQ_JOBS_BUDGET)",
+            2,
+        )
+    if not settings.db_path.is_file():
+        fail(f"no database at {settings.db_path} (is --home or $DDPQ_HOME right?)", 2)
+    from ddpq.store.db import migrate
+
+    migrate(settings.db_path)
+    janitor = Janitor(settings)
+    try:
+        report = janitor.prune(dry_run=dry_run)
+    finally:
+        janitor.db.dispose()
+    verb = "would go" if dry_run else "removed"
+    for r in report.plan.removals:
+        size = f", {approx_size(r.bytes)}" if r.what is not What.ROW else ""
+        typer.echo(f"job {r.job_id}: {r.what.value}{size} {verb} ({r.why})")
+    typer.echo(report.summary())

@@ -8,6 +8,7 @@ SQLAlchemy are imported by the command that runs, so that `ddpq ls` does not pay
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -106,6 +107,27 @@ PortsPerUserOpt = Annotated[
     typer.Option(help="rendezvous ports one user's jobs may hold at once (0: a quarter of them)"),
 ]
 
+KeepFinishedOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="remove finished jobs' folders this long after they ended (30d, 12h; "
+        "'forever' keeps them)  [default: forever]"
+    ),
+]
+JobsBudgetOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="most that all job folders may hold (500G): the oldest finished jobs' "
+        "checkpoints go first, then their logs  [default: unlimited]"
+    ),
+]
+PruneRowsOpt = Annotated[
+    bool | None,
+    typer.Option(help="with --keep-finished, also delete those jobs from the database"),
+]
+# The options of the processes that run jobs (their folders are on that host), not the API's.
+RETENTION_OPTIONS = ("keep_finished", "jobs_budget", "prune_rows")
+
 
 PolicyOpt = Annotated[
     str | None,
@@ -163,11 +185,19 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         notify_allow_loopback: NotifyLoopbackOpt = None,
         policy: PolicyOpt = None,
         preempt_grace: PreemptGraceOpt = None,
+        keep_finished: KeepFinishedOpt = None,
+        jobs_budget: JobsBudgetOpt = None,
+        prune_rows: PruneRowsOpt = None,
     ) -> None:
         flags = {k: v for k, v in locals().items() if k not in ("config", "with_worker")}
         _run_daemon(api=True, worker=with_worker, config=config, flags=flags)
 
     command.__doc__ = doc
+    if not with_worker:
+        # `ddpq server` removes nothing: Typer reads the options from this signature.
+        signature = inspect.signature(command)
+        kept = [p for p in signature.parameters.values() if p.name not in RETENTION_OPTIONS]
+        command.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]
     return command
 
 
@@ -196,6 +226,9 @@ def worker(
     notify_allow_loopback: NotifyLoopbackOpt = None,
     policy: PolicyOpt = None,
     preempt_grace: PreemptGraceOpt = None,
+    keep_finished: KeepFinishedOpt = None,
+    jobs_budget: JobsBudgetOpt = None,
+    prune_rows: PruneRowsOpt = None,
 ) -> None:
     """Run only the worker loop (launches and watches jobs, sends notifications); --auth as
     the API has it."""

@@ -15,6 +15,7 @@ from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
 from ddpq.store.db import migrate
 
 if TYPE_CHECKING:
+    from ddpq.daemon.janitor import Janitor
     from ddpq.daemon.notifier import Notifier
     from ddpq.worker.loop import Worker
 
@@ -65,6 +66,32 @@ def _start_notifier(settings: Settings) -> Notifier:
     return notifier
 
 
+def _start_janitor(settings: Settings) -> tuple[Janitor, threading.Thread] | None:
+    """Retention in a thread of its own beside the worker (not in its pass: removing a
+    year of checkpoints must not delay a job's start), when a limit is set."""
+    from ddpq.daemon.janitor import Janitor, policy_of
+
+    policy = policy_of(settings)
+    if not policy.active:
+        return None
+    janitor = Janitor(settings)
+    thread = threading.Thread(target=janitor.run, name="ddpq-janitor", daemon=True)
+    thread.start()
+    limits = []
+    if policy.keep_finished_s is not None:
+        from ddpq.daemon.janitor import written_duration
+
+        rows = " and their rows" if policy.prune_rows else ""
+        kept = written_duration(policy.keep_finished_s)
+        limits.append(f"finished jobs' folders{rows} kept {kept} after they end")
+    if policy.budget_bytes is not None:
+        from ddpq.daemon.janitor import approx_size
+
+        limits.append(f"job folders kept under {approx_size(policy.budget_bytes)}")
+    log.info("retention: %s", "; ".join(limits))
+    return janitor, thread
+
+
 def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     settings.validate(runs_jobs=worker, listens=api)
     setup_logging()
@@ -98,6 +125,7 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
         log.info("worker: %s", agent.executor.describe())
     # Beside the worker, not in its pass: a receiver that hangs never delays scheduling.
     notifier = _start_notifier(settings) if worker else None
+    janitor = _start_janitor(settings) if worker else None
     try:
         if sock is not None:
             import uvicorn
@@ -120,6 +148,9 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             while not stop.wait(3600):
                 pass
     finally:
+        if janitor is not None:
+            janitor[0].stop()
+            janitor[1].join(timeout=5)  # a pass half done is finished by the next daemon
         if agent is not None and thread is not None:
             if settings.stop_jobs_on_exit:
                 log.info("stopping: cancelling running jobs (--stop-jobs)")

@@ -46,6 +46,9 @@ PUBLIC_NAMES: dict[str, str] = {
     "preempt_grace": "preempt_grace_s",
     "notify_url": "notify_url",
     "notify_allow_loopback": "notify_allow_loopback",
+    "keep_finished": "keep_finished_s",
+    "jobs_budget": "jobs_budget_bytes",
+    "prune_rows": "prune_rows",
 }
 _NAME_OF = {field: name for name, field in PUBLIC_NAMES.items()}
 

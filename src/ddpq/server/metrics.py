@@ -3,7 +3,8 @@
 Every value is read from the database at scrape time by one collector on a registry made for
 that scrape. Nothing is kept in process memory, so a split ``ddpq server`` / ``ddpq worker``
 set-up, or a restarted daemon, reports the same numbers: the histograms are counts over the
-jobs table, monotone as long as jobs are not deleted.
+jobs table, monotone as long as jobs are not deleted (retention with --prune-rows deletes them:
+a scraper then sees what reads as a counter reset).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
     CollectorRegistry,
+    CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
@@ -21,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from ddpq import __version__
 from ddpq.core.states import JobState
-from ddpq.store import stats
+from ddpq.store import retention, stats
 from ddpq.store.db import Session
 
 # Training jobs run from seconds (smoke tests) to days.
@@ -81,10 +83,17 @@ class StoreCollector(Collector):
             gpus.add_metric([status], n)
         yield gpus
         yield GaugeMetricFamily(
+            "ddpq_gpus_held_by_lost_jobs",
+            "GPUs used by processes ddpq did not start, whose last ddpq job was lost "
+            "(its shim vanished): likely its leftovers, which no kill ended.",
+            value=stats.gpus_held_by_lost_jobs(s),
+        )
+        yield GaugeMetricFamily(
             "ddpq_ports_leased",
             "Rendezvous ports leased to live jobs.",
             value=stats.ports_leased(s),
         )
+        yield from _retention(s)
 
         yield _histogram(
             "ddpq_job_duration_seconds",
@@ -105,6 +114,39 @@ class StoreCollector(Collector):
         info = GaugeMetricFamily("ddpq_build_info", "ddpq version (always 1).", labels=["version"])
         info.add_metric([__version__], 1)
         yield info
+
+
+def _retention(s: Session) -> Iterator[Metric]:
+    """What retention removed (counters kept in the database) and its latest pass."""
+    totals = retention.removed_totals(s)
+    jobs = CounterMetricFamily(
+        "ddpq_retention_removed_jobs",
+        "Finished jobs whose checkpoints, logs (with the other records) or rows retention removed.",
+        labels=["what"],
+    )
+    size = CounterMetricFamily(
+        "ddpq_retention_removed_bytes",
+        "Bytes on disk retention freed, by what it removed.",
+        labels=["what"],
+    )
+    for what, (n, removed) in totals.items():
+        jobs.add_metric([what], n)
+        if what != retention.ROWS:
+            size.add_metric([what], removed)
+    yield jobs
+    yield size
+    last = retention.last_pass(s)
+    if last is not None:  # no pass yet (no retention set): no made-up numbers
+        yield GaugeMetricFamily(
+            "ddpq_retention_last_pass_timestamp_seconds",
+            "When retention last looked at the job folders (UNIX time).",
+            value=last[0],
+        )
+        yield GaugeMetricFamily(
+            "ddpq_job_folders_bytes",
+            "Bytes on disk all job folders held after retention's latest pass.",
+            value=last[1],
+        )
 
 
 def render(session: Session, now: float) -> tuple[bytes, str]:

@@ -209,3 +209,25 @@ class DeviceSnapshot(Base):
     # [{"pid": int, "used_memory_mb": int | None}] of processes ddpq did not start
     external_processes: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class RetentionTotal(Base):
+    """What retention removed since the database was made, one row per kind (checkpoints,
+    logs, rows): kept here, not in a process, so that `ddpq server` and `ddpq worker`
+    apart, or a restarted daemon, report the same counters."""
+
+    __tablename__ = "retention_totals"
+
+    what: Mapped[str] = mapped_column(String(16), primary_key=True)
+    jobs: Mapped[int] = mapped_column(Integer, default=0)
+    bytes: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class RetentionPass(Base):
+    """The janitor's latest pass: when, and what all job folders held after it (one row)."""
+
+    __tablename__ = "retention_pass"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    at: Mapped[float] = mapped_column(Float)
+    folder_bytes: Mapped[int] = mapped_column(Integer)

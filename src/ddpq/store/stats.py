@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, SQLColumnExpression, case, func, select
+from sqlalchemy import Select, SQLColumnExpression, case, func, select, text
 from sqlalchemy.orm import Session
 
 from ddpq.core.states import TERMINAL, JobState
@@ -51,6 +51,36 @@ def gpus_by_status(session: Session) -> dict[str, int]:
     for name, n in session.execute(select(status, func.count()).group_by(status)):
         counts[name] = n
     return counts
+
+
+# How the attempt of a job whose shim vanished ends (``executors.base.LOST``): "lost: ...",
+# or after a cancel or a time limit "...; lost: ...".
+LOST_PREFIX = "lost:"
+
+# For each GPU that processes ddpq did not start are using: the reason of the latest
+# attempt that held it. Attempts are scanned newest first (by rowid), so this stops at
+# the first one that used the GPU, not at the beginning of history.
+_LOST_HOLDERS = text(
+    """
+    SELECT count(*) FROM devices d
+    WHERE d.external AND (
+        SELECT a.reason LIKE :lost OR a.reason LIKE :after_stop
+        FROM attempts a
+        WHERE a.ended_at IS NOT NULL
+          AND EXISTS (SELECT 1 FROM json_each(a.gpus) g WHERE g.value = d."index")
+        ORDER BY a.id DESC LIMIT 1
+    )
+    """
+)
+
+
+def gpus_held_by_lost_jobs(session: Session) -> int:
+    """GPUs that outside processes use and whose last ddpq job was lost (its shim vanished):
+    most likely what the job left that even a kill could not end (a process stuck in the
+    driver). Such a GPU is not handed out again (``--external-gpus avoid``) until someone
+    looks."""
+    params = {"lost": LOST_PREFIX + "%", "after_stop": f"%; {LOST_PREFIX}%"}
+    return int(session.scalar(_LOST_HOLDERS, params) or 0)
 
 
 def ports_leased(session: Session) -> int:
