@@ -17,6 +17,7 @@ from ddpq.core.states import ACTIVE
 from ddpq.store import attempts as attempt_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store import sweeps as sweep_store
 from ddpq.store.db import Session
 from ddpq.worker.ports import port_is_free, rotation
 
@@ -65,6 +66,7 @@ class Scheduler:
             if held.get(j.id, ([], None))[1] is not None:
                 ports_held[j.owner] = ports_held.get(j.owner, 0) + 1
         budget = planner.PortBudget(cfg.ports_per_user, ports_held)
+        caps = sweep_store.caps(s, {c.sweep_id for c in candidates if c.sweep_id is not None})
         if self.last_port is None:
             self.last_port = lease_store.last_port(s)
         usage = self._recent_usage(s, now)
@@ -77,7 +79,7 @@ class Scheduler:
                 if p not in leased_ports and self.port_cooldown.get(p, 0.0) <= now
             ]
             placements = planner.plan(
-                candidates, usable_gpus, running, free_ports, usage, now, budget
+                candidates, usable_gpus, running, free_ports, usage, now, budget, caps
             )
             busy = [p.port for p in placements if p.port is not None and not self.port_free(p.port)]
             if not busy:
@@ -86,7 +88,7 @@ class Scheduler:
                 log.info("port %s is in use by another program; skipping it", port)
                 self.port_cooldown[port] = now + PORT_COOLDOWN_S
         reasons = planner.explain_waits(
-            candidates, usable_gpus, placements, free_ports, usage, now, budget
+            candidates, usable_gpus, placements, free_ports, usage, now, budget, caps
         )
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         submitted = {c.id: c.submitted_at for c in candidates}
