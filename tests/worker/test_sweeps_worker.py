@@ -125,3 +125,19 @@ def test_a_job_after_a_sweep_is_cancelled_when_a_member_fails(rig: Rig) -> None:
     assert (
         view.state is C and view.reason == f"dependency sweep {sweep_id}: its job {ids[1]} failed"
     )
+
+
+def test_every_running_members_progress_is_recorded_in_one_pass(rig: Rig) -> None:
+    """Several running jobs with new progress in the same pass (a sweep's members do that
+    all the time): all of them recorded. One statement for all; it failed whenever there
+    were two or more, so no member of a sweep ever had its final metrics."""
+    ids = sweep(rig, 3)
+    rig.step()
+    for i, job_id in enumerate(ids):
+        folder = rig.job(job_id).job_dir
+        assert folder is not None
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "test_acc": i}) + "\n")
+    rig.clock.advance(5.0)
+    rig.step()
+    assert [rig.job(i).progress for i in ids] == [{"epoch": 1, "test_acc": i} for i in range(3)]

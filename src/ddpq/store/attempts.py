@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, func, insert, select, update
+from sqlalchemy import Table, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core.disposition import Disposition, JobFacts, after_interrupted_launch, lease_text
@@ -390,9 +390,12 @@ def request_stop_all(session: Session, why: StopRequest) -> None:
 def record_progress(session: Session, progress: Mapping[int, dict[str, Any]]) -> None:
     """The newest progress of running jobs (no event: it changes every few seconds)."""
     if progress:
+        # Not state IN (...): an expanding IN cannot be part of an executemany, and this
+        # is one for all the jobs whose progress changed (an OR of the states can).
+        active = or_(*(_jobs.c.state == state for state in sorted(ACTIVE)))
         session.connection().execute(
             update(_jobs)
-            .where(_jobs.c.id == bindparam("job_id"), _jobs.c.state.in_(list(ACTIVE)))
+            .where(_jobs.c.id == bindparam("job_id"), active)
             .values(progress=bindparam("p")),
             [{"job_id": i, "p": p} for i, p in progress.items()],
         )
