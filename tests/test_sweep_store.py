@@ -108,10 +108,22 @@ def test_members_after_a_job_are_held_then_released_or_cancelled_together(db: Da
     assert set(states(db, released)) == {Q}
     failing = new_job(db)
     doomed = new_sweep(db, 3, after=(failing,))
+    ids = [m.id for m in members(db, doomed)]
+    on_member = new_job(db, after=(ids[1],))  # the next level: settled after the members
+    on_both = new_job(db, after=(failing, ids[2]))  # doomed by the first level already
     end(db, failing, F)
     assert {(m.state, m.reason) for m in members(db, doomed)} == {
         (C, f"dependency {failing} failed")
     }
+    assert job(db, on_member) == (C, f"dependency {ids[1]} cancelled")
+    assert job(db, on_both) == (C, f"dependency {failing} failed")
+    with db.read() as s:
+        for job_id in [*ids, on_both]:  # each ended once, in order
+            assert [(e.from_state, e.to_state) for e in jobs.events_of(s, job_id)] == [
+                (None, Q),
+                (Q, H),
+                (H, C),
+            ]
     # A sweep after a job that already failed is cancelled at once, as a job would be.
     late = new_sweep(db, 2, after=(failing,))
     assert set(states(db, late)) == {C}
