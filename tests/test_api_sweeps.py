@@ -247,6 +247,13 @@ def test_members_wait_and_are_held_like_any_job(api: TestClient) -> None:
             ["DDPQ_SWEEP_ID", "set by ddpq"],
         ),
         ({"template": {"command": ["echo"]}, "array": "0-1", "extra": 1}, ["extra"]),
+        (
+            {
+                "template": {"command": ["echo", *(f"{{p{i}}}" for i in range(33))]},
+                "params": {f"p{i}": ["1"] for i in range(33)},
+            },
+            ["params", "at most 32"],
+        ),
     ],
 )
 def test_bad_sweeps_are_refused_naming_what_is_wrong(

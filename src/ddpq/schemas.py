@@ -271,8 +271,9 @@ class SweepSubmit(BaseModel):
     )
 
     template: JobSubmit
-    params: dict[Text, list[Text]] = Field(
+    params: dict[Text, Annotated[list[Text], Field(max_length=core_sweeps.MAX_MEMBERS)]] = Field(
         default_factory=dict,
+        max_length=core_sweeps.MAX_PARAMS,
         description="name -> values; the members are the product",
     )
     array: Text | None = Field(

@@ -79,9 +79,10 @@ def _commands(body: SweepSubmit, members: list[core_sweeps.Member]) -> list[list
     # The workload's parser checks each option on its own (no option depends on another),
     # so each value is checked once, not each combination: a 1,000-member sweep costs
     # as many parses as it has values. The first member is checked whole as well.
+    base = core_sweeps.fill(t.args, members[0])  # {{x}} read as the members get it: {x}
     for name, values in body.params.items():
         for value in values:
-            workload_command(workload, [*t.args, f"--{name}", value], f"params.{name}")
+            workload_command(workload, [*base, f"--{name}", value], f"params.{name}")
     first = workload_command(workload, args[0], "params")
     prefix = first[: len(first) - len(args[0])]
     return [[*prefix, *a] for a in args]
