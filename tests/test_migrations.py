@@ -148,3 +148,64 @@ def test_notifications_upgrade_and_downgrade_keep_the_jobs(tmp_path: Path) -> No
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert "notifications" not in tables
         assert conn.execute("SELECT state FROM jobs").fetchone() == ("succeeded",)
+
+
+def _table_sql(conn: sqlite3.Connection, table: str) -> str:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    return str(row[0]) if row else ""
+
+
+def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0004")
+    with sqlite3.connect(path) as conn:
+        plain = _insert_job(conn, "succeeded")
+    _at(path, "0005s")
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA foreign_keys=ON")
+        # The copy of the jobs table still takes the later revisions' state and columns.
+        assert "'preempted'" in _table_sql(conn, "jobs")
+        assert conn.execute("SELECT preemptible, notify_url FROM jobs").fetchall() == [(0, None)]
+        assert conn.execute("SELECT sweep_id, sweep_index, sweep_params FROM jobs").fetchall() == [
+            (None, None, None)
+        ]
+        conn.execute(
+            "INSERT INTO sweeps (name, owner, submitted_at, template, params, array, size, "
+            "max_running) VALUES ('s', 'alice', 1.0, '{}', '{}', '0-1%1', 2, 1)"
+        )
+        members = [_insert_job(conn, "queued") for _ in range(2)]
+        for index, job_id in enumerate(members):
+            conn.execute(
+                "UPDATE jobs SET sweep_id = 1, sweep_index = ?, sweep_params = '{}' WHERE id = ?",
+                (index, job_id),
+            )
+        waiter = _insert_job(conn, "held")
+        conn.execute("INSERT INTO sweep_dependencies (job_id, sweep_id) VALUES (?, 1)", (waiter,))
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute("UPDATE jobs SET sweep_id = 99 WHERE id = ?", (plain,))
+        # The copy of the jobs table that the foreign key needed kept its CHECK.
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
+            conn.execute("UPDATE jobs SET state = 'runing'")
+    db = Database(path)
+    with db.read() as s:
+        assert [get_job(s, i).sweep_index for i in members] == [0, 1]
+    db.dispose()
+    command.downgrade(alembic_config(path), "0004")
+    with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        states = dict(conn.execute("SELECT id, state FROM jobs"))
+        assert "CHECK" in _table_sql(conn, "jobs")
+    assert not {"sweep_id", "sweep_index", "sweep_params"} & columns
+    assert not {"sweeps", "sweep_dependencies"} & tables
+    assert states == {
+        plain: "succeeded",
+        members[0]: "queued",
+        members[1]: "queued",
+        waiter: "held",
+    }
+    migrate(path)  # and up again
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM sweeps").fetchone() == (0,)

@@ -184,3 +184,70 @@ def test_page_asks_for_a_token_and_keeps_it(make_daemon: Callable[..., Daemon], 
 
     page.click("#token-forget")
     expect(banner).to_contain_text("needs a token")
+
+
+def test_page_shows_a_sweep_as_a_table_and_a_plot_that_follows_its_members(
+    daemon: Daemon, page: Page, tmp_path: Path
+) -> None:
+    # Each member writes two epochs of metrics, waits for the test, then writes a third.
+    go = shlex.quote(str(tmp_path / "go"))
+    line = '{"epoch": %s, "test_acc": 0.{k}%s, "loss": %s.5}'
+    script = (
+        f"echo '{{tag}}'; for e in 1 2; do echo \"$(printf '{line}' $e $e $e)\" "
+        '>> "$DDPQ_JOB_DIR/metrics.jsonl"; done; '
+        f"while [ ! -e {go} ]; do sleep 0.05; done; "
+        f'echo "$(printf \'{line}\' 3 3 3)" >> "$DDPQ_JOB_DIR/metrics.jsonl"'
+    )
+    body = {
+        "template": {"command": ["sh", "-c", script], "name": "web-sweep"},
+        "params": {"k": ["1", "2", "3"], "tag": ["<img src=x onerror=boom()>"]},
+    }
+    r = httpx.post(daemon.url + "/v1/sweeps", json=body)
+    assert r.status_code == 201, r.text
+    sweep_id = r.json()["id"]
+    members = [m["id"] for m in httpx.get(f"{daemon.url}/v1/sweeps/{sweep_id}").json()["members"]]
+
+    page.goto(daemon.url)
+    # The queue folds the sweep into one row; the sweeps list names it.
+    folded = page.locator(f'#queue-body tr[data-sweep-id="{sweep_id}"]')
+    expect(folded).to_have_count(1)
+    expect(folded).to_contain_text("web-sweep (3)")
+    for job_id in members:
+        expect(page.locator(f'#queue-body tr[data-job-id="{job_id}"]')).to_have_count(0)
+    expect(page.locator(f'#sweeps-body tr[data-sweep-id="{sweep_id}"]')).to_contain_text("3")
+
+    folded.click()
+    expect(page.locator("#sweep-section")).to_be_visible()
+    expect(page.locator("#sweep-title")).to_have_text(f"Sweep {sweep_id} · web-sweep")
+    rows = page.locator("#sweep-body tr")
+    expect(rows).to_have_count(3)
+    for i, job_id in enumerate(members):
+        expect(rows.nth(i)).to_have_attribute("data-job-id", str(job_id))
+        expect(rows.nth(i).locator("td.params")).to_contain_text(f"k={i + 1}")
+    # What a user chose is shown as text, never parsed as markup.
+    expect(rows.first.locator("td.params")).to_contain_text("<img src=x onerror=boom()>")
+    expect(page.locator("#sweep-section img")).to_have_count(0)
+
+    # One line per member, two epochs each so far; test_acc is plotted first.
+    expect(page.locator("#sweep-metric")).to_have_value("test_acc")
+    lines = page.locator("#sweep-plot path.series")
+    expect(lines).to_have_count(3)
+    expect(page.locator('#sweep-plot path.series[data-points="2"]')).to_have_count(3)
+    for job_id in members:
+        expect(page.locator(f'#sweep-plot path.series[data-job-id="{job_id}"]')).to_have_count(1)
+    expect(rows.nth(2).locator("td.metric")).to_have_text("0.3200")
+
+    # Highest accuracy first, then the other metric, as the page lets one choose.
+    page.click("#sweep-sort")
+    expect(rows.first.locator("td.params")).to_contain_text("k=3")
+    expect(page.locator("#sweep-sort")).to_contain_text("▼")
+    page.select_option("#sweep-metric", "loss")
+    expect(page.locator('#sweep-plot path.series[data-points="2"]')).to_have_count(3)
+    page.select_option("#sweep-metric", "test_acc")
+
+    # Each member writes a new line: the plot follows, live.
+    (tmp_path / "go").touch()
+    expect(page.locator('#sweep-plot path.series[data-points="3"]')).to_have_count(3)
+    expect(page.locator('#sweep-body tr[data-state="succeeded"]')).to_have_count(3)
+    expect(folded).to_have_attribute("data-state", "succeeded")
+    page.screenshot(path="/tmp/ddpq-sweep.png", full_page=True)

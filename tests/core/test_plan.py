@@ -15,7 +15,16 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ddpq.core.plan import Placement, QueuedJob, RunningJob, plan, shadow
+from ddpq.core.plan import (
+    NO_SWEEP_CAPS,
+    Placement,
+    QueuedJob,
+    RunningJob,
+    SweepCaps,
+    explain_waits,
+    plan,
+    shadow,
+)
 from ddpq.core.rules import Run, recent_usage
 
 NOW = 10_000.0
@@ -672,3 +681,110 @@ def test_explain_waits_says_why_each_unplaced_job_waits() -> None:
     }
     no_ports = explain_waits([head], [0, 1, 2, 3], [], [], {}, now)
     assert no_ports == {2: "waiting for a free rendezvous port"}
+
+
+# --------------------------------------------------------------------------- sweep caps
+
+SWEEPS = (1, 2, 3)
+
+
+@dataclass(frozen=True)
+class Capped:
+    s: Scenario
+    caps: SweepCaps
+
+    def run_plan(self, caps: SweepCaps | None = None) -> list[Placement]:
+        s = self.s
+        return plan(
+            s.queued, s.usable, s.running, s.ports, s.usage, s.now, sweep_caps=caps or self.caps
+        )
+
+
+@st.composite
+def capped_scenarios(draw: st.DrawFn) -> Capped:
+    """Any scenario, its queued jobs dealt into a few sweeps (some capped, some members
+    of which already run) or left alone."""
+    s = draw(any_scenario)
+    queued = tuple(
+        replace(j, sweep_id=draw(st.one_of(st.none(), st.sampled_from(SWEEPS)))) for j in s.queued
+    )
+    cap = draw(st.dictionaries(st.sampled_from(SWEEPS), st.integers(1, 4)))
+    running = draw(st.dictionaries(st.sampled_from(SWEEPS), st.integers(0, 5)))
+    return Capped(replace(s, queued=queued), SweepCaps(cap, running))
+
+
+def held_back(c: Capped, placements: Sequence[Placement]) -> set[int]:
+    """The members the cap holds back, from the rule: a member waits when, at its turn in
+    the documented order, its sweep's running members plus those placed before it reach
+    the cap (and then so does every later one: the count never goes down in a pass)."""
+    placed = {p.job_id for p in placements}
+    count = dict(c.caps.running)
+    out = set()
+    for job in in_order(eligible(c.s), c.s.usage):
+        sid = job.sweep_id
+        if sid is None or sid not in c.caps.cap:
+            continue
+        if count.get(sid, 0) >= c.caps.cap[sid]:
+            out.add(job.id)
+        elif job.id in placed:
+            count[sid] = count.get(sid, 0) + 1
+    return out
+
+
+@SETTINGS
+@given(capped_scenarios(), st.randoms(use_true_random=False))
+def test_a_sweep_never_runs_more_than_its_cap_whatever_the_order(
+    c: Capped, rnd: random.Random
+) -> None:
+    placements = c.run_plan()
+    sweep_of = {j.id: j.sweep_id for j in c.s.queued}
+    for sid, cap in c.caps.cap.items():
+        started = sum(1 for p in placements if sweep_of[p.job_id] == sid)
+        assert started <= max(0, cap - c.caps.running.get(sid, 0))
+    # The queue's order as given makes no difference.
+    queued = list(c.s.queued)
+    rnd.shuffle(queued)
+    s = c.s
+    again = plan(queued, s.usable, s.running, s.ports, s.usage, s.now, sweep_caps=c.caps)
+    assert again == placements
+
+
+@SETTINGS
+@given(capped_scenarios())
+def test_members_held_back_by_a_cap_delay_nobody(c: Capped) -> None:
+    """The plan with caps is the plan without them on a queue that lacks the members the
+    cap holds back: they take no GPU, no port, and are never the head."""
+    placements = c.run_plan()
+    back = held_back(c, placements)
+    rest = replace(c.s, queued=tuple(j for j in c.s.queued if j.id not in back))
+    assert placements == Capped(rest, NO_SWEEP_CAPS).run_plan()
+    reasons = explain_waits(
+        c.s.queued, c.s.usable, placements, c.s.ports, c.s.usage, c.s.now, sweep_caps=c.caps
+    )
+    usable = len(set(c.s.usable))
+    for job in c.s.queued:
+        if job.id in back:
+            # Unless it can never run here at all: that is said first, as it is for any job.
+            want = "only" if job.gpus > usable else "at once, its cap"
+            assert want in reasons[job.id], reasons[job.id]
+
+
+@SETTINGS
+@given(capped_scenarios())
+def test_a_cap_that_is_never_reached_changes_nothing(c: Capped) -> None:
+    loose = SweepCaps({sid: len(c.s.queued) + 1 for sid in c.caps.cap}, {})
+    assert c.run_plan(loose) == c.run_plan(NO_SWEEP_CAPS)
+
+
+def test_a_capped_sweep_starts_its_first_members_and_says_why_the_rest_wait() -> None:
+    members = [QueuedJob(i, "a", 1, 0, float(i), sweep_id=7) for i in range(1, 6)]
+    other = QueuedJob(9, "b", 1, 0, 9.0)
+    caps = SweepCaps({7: 2}, {7: 0})
+    placed = plan([*members, other], [0, 1, 2, 3], [], [1, 2, 3, 4], {}, NOW, sweep_caps=caps)
+    assert [p.job_id for p in placed] == [1, 2, 9]
+    reasons = explain_waits([*members, other], [0, 1, 2, 3], placed, [4], {}, NOW, sweep_caps=caps)
+    assert reasons == {i: "sweep 7 runs 2 members at once, its cap" for i in (3, 4, 5)}
+    # One already runs: one more may start.
+    caps = SweepCaps({7: 2}, {7: 1})
+    placed = plan(members, [0, 1, 2, 3], [], [1, 2, 3, 4], {}, NOW, sweep_caps=caps)
+    assert [p.job_id for p in placed] == [1]

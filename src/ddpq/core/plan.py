@@ -14,6 +14,10 @@ head starts. A job without a time limit never backfills past a blocked head,
 and nothing backfills when the head's start cannot be bounded because the
 jobs it waits for have no time limit. A job that needs no GPU cannot delay the
 head, so it may always start (it only takes a port).
+
+A member of a sweep capped at K (``--array 0-99%10``) never starts while K of its sweep's
+members hold leases; like a job over its port budget it then waits without blocking the
+jobs behind it (it holds nothing, so it delays nobody).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class QueuedJob:
     needs_port: bool = True
     # GPU-seconds of its earlier attempts (the LAS policy ranks by it).
     attained_s: float = 0.0
+    sweep_id: int | None = None  # the sweep it belongs to, if any (see SweepCaps)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,23 @@ class PortBudget:
 
 
 NO_PORT_LIMIT = PortBudget(per_owner=2**31, held={})
+
+
+@dataclass(frozen=True)
+class SweepCaps:
+    """How many members each capped sweep may run at once (``%K``), and how many hold
+    leases now. A sweep absent from ``cap`` has no cap."""
+
+    cap: Mapping[int, int]
+    running: Mapping[int, int]
+
+    def allows(self, sweep_id: int | None, placed: Mapping[int, int]) -> bool:
+        if sweep_id is None or sweep_id not in self.cap:
+            return True
+        return self.running.get(sweep_id, 0) + placed.get(sweep_id, 0) < self.cap[sweep_id]
+
+
+NO_SWEEP_CAPS = SweepCaps(cap={}, running={})
 
 
 def order_key(job: QueuedJob, usage: Mapping[str, float]) -> tuple[float, ...]:
@@ -124,6 +146,7 @@ def plan(
     now: float,
     port_budget: PortBudget = NO_PORT_LIMIT,
     order: Order | None = None,
+    sweep_caps: SweepCaps = NO_SWEEP_CAPS,
 ) -> list[Placement]:
     """Decide what starts now. Pure: same inputs, same answer.
 
@@ -134,6 +157,7 @@ def plan(
     ``port_budget``: how many ports each owner may hold; a job over it waits, and
     (like a job waiting for a port) does not block the jobs behind it.
     ``order``: the policy's ranking and backfill (default: ``fairshare`` on ``usage``).
+    ``sweep_caps``: members of a sweep at its cap wait likewise.
     """
     order = order or Order(Policy.FAIRSHARE, usage)
     usable = set(usable_gpus)
@@ -152,11 +176,14 @@ def plan(
     head_shadow: float | None = None
     head_extra = 0
     ports_placed: dict[str, int] = {}
+    sweeps_placed: dict[int, int] = {}
 
     def place(job: QueuedJob) -> Placement:
         port = ports.pop(0) if job.needs_port else None
         if port is not None:
             ports_placed[job.owner] = ports_placed.get(job.owner, 0) + 1
+        if job.sweep_id is not None:
+            sweeps_placed[job.sweep_id] = sweeps_placed.get(job.sweep_id, 0) + 1
         taken = tuple(free[: job.gpus])
         del free[: job.gpus]
         placements.append(Placement(job.id, taken, port))
@@ -164,6 +191,8 @@ def plan(
 
     eligible = [j for j in queued if j.not_before is None or j.not_before <= now]
     for job in sorted(eligible, key=order.key):
+        if not sweep_caps.allows(job.sweep_id, sweeps_placed):
+            continue  # its sweep runs its cap of members; it holds nothing, delays nobody
         if job.needs_port and not (ports and port_budget.allows(job.owner, ports_placed)):
             continue  # waits for a port; it holds nothing, so it delays nobody
         fits = job.gpus <= len(free)
@@ -204,6 +233,7 @@ def explain_waits(
     now: float,
     port_budget: PortBudget = NO_PORT_LIMIT,
     order: Order | None = None,
+    sweep_caps: SweepCaps = NO_SWEEP_CAPS,
 ) -> dict[int, str]:
     """Why each queued job that ``plan`` did not place is still waiting, in words.
 
@@ -213,6 +243,11 @@ def explain_waits(
     order = order or Order(Policy.FAIRSHARE, usage)
     placed = {p.job_id for p in placements}
     usable = len(set(usable_gpus))
+    # Members placed in this very pass count against their sweep's cap already.
+    sweeps_placed: dict[int, int] = {}
+    for job in queued:
+        if job.id in placed and job.sweep_id is not None:
+            sweeps_placed[job.sweep_id] = sweeps_placed.get(job.sweep_id, 0) + 1
     reasons: dict[int, str] = {}
     head: QueuedJob | None = None
     for job in sorted(queued, key=order.key):
@@ -222,6 +257,12 @@ def explain_waits(
             reasons[job.id] = "waiting out its retry back-off"
         elif job.gpus > usable:
             reasons[job.id] = f"needs {job.gpus} GPUs; only {usable} can be handed out"
+        elif not sweep_caps.allows(job.sweep_id, sweeps_placed):
+            assert job.sweep_id is not None
+            cap = sweep_caps.cap[job.sweep_id]
+            reasons[job.id] = (
+                f"sweep {job.sweep_id} runs {cap} member{'' if cap == 1 else 's'} at once, its cap"
+            )
         elif job.needs_port and not port_budget.allows(job.owner, {}):
             reasons[job.id] = (
                 f"{job.owner} holds {port_budget.per_owner} rendezvous ports, "

@@ -17,11 +17,11 @@ from ddpq.config import Settings
 from ddpq.server.errors import ERRORS, HANDLERS
 from ddpq.server.faults import StorageFaults
 from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
-from ddpq.server.routes import devices, jobs, logs, meta
+from ddpq.server.routes import devices, jobs, logs, meta, progress, sweeps
 from ddpq.store.db import Database
 
 # In this order in the OpenAPI document.
-ROUTERS = (meta.router, jobs.router, logs.router, devices.router)
+ROUTERS = (meta.router, jobs.router, logs.router, progress.router, sweeps.router, devices.router)
 
 
 @asynccontextmanager
@@ -41,7 +41,7 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
         docs_url="/docs",
         responses=ERRORS,
-        exception_handlers=HANDLERS,
+        exception_handlers={**HANDLERS, **sweeps.HANDLERS},
     )
     app.state.settings = settings
     for router in ROUTERS:

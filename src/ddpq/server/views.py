@@ -5,13 +5,26 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from ddpq.core.states import JobState
 from ddpq.core.untrusted import clean_text
-from ddpq.schemas import AttemptOut, EventOut, JobDetail, JobOut, LeaseOut, NotificationOut
+from ddpq.schemas import (
+    AttemptOut,
+    EventOut,
+    JobDetail,
+    JobOut,
+    LeaseOut,
+    NotificationOut,
+    SweepDetail,
+    SweepMember,
+    SweepOut,
+)
+from ddpq.store import dependencies
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import notifications as notification_store
+from ddpq.store import sweeps as sweep_store
 from ddpq.store.db import Session
-from ddpq.store.models import Job
+from ddpq.store.models import Job, Sweep
 
 T = TypeVar("T")
 
@@ -40,7 +53,12 @@ def ts_req(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
-def job_out(job: Job, leases: tuple[list[int], int | None], after: list[int]) -> JobOut:
+def job_out(
+    job: Job,
+    leases: tuple[list[int], int | None],
+    after: list[int],
+    after_sweeps: list[int] | None = None,
+) -> JobOut:
     gpus, port = leases
     return JobOut(
         id=job.id,
@@ -67,14 +85,20 @@ def job_out(job: Job, leases: tuple[list[int], int | None], after: list[int]) ->
         leases=LeaseOut(gpus=sorted(gpus), port=port),
         progress=servable(job.progress),
         job_dir=servable(job.job_dir),
+        after_sweeps=after_sweeps or [],
+        sweep_id=job.sweep_id,
+        sweep_index=job.sweep_index,
     )
 
 
 def jobs_out(session: Session, jobs: list[Job]) -> list[JobOut]:
     ids = [j.id for j in jobs]
     held = lease_store.by_job(lease_store.live(session, ids))
+    # One query each for the whole page, not one per job.
+    after = dependencies.dependencies_of_many(session, ids)
+    after_sweeps = dependencies.sweep_dependencies_of_many(session, ids)
     return [
-        job_out(j, held.get(j.id, ([], None)), job_store.dependencies_of(session, j.id))
+        job_out(j, held.get(j.id, ([], None)), after.get(j.id, []), after_sweeps.get(j.id, []))
         for j in jobs
     ]
 
@@ -115,5 +139,54 @@ def job_detail(session: Session, job: Job) -> JobDetail:
                 handle=a.handle,
             )
             for a in job_store.attempts_of(session, job.id)
+        ],
+    )
+
+
+def sweep_out(sweep: Sweep, counts: dict[JobState, int]) -> SweepOut:
+    return SweepOut(
+        id=sweep.id,
+        name=servable(sweep.name),
+        owner=servable(sweep.owner),
+        submitted_at=ts_req(sweep.submitted_at),
+        size=sweep.size,
+        params=servable(dict(sweep.params)),
+        array=servable(sweep.array),
+        max_running=sweep.max_running,
+        counts=counts,
+        done=sweep_store.is_done(counts),
+    )
+
+
+def sweep_detail(
+    sweep: Sweep,
+    counts: dict[JobState, int],
+    members: list[sweep_store.MemberRow],
+    sort: str | None,
+) -> SweepDetail:
+    t = sweep.template
+    command = list(t.get("command") or [])
+    if t.get("workload"):
+        command = [str(t["workload"]), *t.get("args", [])]
+    return SweepDetail(
+        **sweep_out(sweep, counts).model_dump(),
+        command=servable(command),
+        gpus=int(t.get("gpus", 0)),
+        sort=sort,
+        members=[
+            SweepMember(
+                id=m.id,
+                index=m.index,
+                name=servable(m.name),
+                params=servable(m.params),
+                state=m.state,
+                reason=servable(m.reason),
+                exit_code=m.exit_code,
+                exit_signal=m.exit_signal,
+                started_at=ts(m.started_at),
+                ended_at=ts(m.ended_at),
+                metrics=servable(m.progress),
+            )
+            for m in members
         ],
     )

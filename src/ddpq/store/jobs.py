@@ -7,13 +7,21 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
-from ddpq.core.deps import dependency_verdict, waiting_reason
+from ddpq.core.deps import SweepStanding, settle_change, waiting_place
 from ddpq.core.plan import QueuedJob, needs_port
 from ddpq.core.rules import Run, StopRequest
 from ddpq.core.states import ACTIVE, TERMINAL, JobState, check_transition
-from ddpq.store.models import Attempt, Job, JobDependency, JobEvent
+from ddpq.store.dependencies import (
+    checked_standings,
+    dependencies_of,
+    dependencies_of_many,
+    dependency_states,
+    sweep_dependencies_of_many,
+    sweep_standings,
+)
+from ddpq.store.models import Attempt, Job, JobDependency, JobEvent, SweepDependency
 
 
 class UnknownJob(LookupError):
@@ -36,6 +44,7 @@ class NewJob:
     max_retries: int = 0
     after: tuple[int, ...] = ()
     hold: bool = False
+    after_sweeps: tuple[int, ...] = ()  # waits for every member of these sweeps to succeed
     notify_url: str | None = None
     preemptible: bool = False
     preempt_signal: str = "USR1"
@@ -51,6 +60,7 @@ _jobs = cast(Table, Job.__table__)
 # Built once: a submission's statements are the same each time, only their values change.
 _INSERT_JOB = insert(_jobs)
 _INSERT_DEPENDENCY = insert(cast(Table, JobDependency.__table__))
+_INSERT_SWEEP_DEPENDENCY = insert(cast(Table, SweepDependency.__table__))
 _INSERT_EVENT = insert(cast(Table, JobEvent.__table__))
 
 
@@ -66,6 +76,8 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
     missing = sorted(set(after) - set(dep_states))
     if missing:
         raise UnknownJob(missing[0])
+    after_sweeps = sorted(set(spec.after_sweeps))
+    standings = checked_standings(session, after_sweeps)
     conn = session.connection()
     values = {
         "name": spec.name,
@@ -94,48 +106,84 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
     job_id = int(key[0])
     if after:
         conn.execute(_INSERT_DEPENDENCY, [{"job_id": job_id, "depends_on": d} for d in after])
+    if after_sweeps:
+        rows = [{"job_id": job_id, "sweep_id": d} for d in after_sweeps]
+        conn.execute(_INSERT_SWEEP_DEPENDENCY, rows)
     event = {"job_id": job_id, "at": now, "from_state": None, "to_state": JobState.QUEUED}
     conn.execute(_INSERT_EVENT, {**event, "reason": "submitted"})
-    if not (after or spec.hold):
+    if not (after or after_sweeps or spec.hold):
         # Queued as it is: the row just written, without reading it back.
         return Job(id=job_id, **values)
     job = get_job(session, job_id)
-    _settle_waiting(session, job, dep_states, now)
+    _settle_waiting(session, job, dep_states, standings, now)
     session.flush()
     session.expunge(job)
     return job
 
 
-def dependency_states(session: Session, ids: Iterable[int]) -> dict[int, JobState]:
-    wanted = set(ids)
-    if not wanted:
-        return {}
-    rows = session.execute(select(Job.id, Job.state).where(Job.id.in_(wanted)))
-    return {job_id: state for job_id, state in rows}
-
-
-def dependencies_of(session: Session, job_id: int) -> list[int]:
-    rows = session.scalars(select(JobDependency.depends_on).where(JobDependency.job_id == job_id))
-    return sorted(rows)
-
-
 def _settle_waiting(
-    session: Session, job: Job, dep_states: dict[int, JobState], now: float
+    session: Session,
+    job: Job,
+    dep_states: Mapping[int, JobState],
+    standings: Mapping[int, SweepStanding],
+    now: float,
 ) -> None:
     """Put a waiting job where its dependencies and hold say it belongs."""
-    verdict = dependency_verdict(dep_states)
-    current = job.state
-    if verdict.doomed_by is not None:
-        state = verdict.doomed_state.value if verdict.doomed_state else "ended"
-        finish(session, job, JobState.CANCELLED, f"dependency {verdict.doomed_by} {state}", now)
+    place = waiting_place(dep_states, standings, job.user_hold)
+    change = settle_change(job.state, job.reason, place)
+    if change is None:
         return
-    pending = [d for d, s in dep_states.items() if s is not JobState.SUCCEEDED]
-    if job.user_hold or not verdict.ready:
-        reason = waiting_reason(pending, job.user_hold)
-        if current is not JobState.HELD or job.reason != reason:
-            set_state(session, job, JobState.HELD, reason, now)
-    elif current is JobState.HELD:
-        set_state(session, job, JobState.QUEUED, "dependencies met, released", now)
+    state, reason = change
+    if state is JobState.CANCELLED:
+        finish(session, job, state, reason, now)
+    else:
+        set_state(session, job, state, reason, now)
+
+
+def settle_jobs(session: Session, jobs: Sequence[Job], now: float) -> None:
+    """Settle held jobs, all at once: their dependencies read in four queries, their
+    changes written together, and the dependents of those cancelled settled next, level
+    by level (a sweep's thousand members doomed by one failed job cost a few statements,
+    not a cascade per member)."""
+    ids = [j.id for j in jobs]
+    deps = dependencies_of_many(session, ids)
+    states = dependency_states(session, {d for ds in deps.values() for d in ds})
+    sweeps = sweep_dependencies_of_many(session, ids)
+    standings = sweep_standings(session, {s for ss in sweeps.values() for s in ss})
+    moves: list[tuple[Job, JobState, str]] = []
+    for job in jobs:
+        if job.state is not JobState.HELD:
+            continue
+        place = waiting_place(
+            {d: states[d] for d in deps.get(job.id, [])},
+            {s: standings[s] for s in sweeps.get(job.id, []) if s in standings},
+            job.user_hold,
+        )
+        change = settle_change(job.state, job.reason, place)
+        if change is not None:
+            moves.append((job, *change))
+    if not moves:
+        return
+    session.flush()  # events pending before these come first: history is ordered by id
+    events = []
+    for job, state, reason in moves:
+        if state is not job.state:  # held -> held is a new reason, not a transition
+            check_transition(job.state, state)
+        events.append(
+            {
+                "job_id": job.id,
+                "at": now,
+                "from_state": job.state,
+                "to_state": state,
+                "reason": reason,
+            }
+        )
+        job.state, job.reason = state, reason
+        if state in TERMINAL:
+            job.ended_at = now
+    session.connection().execute(_INSERT_EVENT, events)
+    session.flush()
+    settle_dependents_many(session, [job.id for job, state, _ in moves if state in TERMINAL], now)
 
 
 def set_state(session: Session, job: Job, new: JobState, reason: str, now: float) -> None:
@@ -157,15 +205,29 @@ def finish(session: Session, job: Job, state: JobState, reason: str, now: float)
 
 
 def settle_dependents(session: Session, job_id: int, now: float) -> None:
-    """A job has ended for good: release, or cancel, the held jobs that wait on it."""
-    waiting = session.scalars(
+    """A job has ended for good: release, or cancel, the held jobs that wait on it, or on
+    the sweep it belongs to."""
+    settle_dependents_many(session, [job_id], now)
+
+
+def settle_dependents_many(session: Session, job_ids: Sequence[int], now: float) -> None:
+    """``settle_dependents`` for several ended jobs at once (a sweep's, say)."""
+    if not job_ids:
+        return
+    ids = list(job_ids)
+    on_jobs = select(Job).join(JobDependency, JobDependency.job_id == Job.id)
+    on_jobs = on_jobs.where(JobDependency.depends_on.in_(ids), Job.state == JobState.HELD)
+    member = aliased(Job)
+    on_sweeps = (
         select(Job)
-        .join(JobDependency, JobDependency.job_id == Job.id)
-        .where(JobDependency.depends_on == job_id, Job.state == JobState.HELD)
-    ).all()
-    for dependent in waiting:
-        deps = dependency_states(session, dependencies_of(session, dependent.id))
-        _settle_waiting(session, dependent, deps, now)
+        .join(SweepDependency, SweepDependency.job_id == Job.id)
+        .join(member, member.sweep_id == SweepDependency.sweep_id)
+        .where(member.id.in_(ids), Job.state == JobState.HELD)
+    )
+    waiting = {j.id: j for j in session.scalars(on_jobs)}
+    waiting.update((j.id, j) for j in session.scalars(on_sweeps))
+    if waiting:
+        settle_jobs(session, [waiting[i] for i in sorted(waiting)], now)
 
 
 def get_job(session: Session, job_id: int) -> Job:
@@ -215,10 +277,16 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
             Job.not_before,
             Job.launcher,
             Job.reason,
+            Job.sweep_id,
         ).where(Job.state == JobState.QUEUED)
     )
     return [
-        (QueuedJob(*row[:7], needs_port=needs_port(row.gpus, row.launcher)), row.reason)
+        (
+            QueuedJob(
+                *row[:7], needs_port=needs_port(row.gpus, row.launcher), sweep_id=row.sweep_id
+            ),
+            row.reason,
+        )
         for row in rows
     ]
 
@@ -356,7 +424,8 @@ def set_hold(session: Session, job: Job, hold: bool, now: float) -> None:
         )
     job.user_hold = hold
     deps = dependency_states(session, dependencies_of(session, job.id))
-    _settle_waiting(session, job, deps, now)
+    sweeps = sweep_dependencies_of_many(session, [job.id]).get(job.id, [])
+    _settle_waiting(session, job, deps, sweep_standings(session, sweeps), now)
 
 
 def recent_runs(session: Session, since: float) -> list[Run]:

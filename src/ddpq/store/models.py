@@ -85,6 +85,14 @@ class Job(Base):
     notify_url: Mapped[str | None] = mapped_column(Text, nullable=True)
     notify_done_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
+    # A member of a sweep: which, its index there (the array index, or its place in the
+    # product of the parameters) and its parameters' values. None for a plain job.
+    sweep_id: Mapped[int | None] = mapped_column(
+        ForeignKey("sweeps.id", ondelete="CASCADE"), nullable=True
+    )
+    sweep_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    sweep_params: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),
         # The notifier's question, every second: which ended jobs still owe a message.
@@ -93,7 +101,30 @@ class Job(Base):
             "id",
             sqlite_where=text("notify_url IS NOT NULL AND notify_done_at IS NULL"),
         ),
+        Index("ix_jobs_sweep", "sweep_id", "sweep_index"),
     )
+
+
+class Sweep(Base):
+    """Jobs queued together: the product of parameters over a template, or an array.
+
+    Its members are the jobs that point at it; their counts by state are read from them,
+    never kept here (no second copy to drift).
+    """
+
+    __tablename__ = "sweeps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    # The submission as the client sent it (a JobSubmit body), and what was swept.
+    template: Mapped[dict[str, Any]] = mapped_column(JSON)
+    params: Mapped[dict[str, list[str]]] = mapped_column(JSON)
+    array: Mapped[str | None] = mapped_column(Text, nullable=True)
+    size: Mapped[int] = mapped_column(Integer)
+    # At most this many members hold leases at once (Slurm's %K); None: no cap.
+    max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class JobDependency(Base):
@@ -102,6 +133,17 @@ class JobDependency(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     depends_on: Mapped[int] = mapped_column(
         ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class SweepDependency(Base):
+    """A job that waits for every member of a sweep to succeed (``after_sweeps``)."""
+
+    __tablename__ = "sweep_dependencies"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(
+        ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True, index=True
     )
 
 

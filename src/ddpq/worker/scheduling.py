@@ -20,6 +20,7 @@ from ddpq.core.states import ACTIVE
 from ddpq.store import attempts as attempt_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store import sweeps as sweep_store
 from ddpq.store.db import Session
 from ddpq.worker.ports import port_is_free, rotation
 
@@ -68,6 +69,7 @@ class Scheduler:
             if held.get(j.id, ([], None))[1] is not None:
                 ports_held[j.owner] = ports_held.get(j.owner, 0) + 1
         budget = planner.PortBudget(cfg.ports_per_user, ports_held)
+        caps = sweep_store.caps(s, {c.sweep_id for c in candidates if c.sweep_id is not None})
         if self.last_port is None:
             self.last_port = lease_store.last_port(s)
         usage = self._recent_usage(s, now)
@@ -85,7 +87,7 @@ class Scheduler:
                 if p not in leased_ports and self.port_cooldown.get(p, 0.0) <= now
             ]
             placements = planner.plan(
-                candidates, usable_gpus, running, free_ports, usage, now, budget, order
+                candidates, usable_gpus, running, free_ports, usage, now, budget, order, caps
             )
             busy = [p.port for p in placements if p.port is not None and not self.port_free(p.port)]
             if not busy:
@@ -94,10 +96,12 @@ class Scheduler:
                 log.info("port %s is in use by another program; skipping it", port)
                 self.port_cooldown[port] = now + PORT_COOLDOWN_S
         reasons = planner.explain_waits(
-            candidates, usable_gpus, placements, free_ports, usage, now, budget, order
+            candidates, usable_gpus, placements, free_ports, usage, now, budget, order, caps
         )
         if cfg.policy is Policy.LAS:
-            self._preempt_for(s, candidates, placements, active, held, usable_gpus, order, now)
+            self._preempt_for(
+                s, candidates, placements, active, held, usable_gpus, order, caps, now
+            )
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         submitted = {c.id: c.submitted_at for c in candidates}
         placed = [
@@ -125,15 +129,24 @@ class Scheduler:
         held: dict[int, tuple[list[int], int | None]],
         usable_gpus: Sequence[int],
         order: Order,
+        caps: planner.SweepCaps,
         now: float,
     ) -> None:
         """Under LAS: ask running jobs of worse queues to checkpoint and go, so that waiting
         jobs of better ones can start (``core.preempt``); their GPUs come back when they do."""
         placed = {p.job_id for p in placements}
+        sweeps_placed: dict[int, int] = {}
+        for c in candidates:
+            if c.id in placed and c.sweep_id is not None:
+                sweeps_placed[c.sweep_id] = sweeps_placed.get(c.sweep_id, 0) + 1
+        # A member its sweep's cap holds back could not start on freed GPUs: no one is
+        # preempted for it.
         waiting = [
             Waiting(c.id, c.owner, c.priority, c.submitted_at, c.attained_s, c.gpus)
             for c in candidates
-            if c.id not in placed and (c.not_before is None or c.not_before <= now)
+            if c.id not in placed
+            and (c.not_before is None or c.not_before <= now)
+            and caps.allows(c.sweep_id, sweeps_placed)
         ]
         if not waiting:
             return

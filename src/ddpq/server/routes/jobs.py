@@ -27,7 +27,7 @@ from ddpq.server.params import JobId, Offset
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
-from ddpq.store.db import Database
+from ddpq.store.db import Database, Session
 from ddpq.workloads.registry import BadWorkload, resolve
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -35,6 +35,30 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 @router.post("", status_code=201, response_model=JobOut, responses=WRITE_ERRORS)
 def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -> JobOut:
+    spec = job_spec(body, who, settings, db)
+    with db.write() as s:
+        check_gpus(s, body.gpus)
+        job = job_store.create_job(s, spec, time.time())
+        # A new job holds no lease, and its dependencies are the ones just given.
+        out = views.job_out(
+            job, ([], None), sorted(set(spec.after)), sorted(set(spec.after_sweeps))
+        )
+    wake.nudge(settings.wake_socket)
+    return out
+
+
+def job_spec(
+    body: JobSubmit,
+    who: Caller,
+    settings: Settings,
+    db: Database,
+    command: list[str] | None = None,
+) -> job_store.NewJob:
+    """The job a submission asks for, checked: its owner, priority, command and folder.
+
+    ``command``: given by a sweep, which builds (and checks) each member's own; otherwise
+    the body's command, or its workload's resolved with the workload's own parser.
+    """
     owner = who.name if settings.auth else (body.owner or who.name)
     if body.priority > USER_PRIORITY_MAX and not who.admin:
         raise ApiError(
@@ -42,19 +66,16 @@ def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -
             "forbidden",
             f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
         )
-    launcher = "torchrun" if body.torchrun else "plain"
-    command = body.command
-    if body.workload is not None:
-        try:
-            command = resolve(body.workload, body.args)
-        except BadWorkload as exc:
-            raise ApiError(422, "invalid", f"args: {exc}") from None
-        launcher = "torchrun"
+    launcher = "torchrun" if body.torchrun or body.workload is not None else "plain"
+    if command is None:
+        command = body.command
+        if body.workload is not None:
+            command = workload_command(body.workload, body.args)
     if body.cwd is not None:
         check_cwd(settings, db, body.cwd, owner)
     cwd = body.cwd or str(settings.home)
     name = body.name or derive_name(body.workload or command[0])
-    spec = job_store.NewJob(
+    return job_store.NewJob(
         name=name,
         owner=owner,
         command=command,
@@ -67,23 +88,29 @@ def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -
         max_retries=body.retries,
         after=tuple(body.after),
         hold=body.hold,
+        after_sweeps=tuple(body.after_sweeps),
         notify_url=body.notify or settings.notify_url,
         preemptible=body.preemptible,
         preempt_signal=body.preempt_signal,
     )
-    with db.write() as s:
-        total = device_store.count(s)
-        if body.gpus > total:
-            raise ApiError(
-                422,
-                "invalid",
-                f"gpus: asked for {body.gpus} GPUs but this server has {total}",
-            )
-        job = job_store.create_job(s, spec, time.time())
-        # A new job holds no lease, and its dependencies are the ones just given.
-        out = views.job_out(job, ([], None), sorted(set(spec.after)))
-    wake.nudge(settings.wake_socket)
-    return out
+
+
+def workload_command(workload: str, args: list[str], where: str = "args") -> list[str]:
+    """The command of a built-in workload with ``args``; 422 naming what is wrong."""
+    try:
+        return resolve(workload, args)
+    except BadWorkload as exc:
+        raise ApiError(422, "invalid", f"{where}: {exc}") from None
+
+
+def check_gpus(s: Session, gpus: int) -> None:
+    total = device_store.count(s)
+    if gpus > total:
+        raise ApiError(
+            422,
+            "invalid",
+            f"gpus: asked for {gpus} GPUs but this server has {total}",
+        )
 
 
 def check_cwd(settings: Settings, db: Database, cwd: str, owner: str) -> None:

@@ -175,40 +175,44 @@ function rank(job) {
 }
 
 function renderQueue(jobs) {
-  // Running, then waiting in submission order, then the newest finished first.
-  const rows = [...jobs.values()].sort(
+  // Running, then waiting in submission order, then the newest finished first. A sweep's
+  // members are one row standing for the sweep (sweeps.js), which opens it.
+  const { plain, sweeps } = foldSweeps(jobs);
+  const rows = [...plain, ...sweeps].sort(
     (a, b) => rank(a) - rank(b) || (rank(a) === 2 ? b.id - a.id : a.id - b.id),
   );
   const body = el("tbody", { id: "queue-body" });
-  for (const job of rows) {
-    const gpus = job.leases.gpus.length ? `${job.gpus} [${job.leases.gpus.join(",")}]` : job.gpus;
-    const tr = el(
-      "tr",
-      {
-        "data-job-id": job.id,
-        "data-state": job.state,
-        tabindex: 0,
-        "aria-selected": ui.selected?.id === job.id ? "true" : "false",
-        title: job.reason || "",
-      },
-      el("td", { class: "num", text: job.id }),
-      el("td", { class: "name", text: job.name }),
-      el("td", { text: job.owner }),
-      el("td", {}, el("span", { class: "state", "data-state": job.state, text: job.state })),
-      el("td", { class: "num", text: gpus }),
-      el("td", { class: "num", text: job.leases.port ?? "" }),
-      progressCell(job),
-      el("td", { class: "num", text: timeText(job) }),
-    );
-    tr.addEventListener("click", () => openLog(job.id));
-    tr.addEventListener("keydown", (e) => {
-      if (e.key === "Enter") openLog(job.id);
-    });
-    body.append(tr);
-  }
+  for (const row of rows) body.append(row.sweep ? sweepQueueRow(row) : jobRow(row));
   $("queue-body").replaceWith(body);
   $("queue-empty").hidden = rows.length > 0;
   $("queue-count").textContent = ui.total ? `(${ui.total} submitted)` : "";
+}
+
+function jobRow(job) {
+  const gpus = job.leases.gpus.length ? `${job.gpus} [${job.leases.gpus.join(",")}]` : job.gpus;
+  const tr = el(
+    "tr",
+    {
+      "data-job-id": job.id,
+      "data-state": job.state,
+      tabindex: 0,
+      "aria-selected": ui.selected?.id === job.id ? "true" : "false",
+      title: job.reason || "",
+    },
+    el("td", { class: "num", text: job.id }),
+    el("td", { class: "name", text: job.name }),
+    el("td", { text: job.owner }),
+    el("td", {}, el("span", { class: "state", "data-state": job.state, text: job.state })),
+    el("td", { class: "num", text: gpus }),
+    el("td", { class: "num", text: job.leases.port ?? "" }),
+    progressCell(job),
+    el("td", { class: "num", text: timeText(job) }),
+  );
+  tr.addEventListener("click", () => openLog(job.id));
+  tr.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") openLog(job.id);
+  });
+  return tr;
 }
 
 // ---------------------------------------------------------------- GPUs
@@ -398,9 +402,15 @@ async function tick() {
     // A hidden tab does not poll; it catches up at once when shown again.
     if (!document.hidden) {
       if (!ui.states) ui.states = await loadStates(); // again at each tick until it answers
-      const [jobs, devices] = await Promise.all([loadJobs(), getJson("/v1/devices")]);
+      const [jobs, devices] = await Promise.all([
+        loadJobs(),
+        getJson("/v1/devices"),
+        loadSweeps(),
+      ]);
       ui.jobs = jobs;
       renderQueue(jobs);
+      renderSweeps();
+      await pollSweep();
       const g = renderGpus(devices);
       const running = [...jobs.values()].filter((j) => j.state === "running").length;
       const queued = [...jobs.values()].filter((j) => j.state === "queued").length;
@@ -424,6 +434,7 @@ document.addEventListener("visibilitychange", () => {
 
 window.addEventListener("DOMContentLoaded", () => {
   setupToken();
+  setupSweeps();
   $("log-close").addEventListener("click", closeLog);
   showWhoami();
   tick();

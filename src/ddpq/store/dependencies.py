@@ -1,0 +1,106 @@
+"""What waiting jobs wait for: the jobs and sweeps they depend on, read in few queries.
+
+Reads only; settling a waiting job (``store.jobs``) decides with these and ``core.deps``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
+
+from ddpq.core.deps import SweepStanding
+from ddpq.core.states import TERMINAL, JobState
+from ddpq.store.models import Job, JobDependency, Sweep, SweepDependency
+
+
+class UnknownSweep(LookupError):
+    def __init__(self, sweep_id: int) -> None:
+        super().__init__(f"no sweep {sweep_id}")
+        self.sweep_id = sweep_id
+
+
+def dependency_states(session: Session, ids: Iterable[int]) -> dict[int, JobState]:
+    wanted = set(ids)
+    if not wanted:
+        return {}
+    rows = session.execute(select(Job.id, Job.state).where(Job.id.in_(wanted)))
+    return {job_id: state for job_id, state in rows}
+
+
+def dependencies_of(session: Session, job_id: int) -> list[int]:
+    rows = session.scalars(select(JobDependency.depends_on).where(JobDependency.job_id == job_id))
+    return sorted(rows)
+
+
+def dependencies_of_many(session: Session, job_ids: Iterable[int]) -> dict[int, list[int]]:
+    """The jobs each of ``job_ids`` waits for, in one query (a listing's worth at once)."""
+    ids = list(job_ids)
+    out: dict[int, list[int]] = {}
+    if ids:
+        rows = session.execute(
+            select(JobDependency.job_id, JobDependency.depends_on)
+            .where(JobDependency.job_id.in_(ids))
+            .order_by(JobDependency.depends_on)
+        )
+        for job_id, dep in rows:
+            out.setdefault(job_id, []).append(dep)
+    return out
+
+
+def sweep_dependencies_of_many(session: Session, job_ids: Iterable[int]) -> dict[int, list[int]]:
+    """The sweeps each of ``job_ids`` waits for (``after_sweeps``), in one query."""
+    ids = list(job_ids)
+    out: dict[int, list[int]] = {}
+    if ids:
+        rows = session.execute(
+            select(SweepDependency.job_id, SweepDependency.sweep_id)
+            .where(SweepDependency.job_id.in_(ids))
+            .order_by(SweepDependency.sweep_id)
+        )
+        for job_id, sweep_id in rows:
+            out.setdefault(job_id, []).append(sweep_id)
+    return out
+
+
+_UNSUCCESSFUL = [s for s in TERMINAL if s is not JobState.SUCCEEDED]
+
+
+def sweep_standings(session: Session, sweep_ids: Iterable[int]) -> dict[int, SweepStanding]:
+    """How far each sweep is: members, how many succeeded, the first that did not.
+
+    One grouped query on the members' index (and one more only when a member failed).
+    """
+    wanted = set(sweep_ids)
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(
+            Job.sweep_id,
+            func.count(),
+            func.sum(case((Job.state == JobState.SUCCEEDED, 1), else_=0)),
+            func.min(case((Job.state.in_(_UNSUCCESSFUL), Job.id))),
+        )
+        .where(Job.sweep_id.in_(wanted))
+        .group_by(Job.sweep_id)
+    ).all()
+    failed = dependency_states(session, [row[3] for row in rows if row[3] is not None])
+    out = {}
+    for sweep_id, members, succeeded, first_failed in rows:
+        member = (first_failed, failed[first_failed]) if first_failed is not None else None
+        out[sweep_id] = SweepStanding(members, int(succeeded or 0), member)
+    return out
+
+
+def checked_standings(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepStanding]:
+    """``sweep_standings`` of sweeps a submission names; UnknownSweep if one is not there."""
+    if not sweep_ids:
+        return {}
+    found = set(session.scalars(select(Sweep.id).where(Sweep.id.in_(list(sweep_ids)))))
+    missing = [i for i in sweep_ids if i not in found]
+    if missing:
+        raise UnknownSweep(missing[0])
+    standings = sweep_standings(session, sweep_ids)
+    # A sweep has members from the transaction that made it; this guards a bare row.
+    return {i: standings.get(i, SweepStanding(0, 0)) for i in sweep_ids}

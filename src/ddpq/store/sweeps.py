@@ -1,0 +1,371 @@
+"""Sweeps: many jobs queued, listed, cancelled, held and released as one.
+
+A sweep's members are ordinary jobs (``jobs.sweep_id``) that the worker runs like any
+other; what is here is doing things to all of them at once. A sweep may hold 10,000
+members, so every write is a handful of Core statements over all of them (an executemany,
+or one UPDATE with a WHERE), never an ORM object per member. Flush, never commit: the
+caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from ddpq.core import sweeps as core_sweeps
+from ddpq.core.deps import settle_change, waiting_place
+from ddpq.core.plan import NO_SWEEP_CAPS, SweepCaps
+from ddpq.core.states import ACTIVE, TERMINAL, WAITING, JobState, check_transition
+from ddpq.store import dependencies
+from ddpq.store import jobs as job_store
+from ddpq.store.dependencies import UnknownSweep
+from ddpq.store.models import Job, JobDependency, JobEvent, Sweep, SweepDependency
+
+_jobs = cast(Table, Job.__table__)
+_sweeps = cast(Table, Sweep.__table__)
+_events = cast(Table, JobEvent.__table__)
+
+
+@dataclass(frozen=True)
+class NewMember:
+    index: int
+    name: str
+    command: list[str]
+    params: dict[str, str]
+
+
+@dataclass(frozen=True)
+class NewSweep:
+    """A sweep to create: what every member shares (``job``: its name and command are the
+    template's), the submission as sent, and each member's own part."""
+
+    job: job_store.NewJob
+    template: dict[str, Any]
+    params: dict[str, list[str]]
+    array: str | None
+    max_running: int | None
+    members: Sequence[NewMember]
+
+
+def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
+    """Insert the sweep and all its members in a few statements, in the caller's
+    transaction: members are queued, held (a hold, an unmet dependency) or cancelled
+    (a dependency failed) at once, exactly as ``create_job`` would put each of them.
+
+    Returns the sweep row, detached from the session.
+    """
+    job = spec.job
+    after = sorted(set(job.after))
+    dep_states = dependencies.dependency_states(session, after)
+    missing = sorted(set(after) - set(dep_states))
+    if missing:
+        raise job_store.UnknownJob(missing[0])
+    after_sweeps = sorted(set(job.after_sweeps))
+    standings = dependencies.checked_standings(session, after_sweeps)
+    # Every member waits on the same things: where one belongs, all do.
+    change = None
+    if after or after_sweeps or job.hold:
+        change = settle_change(JobState.QUEUED, "", waiting_place(dep_states, standings, job.hold))
+    state, reason = change or (JobState.QUEUED, "")
+    conn = session.connection()
+    sweep_row = {
+        "name": job.name,
+        "owner": job.owner,
+        "submitted_at": now,
+        "template": spec.template,
+        "params": spec.params,
+        "array": spec.array,
+        "size": len(spec.members),
+        "max_running": spec.max_running,
+    }
+    key = conn.execute(insert(_sweeps), sweep_row).inserted_primary_key
+    assert key is not None
+    sweep_id = int(key[0])
+    shared = {
+        "owner": job.owner,
+        "cwd": job.cwd,
+        "launcher": job.launcher,
+        "gpus": job.gpus,
+        "priority": job.priority,
+        "time_limit_s": job.time_limit_s,
+        "max_retries": job.max_retries,
+        "attempt": 0,
+        "port_retries": 0,
+        "user_hold": job.hold,
+        "state": state,
+        "reason": reason,
+        "submitted_at": now,
+        "ended_at": now if state is JobState.CANCELLED else None,
+        "sweep_id": sweep_id,
+        "notify_url": job.notify_url,  # each member's end is told, as a job's would be
+        "preemptible": job.preemptible,
+        "preempt_signal": job.preempt_signal,
+        "preemptions": 0,
+    }
+    rows = [
+        {
+            **shared,
+            "name": m.name,
+            "command": m.command,
+            "env": {
+                **job.env,
+                **core_sweeps.member_env(sweep_id, core_sweeps.Member(m.index, m.params)),
+            },
+            "sweep_index": m.index,
+            "sweep_params": m.params,
+        }
+        for m in spec.members
+    ]
+    # One executemany; RETURNING in the rows' order gives each member's id.
+    returning = insert(_jobs).returning(_jobs.c.id, sort_by_parameter_order=True)
+    ids = [int(i) for i in conn.execute(returning, rows).scalars()]
+    events = [
+        {
+            "job_id": i,
+            "at": now,
+            "from_state": None,
+            "to_state": JobState.QUEUED,
+            "reason": "submitted",
+        }
+        for i in ids
+    ]
+    if state is not JobState.QUEUED:
+        check_transition(JobState.QUEUED, state)
+        events += [
+            {
+                "job_id": i,
+                "at": now,
+                "from_state": JobState.QUEUED,
+                "to_state": state,
+                "reason": reason,
+            }
+            for i in ids
+        ]
+    conn.execute(insert(_events), events)
+    if after:
+        deps = [{"job_id": i, "depends_on": d} for i in ids for d in after]
+        conn.execute(insert(cast(Table, JobDependency.__table__)), deps)
+    if after_sweeps:
+        on = [{"job_id": i, "sweep_id": d} for i in ids for d in after_sweeps]
+        conn.execute(insert(cast(Table, SweepDependency.__table__)), on)
+    return Sweep(id=sweep_id, **sweep_row)
+
+
+def get_sweep(session: Session, sweep_id: int) -> Sweep:
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None:
+        raise UnknownSweep(sweep_id)
+    return sweep
+
+
+def list_sweeps(
+    session: Session, *, owner: str | None = None, limit: int = 100, offset: int = 0
+) -> tuple[list[Sweep], int]:
+    """Sweeps oldest first (newest last, like the jobs), with the total before paging."""
+    query = select(Sweep)
+    if owner is not None:
+        query = query.where(Sweep.owner == owner)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(Sweep.id).limit(limit).offset(offset)).all()
+    return list(rows), total
+
+
+def counts(session: Session, sweep_ids: Iterable[int]) -> dict[int, dict[JobState, int]]:
+    """Members by state for each sweep, in one grouped query."""
+    ids = list(sweep_ids)
+    out: dict[int, dict[JobState, int]] = {i: {} for i in ids}
+    if ids:
+        rows = session.execute(
+            select(Job.sweep_id, Job.state, func.count())
+            .where(Job.sweep_id.in_(ids))
+            .group_by(Job.sweep_id, Job.state)
+        )
+        for sweep_id, state, n in rows:
+            if sweep_id is not None:
+                out[sweep_id][state] = n
+    return out
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    """A member as a sweep's view shows it: columns, no ORM object (there may be 10,000)."""
+
+    id: int
+    index: int
+    name: str
+    params: dict[str, str]
+    state: JobState
+    reason: str
+    exit_code: int | None
+    exit_signal: int | None
+    started_at: float | None
+    ended_at: float | None
+    progress: dict[str, Any] | None
+
+
+def members(session: Session, sweep_id: int) -> list[MemberRow]:
+    """The sweep's members in index order."""
+    rows = session.execute(
+        select(
+            Job.id,
+            Job.sweep_index,
+            Job.name,
+            Job.sweep_params,
+            Job.state,
+            Job.reason,
+            Job.exit_code,
+            Job.exit_signal,
+            Job.started_at,
+            Job.ended_at,
+            Job.progress,
+        )
+        .where(Job.sweep_id == sweep_id)
+        .order_by(Job.sweep_index, Job.id)
+    )
+    return [
+        MemberRow(row.id, row.sweep_index or 0, row.name, dict(row.sweep_params or {}), *row[4:])
+        for row in rows
+    ]
+
+
+# ---- doing things to the whole sweep ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What a sweep-wide write did: members changed now, and those asked to stop."""
+
+    changed: int
+    stopping: int = 0
+    untouched: int = 0  # members the action does not apply to (running, ended)
+
+
+def cancel_sweep(session: Session, sweep_id: int, now: float) -> Acted:
+    """Cancel every member: waiting ones end at once, active ones are stopped by the worker
+    (SIGTERM, SIGKILL after the grace period); ended ones stay as they are."""
+    conn = session.connection()
+    stopping = conn.execute(
+        update(_jobs)
+        .where(
+            _jobs.c.sweep_id == sweep_id,
+            _jobs.c.state.in_(list(ACTIVE)),
+            _jobs.c.stop_request.is_(None),
+        )
+        .values(stop_request="cancel")
+    ).rowcount
+    waiting = conn.execute(
+        select(_jobs.c.id, _jobs.c.state).where(
+            _jobs.c.sweep_id == sweep_id, _jobs.c.state.in_(list(WAITING))
+        )
+    ).all()
+    if waiting:
+        why = "cancelled before it started (its sweep was cancelled)"
+        conn.execute(
+            update(_jobs)
+            .where(_jobs.c.id == bindparam("b_id"))
+            .values(state=JobState.CANCELLED, reason=why, ended_at=now),
+            [{"b_id": row.id} for row in waiting],
+        )
+        events = []
+        for row in waiting:
+            check_transition(row.state, JobState.CANCELLED)
+            events.append(_event(row.id, row.state, JobState.CANCELLED, why, now))
+        conn.execute(insert(_events), events)
+        job_store.settle_dependents_many(session, [row.id for row in waiting], now)
+    return Acted(changed=len(waiting), stopping=stopping)
+
+
+def set_sweep_hold(session: Session, sweep_id: int, hold: bool, now: float) -> Acted:
+    """Hold (or release) every waiting member; active and ended ones are not affected.
+
+    Each member goes where ``core.deps`` says a waiting job with that hold belongs, as
+    ``store.jobs.set_hold`` would put it, in a few statements for all of them.
+    """
+    conn = session.connection()
+    rows = conn.execute(
+        select(_jobs.c.id, _jobs.c.state, _jobs.c.reason).where(
+            _jobs.c.sweep_id == sweep_id, _jobs.c.state.in_(list(WAITING))
+        )
+    ).all()
+    others = conn.execute(
+        select(func.count()).where(
+            _jobs.c.sweep_id == sweep_id, _jobs.c.state.not_in(list(WAITING))
+        )
+    ).scalar_one()
+    if not rows:
+        return Acted(changed=0, untouched=others)
+    ids = [row.id for row in rows]
+    conn.execute(
+        update(_jobs).where(_jobs.c.id == bindparam("b_id")).values(user_hold=hold),
+        [{"b_id": i} for i in ids],
+    )
+    deps = dependencies.dependencies_of_many(session, ids)
+    states = dependencies.dependency_states(session, {d for ds in deps.values() for d in ds})
+    on_sweeps = dependencies.sweep_dependencies_of_many(session, ids)
+    standings = dependencies.sweep_standings(session, {s for ss in on_sweeps.values() for s in ss})
+    moves, events, doomed = [], [], []
+    for row in rows:
+        place = waiting_place(
+            {d: states[d] for d in deps.get(row.id, [])},
+            {s: standings[s] for s in on_sweeps.get(row.id, []) if s in standings},
+            hold,
+        )
+        change = settle_change(row.state, row.reason, place)
+        if change is None:
+            continue
+        state, why = change
+        if state is JobState.CANCELLED:
+            doomed.append((row.id, why))  # a dependency failed meanwhile: rare, one by one
+            continue
+        if state is not row.state:
+            check_transition(row.state, state)
+        moves.append({"b_id": row.id, "st": state, "why": why})
+        events.append(_event(row.id, row.state, state, why, now))
+    if moves:
+        conn.execute(
+            update(_jobs)
+            .where(_jobs.c.id == bindparam("b_id"))
+            .values(state=bindparam("st"), reason=bindparam("why")),
+            moves,
+        )
+        conn.execute(insert(_events), events)
+    for job_id, why in doomed:
+        job_store.finish(session, job_store.get_job(session, job_id), JobState.CANCELLED, why, now)
+    return Acted(changed=len(moves) + len(doomed), untouched=others)
+
+
+def _event(job_id: int, old: JobState, new: JobState, reason: str, now: float) -> dict[str, Any]:
+    return {"job_id": job_id, "at": now, "from_state": old, "to_state": new, "reason": reason}
+
+
+def is_done(counts_by_state: dict[JobState, int]) -> bool:
+    return all(state in TERMINAL for state, n in counts_by_state.items() if n)
+
+
+# ---- the planner's view ------------------------------------------------------------
+
+
+def caps(session: Session, sweep_ids: Iterable[int]) -> SweepCaps:
+    """The caps of those of ``sweep_ids`` that have one, and how many of each one's
+    members hold leases now: what ``core.plan`` needs to honour ``%K``."""
+    wanted = set(sweep_ids)
+    if not wanted:
+        return NO_SWEEP_CAPS
+    rows = session.execute(
+        select(Sweep.id, Sweep.max_running).where(
+            Sweep.id.in_(wanted), Sweep.max_running.is_not(None)
+        )
+    )
+    capped = {sweep_id: int(k) for sweep_id, k in rows if k is not None}
+    if not capped:
+        return NO_SWEEP_CAPS
+    running = session.execute(
+        select(Job.sweep_id, func.count())
+        .where(Job.sweep_id.in_(list(capped)), Job.state.in_(list(ACTIVE)))
+        .group_by(Job.sweep_id)
+    )
+    return SweepCaps(cap=capped, running={i: n for i, n in running if i is not None})
