@@ -93,6 +93,7 @@ def submit(
     export: Annotated[
         str,
         typer.Option(
+            metavar="ALL|NONE|NAME,...",
             help="which of your environment variables the job gets: ALL, NONE (a minimal "
             "PATH, HOME, USER, LOGNAME, LANG) or NAME,NAME,... (those and the minimal ones); "
             "never terminal-only ones (SSH_AUTH_SOCK, DISPLAY, TERM, ...) nor ddpq's own",
