@@ -19,6 +19,8 @@ from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon
 
 HEAVY = ("httpx", "httpcore", "pydantic", "pydantic_core", "ddpq.schemas", "typer._adapters")
+# A client command needs none of the daemon's commands (ddpq.entry mounts them only for theirs).
+DAEMON = ("ddpq.daemon",)
 # The standard library's HTTP brings the email package and ssl (~12 ms): not needed.
 STDLIB_HTTP = ("http.client", "email", "ssl")
 NO_DRAWING = ("rich",)  # what only prints a line needs no Rich
@@ -71,7 +73,7 @@ def test_a_hot_command_imports_neither_httpx_nor_pydantic(
 ) -> None:
     args, also_not = COMMANDS[command]
     names = imported(daemon, *(a.replace("{job}", str(job)) for a in args))
-    assert not under(names, HEAVY + STDLIB_HTTP + also_not)
+    assert not under(names, HEAVY + STDLIB_HTTP + DAEMON + also_not)
 
 
 def test_the_probe_sees_a_command_that_does_import_pydantic(daemon: Daemon) -> None:
@@ -91,3 +93,27 @@ def test_bad_option_values_are_still_usage_errors(daemon: Daemon) -> None:
         r = daemon.cli(*args, check=False)
         assert r.returncode == 2 and shown in r.stderr and "Traceback" not in r.stderr, r
     assert daemon.client().list().total == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "name", "with_daemon"),
+    [
+        (["ls"], "ls", False),
+        (["--url", "http://x", "--debug", "show", "1"], "show", False),
+        (["--url=http://x", "--token", "ls", "cancel", "2"], "cancel", False),
+        (["serve", "--fake-gpus", "2"], "serve", True),
+        (["admin", "user", "add", "x"], "admin", True),
+        (["--help"], None, True),
+        ([], None, True),
+        (["--no-such-option", "ls"], None, True),
+    ],
+)
+def test_the_command_line_builds_the_daemons_commands_only_for_them(
+    argv: list[str], name: str | None, with_daemon: bool
+) -> None:
+    from ddpq import entry
+
+    cli = entry.command_line(argv)
+    assert entry.invoked(cli, argv) == name
+    assert ("serve" in cli.commands and "admin" in cli.commands) is with_daemon
+    assert "ls" in cli.commands and "submit" in cli.commands
