@@ -24,6 +24,7 @@ DAEMON = ("ddpq.daemon",)
 # The standard library's HTTP brings the email package and ssl (~12 ms): not needed.
 STDLIB_HTTP = ("http.client", "email", "ssl")
 NO_DRAWING = ("rich",)  # what only prints a line needs no Rich
+NO_TABLE = ("rich.table",)  # the queue and the GPUs are drawn by client.grid
 
 
 def imported(d: Daemon, *args: str) -> set[str]:
@@ -54,7 +55,7 @@ def job(daemon: Daemon) -> int:
 
 COMMANDS = {
     "submit": (["submit", "--hold", "--", "true"], NO_DRAWING),
-    "ls": (["ls"], ()),
+    "ls": (["ls"], NO_TABLE),
     "ls --json": (["ls", "--all", "--json"], NO_DRAWING),
     "show": (["show", "{job}"], ()),
     "show --env": (["show", "{job}", "--env"], ()),
@@ -62,7 +63,7 @@ COMMANDS = {
     "hold": (["hold", "{job}"], NO_DRAWING),
     "release": (["release", "{job}"], NO_DRAWING),
     "whoami": (["whoami"], NO_DRAWING),
-    "gpus": (["gpus"], ()),
+    "gpus": (["gpus"], NO_TABLE),
     "cancel": (["cancel", "{job}"], NO_DRAWING),
 }
 
