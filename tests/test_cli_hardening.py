@@ -20,19 +20,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from rich.console import Console
 
 from ddpq import entry
 from ddpq.client import cli
 from ddpq.client import draw as drawing
-from ddpq.client.api import DdpqClient
 from ddpq.client.format import progress_fraction, progress_line, sanitize
 from ddpq.client.watchview import render
 from ddpq.core.units import parse_duration
 from ddpq.schemas import DeviceList, JobDetail
 from tests.helpers import Daemon, free_port, root_flags, wait_for
+from tests.stub_api import Answer, Request, StubApi, json_answer
 
 # (hostile text, how it must show): each would act on a terminal if printed raw.
 HOSTILE = [
@@ -164,27 +163,39 @@ def draw(renderable: Any) -> str:
     return "\n".join(out)
 
 
-def render_show(text: str, capsys: pytest.CaptureFixture[str]) -> str:
-    job = JobDetail.model_validate(job_data(text))
+def render_show(text: str, capsys: pytest.CaptureFixture[str], as_model: bool = True) -> str:
+    job = JobDetail.model_validate(job_data(text)) if as_model else job_data(text)
     drawing.render_job(job, f"log {text}\nlast line".encode("utf-8", "surrogatepass"))
     return capsys.readouterr().out
 
 
+def render_env(text: str, capsys: pytest.CaptureFixture[str]) -> str:
+    drawing.render_env({"id": 1, "base": "exported", "env": {text: text, "OK": text}})
+    return capsys.readouterr().out
+
+
+# The views take the API's JSON as the CLI gets it, and the wire schemas' models.
 RENDERERS: dict[str, Callable[[str, pytest.CaptureFixture[str]], str]] = {
     "ls": lambda t, _: draw(drawing.jobs_table([JobDetail.model_validate(job_data(t))])),
+    "ls (json)": lambda t, _: draw(drawing.jobs_table([job_data(t)])),
     "show": render_show,
+    "show (json)": lambda t, capsys: render_show(t, capsys, as_model=False),
     "gpus": lambda t, _: draw(drawing.gpu_table(DeviceList.model_validate(devices_data(t)))),
+    "gpus (json)": lambda t, _: draw(drawing.gpu_table(devices_data(t))),
     "watch": lambda t, _: draw(
         render(
             [JobDetail.model_validate(job_data(t))],
             DeviceList.model_validate(devices_data(t)),
         )
     ),
+    "watch (json)": lambda t, _: draw(render([job_data(t)], devices_data(t))),
+    "show --env": render_env,
 }
 
 
 # How many places each view prints the text of job_data/devices_data.
-FIELDS = {"ls": 3, "show": 9, "gpus": 3, "watch": 4}
+FIELDS = {"ls": 3, "show": 9, "gpus": 3, "watch": 4, "show --env": 3}
+FIELDS.update({f"{view} (json)": FIELDS[view] for view in ("ls", "show", "gpus", "watch")})
 
 
 @pytest.fixture(autouse=True)
@@ -356,11 +367,19 @@ def assert_usage_error(r: subprocess.CompletedProcess[str], *words: str) -> None
 
 
 @pytest.mark.parametrize(
-    "value", ["", " ", "nan", "inf", "-1", "1e400", "0", "0s", "1_000", "400d", "1h30"]
+    "value", ["", " ", "nan", "inf", "-1", "1e400", "0", "0s", "1_000", "1h30"]
 )
 def test_submit_refuses_a_bad_time_limit_naming_the_option(value: str) -> None:
     r = run_ddpq("submit", f"--time-limit={value}", "--", "true")
     assert_usage_error(r, "--time-limit")
+
+
+def test_submit_refuses_a_time_limit_over_the_bound_in_days(daemon: Daemon) -> None:
+    # The bound is the wire schema's, which the daemon checks (the CLI imports no pydantic):
+    # this one needs a daemon to say no.
+    r = daemon.cli("submit", "--time-limit=400d", "--", "true", check=False)
+    assert_usage_error(r, "--time-limit: at most 365d")
+    assert daemon.client().list().total == 0
 
 
 @pytest.mark.parametrize("value", ["", "nan", "inf", "-1s", "1e400"])
@@ -459,48 +478,44 @@ def test_a_malformed_token_from_the_environment_is_a_usage_error(token: str) -> 
 
 @pytest.fixture
 def hostile_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
-    """Point the CLI at an in-process API whose every answer carries the given text."""
+    """Point the CLI at a stand-in API (real HTTP, in this process) whose every answer
+    carries the given text."""
+    said: list[str] = []
 
-    def answer(status: int, data: Any) -> httpx.Response:
-        # json.dumps escapes a lone surrogate ("\\ud800"), as a server's JSON may carry one.
-        body = json.dumps(data).encode()
-        return httpx.Response(status, content=body, headers={"content-type": "application/json"})
+    def answer(request: Request) -> Answer:
+        text = said[-1]
+        path, method = request.path, request.method
+        job = job_data(text)
+        if path == "/v1/jobs" and method == "GET":
+            return json_answer(200, {"items": [job], "total": 1, "offset": 0, "limit": 1000})
+        if path == "/v1/jobs/1":
+            return json_answer(200, job)
+        if path == "/v1/jobs/1/log":
+            body = f"log {text}\n".encode("utf-8", "surrogatepass")
+            return Answer(200, body, {"X-Ddpq-Log-Size": "9"})
+        if path == "/v1/jobs/1/env":
+            env = {"base": "exported", "env": {text: text, "OK": text}}
+            return json_answer(200, {"id": 1, **env})
+        if path == "/v1/jobs/1/cancel":
+            return json_answer(200, {"id": 1, "state": "running", "reason": text})
+        if path in ("/v1/jobs/1/hold", "/v1/jobs/1/release"):
+            return json_answer(200, job)
+        if path == "/v1/devices":
+            return json_answer(200, devices_data(text))
+        if path == "/v1/whoami":
+            return json_answer(200, {"name": text, "admin": False})
+        # Errors quote things too: a detail, or whatever else answers on that port.
+        if path == "/v1/jobs/2/cancel":
+            return json_answer(409, {"detail": f"job 2 is {text}"})
+        if path == "/v1/jobs" and method == "POST":
+            return json_answer(422, {"detail": f"name: {text}; env.{text}: bad", "code": "x"})
+        page = f"<html>\n{text}\n</html>".encode("utf-8", "surrogatepass")
+        return Answer(404, page)
 
-    def use(text: str) -> None:
-        def handler(request: httpx.Request) -> httpx.Response:
-            path, method = request.url.path, request.method
-            job = job_data(text)
-            if path == "/v1/jobs" and method == "GET":
-                return answer(200, {"items": [job], "total": 1, "offset": 0, "limit": 1000})
-            if path == "/v1/jobs/1":
-                return answer(200, job)
-            if path == "/v1/jobs/1/log":
-                body = f"log {text}\n".encode("utf-8", "surrogatepass")
-                return httpx.Response(200, content=body, headers={"X-Ddpq-Log-Size": "9"})
-            if path == "/v1/jobs/1/cancel":
-                return answer(200, {"id": 1, "state": "running", "reason": text})
-            if path in ("/v1/jobs/1/hold", "/v1/jobs/1/release"):
-                return answer(200, job)
-            if path == "/v1/devices":
-                return answer(200, devices_data(text))
-            if path == "/v1/whoami":
-                return answer(200, {"name": text, "admin": False})
-            # Errors quote things too: a detail, or whatever else answers on that port.
-            if path == "/v1/jobs/2/cancel":
-                return answer(409, {"detail": f"job 2 is {text}"})
-            page = f"<html>\n{text}\n</html>".encode("utf-8", "surrogatepass")
-            return httpx.Response(404, content=page)
-
-        def fake_client() -> DdpqClient:
-            c = DdpqClient("http://ddpq.test")
-            c._http = httpx.Client(
-                base_url="http://ddpq.test", transport=httpx.MockTransport(handler)
-            )
-            return c
-
-        monkeypatch.setattr(cli, "client", fake_client)
-
-    yield use
+    with StubApi(answer) as stub:
+        monkeypatch.setenv("DDPQ_URL", stub.url)
+        monkeypatch.delenv("DDPQ_TOKEN", raising=False)
+        yield said.append
 
 
 def run_main(
@@ -523,8 +538,10 @@ COMMANDS = [
     (("hold", "1"), 0),
     (("release", "1"), 0),
     (("whoami",), 0),
+    (("show", "1", "--env"), 0),
     (("cancel", "2"), 1),
     (("show", "3"), 4),
+    (("submit", "--", "true"), 2),
 ]
 
 

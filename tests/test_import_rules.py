@@ -73,7 +73,6 @@ RULES = [
             STDLIB,
             "typer",
             "rich",
-            "httpx",
             "pydantic",
             "ddpq.__version__",
             "ddpq.client",

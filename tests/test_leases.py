@@ -149,7 +149,7 @@ def test_priority_orders_the_queue(make_daemon: object, tmp_path: Path) -> None:
 
 def test_too_many_gpus_and_an_ephemeral_port_range_are_refused(daemon: Daemon) -> None:
     r = daemon.cli("submit", "--gpus", "5", "--", "true", check=False)
-    assert r.returncode == 1 and "this server has 4" in r.stderr
+    assert r.returncode == 2 and "--gpus: asked for 5 GPUs but this server has 4" in r.stderr
     lo = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]
     bad = daemon.cli(
         "serve",

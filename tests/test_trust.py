@@ -258,7 +258,7 @@ def test_a_local_account_that_is_no_ddpq_name_submits_anonymously(
 
     monkeypatch.setattr(getpass, "getuser", lambda: local)
     with DdpqClient("http://127.0.0.1:1") as c:
-        assert "x-ddpq-user" not in c._http.headers
+        assert "X-Ddpq-User" not in c.json.headers
     monkeypatch.setattr(getpass, "getuser", lambda: "alice")
     with DdpqClient("http://127.0.0.1:1") as c:
-        assert c._http.headers["x-ddpq-user"] == "alice"
+        assert c.json.headers["X-Ddpq-User"] == "alice"

@@ -32,9 +32,11 @@ def test_resnet18_under_ddpq_reports_progress(daemon: Daemon) -> None:
     assert 0.0 <= done.progress["test_acc"] <= 1.0
     shown = daemon.cli("ls", "--all").stdout
     assert "epoch 2/2" in shown and "acc" in shown
-    # The CLI's own validation of workload arguments (through the workload's parser).
+    # The daemon's validation of workload arguments (through the workload's parser): a
+    # usage error, said as the workload's own option.
     bad = daemon.cli("submit", "resnet18", "--gpus", "2", "--epochs", "zero", check=False)
-    assert bad.returncode == 1 and "epochs" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("ddpq: resnet18: argument --epochs"), bad.stderr
 
 
 def test_killed_job_is_retried_and_resumes_from_its_checkpoint(

@@ -15,43 +15,31 @@ from pydantic import (
     model_validator,
 )
 
+from ddpq.core import jobenv
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.gpus import GpuProcess
+
+# Defined where the CLI reads them without pydantic; still importable from here.
+from ddpq.core.jobenv import ENV_KEY_RE as ENV_KEY_RE
+from ddpq.core.jobenv import MAX_ENV_BYTES as MAX_ENV_BYTES
+from ddpq.core.jobenv import MAX_ENV_VALUE as MAX_ENV_VALUE
+from ddpq.core.jobenv import MAX_ENV_VARS as MAX_ENV_VARS
+from ddpq.core.jobenv import RESERVED_ENV as RESERVED_ENV
+from ddpq.core.names import DEFAULT_API_ADDRESS as DEFAULT_API_ADDRESS
+from ddpq.core.names import NAME_PATTERN as NAME_PATTERN
+from ddpq.core.names import NAME_RE as NAME_RE
+from ddpq.core.names import NAME_RULE as NAME_RULE
 from ddpq.core.notify import check_url
 from ddpq.core.states import JobState
 
-# Where the daemon listens unless told otherwise, and so where a client looks for it: the
-# daemon's settings and the client's default URL both read it here.
-DEFAULT_API_ADDRESS: tuple[str, int] = ("127.0.0.1", 8765)
 MAX_ARGS = 1024
 MAX_ARG_LEN = 4096
 MAX_COMMAND_BYTES = 64 * 1024
-MAX_ENV_VARS = 128
-MAX_ENV_BYTES = 32 * 1024
-# The patterns as JSON Schema (ECMA) writes them, for the OpenAPI document; the compiled
-# ones end with \Z, because Python's `$` also matches before a trailing newline ("alice\n").
-NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-NAME_RE = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 CWD_PATTERN = "^/[^\\u0000]*$"
-NAME_RULE = "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 # What a non-admin may ask for (admins: PRIORITY_MAX). Without --auth every caller is an
 # admin: the daemon then believes whatever name a client sends, so a cap would be theatre.
 USER_PRIORITY_MAX = 100
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
-# Set by ddpq for every job (the job contract); a submission may not override them.
-RESERVED_ENV = frozenset(
-    {
-        "CUDA_VISIBLE_DEVICES",
-        "CUDA_DEVICE_ORDER",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-    }
-)
 
 
 def _encodable(value: str) -> str:
@@ -137,7 +125,18 @@ class JobSubmit(BaseModel):
         max_length=64,
         description="sweeps every member of which must succeed before this job starts",
     )
-    env: dict[Text, Text] = Field(default_factory=dict)
+    env: dict[Text, Text] = Field(
+        default_factory=dict,
+        description="variables to set (over `exported_env`); those ddpq sets for every job "
+        "(CUDA_VISIBLE_DEVICES, MASTER_PORT, DDPQ_*, ...) are refused",
+    )
+    exported_env: dict[Text, Text] | None = Field(
+        default=None,
+        description="the submitter's environment (`ddpq submit --export`): the job starts "
+        "from it instead of the daemon's environment, with PATH, HOME, USER and LOGNAME "
+        "filled in if missing; terminal-only variables (SSH_AUTH_SOCK, DISPLAY, TERM, ...) "
+        "and those ddpq sets are left out. null: the daemon's environment",
+    )
     cwd: Text | None = Field(
         default=None,
         max_length=4096,
@@ -197,18 +196,43 @@ class JobSubmit(BaseModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        if len(v) > MAX_ENV_VARS:
-            raise ValueError(f"has more than {MAX_ENV_VARS} variables")
         for key, value in v.items():
             if not ENV_KEY_RE.match(key):
                 raise ValueError(f"{key!r} is not a valid variable name")
-            if key in RESERVED_ENV or key.startswith("DDPQ_"):
+            if jobenv.is_reserved(key):
                 raise ValueError(f"{key} is set by ddpq for every job and cannot be overridden")
-            if "\x00" in value:
-                raise ValueError(f"{key} contains a NUL byte")
-        if sum(len(k) + len(x) for k, x in v.items()) > MAX_ENV_BYTES:
-            raise ValueError(f"is larger than {MAX_ENV_BYTES} bytes")
+            _check_value(key, value)
         return v
+
+    @field_validator("exported_env")
+    @classmethod
+    def _exported_env(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v is None:
+            return None
+        for key, value in v.items():
+            if not jobenv.is_exportable_name(key):
+                raise ValueError(
+                    f"{key[:64]!r} is not a variable name (empty, '=', a NUL byte, "
+                    f"or longer than {jobenv.MAX_ENV_KEY})"
+                )
+            _check_value(key, value)
+        # Silently: a shell's MASTER_PORT or TERM is no mistake of the submitter's.
+        return jobenv.without_left_out(v)
+
+    @model_validator(mode="after")
+    def _env_size(self) -> JobSubmit:
+        # Counted as stored: the variables the job gets from the submission, in all.
+        merged = {**(self.exported_env or {}), **self.env}
+        field = "exported_env" if self.exported_env else "env"
+        if len(merged) > MAX_ENV_VARS:
+            raise ValueError(f"{field}: more than {MAX_ENV_VARS} variables")
+        # In UTF-8 bytes, as the kernel counts them.
+        size = sum(len(k.encode()) + len(x.encode()) for k, x in merged.items())
+        if size > MAX_ENV_BYTES:
+            raise ValueError(
+                f"{field}: {size // 1024} KiB of variables, more than {MAX_ENV_BYTES // 1024} KiB"
+            )
+        return self
 
     @model_validator(mode="after")
     def _command_or_workload(self) -> JobSubmit:
@@ -224,6 +248,14 @@ class JobSubmit(BaseModel):
         return self
 
 
+def _check_value(key: str, value: str) -> None:
+    # Names only in these messages, never values: an environment holds secrets.
+    if "\x00" in value:
+        raise ValueError(f"{key} contains a NUL byte")
+    if len(value.encode()) > MAX_ENV_VALUE:
+        raise ValueError(f"{key} is longer than {MAX_ENV_VALUE // 1024} KiB")
+
+
 # A sweep's members store their command and environment each: bound the whole, not only
 # each part (10,000 members of a 64 KiB command would be 640 MB in the database).
 MAX_SWEEP_BYTES = 64 * 1024 * 1024
@@ -233,7 +265,8 @@ def _member_bytes(t: JobSubmit, params: dict[str, list[str]]) -> int:
     """A bound on what one member stores: the template's command, args and environment,
     each parameter's longest value (twice: argument and DDPQ_SWEEP_PARAMS), some JSON."""
     base = sum(len(a) + 4 for a in [*t.command, *t.args])
-    base += sum(len(k) + len(v) + 6 for k, v in t.env.items())
+    env = {**(t.exported_env or {}), **t.env}
+    base += sum(len(k) + len(v) + 6 for k, v in env.items())
     swept = sum(2 * (len(n) + max(map(len, vs), default=0) + 8) for n, vs in params.items())
     return base + swept + 256
 
@@ -504,6 +537,20 @@ class DeviceList(BaseModel):
     items: list[DeviceOut]
     ports_leased: dict[int, int] = Field(
         default_factory=dict, description="rendezvous port -> job id"
+    )
+
+
+class JobEnvOut(BaseModel):
+    """The variables a job was submitted with; only its owner and admins may read them."""
+
+    id: int
+    base: Literal["daemon", "exported"] = Field(
+        description="what the job starts from: the daemon's environment, or the one its "
+        "submitter exported (`exported_env`)"
+    )
+    env: dict[str, str] = Field(
+        description="the submitted variables (`exported_env` with `env` over it); the job "
+        "contract's variables are set over these when it starts"
     )
 
 

@@ -1,4 +1,11 @@
-"""``DdpqClient``: the REST API from Python (httpx), speaking the shared wire schemas."""
+"""The REST API from Python, in two layers.
+
+``JsonApi`` speaks HTTP with the standard library (``client.transport``) and returns the
+JSON it is answered (dicts and lists): the CLI's commands use it, so that `ddpq submit` and
+`ddpq ls` import neither httpx nor pydantic (~200 ms between them, on every command).
+``DdpqClient`` is the same API with the shared wire schemas' pydantic models, for programs
+and tests; the models are imported by the methods that return them.
+"""
 
 from __future__ import annotations
 
@@ -6,44 +13,32 @@ import builtins
 import getpass
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+from ddpq.client.errors import DdpqError as DdpqError
+from ddpq.client.errors import Unreachable as Unreachable
+from ddpq.client.transport import Transport
+from ddpq.core.names import DEFAULT_API_ADDRESS, NAME_RE
 
-from ddpq.client.format import sanitize
-from ddpq.schemas import (
-    DEFAULT_API_ADDRESS,
-    NAME_RE,
-    CancelResult,
-    DeviceList,
-    JobDetail,
-    JobList,
-    JobOut,
-    JobSubmit,
-)
+if TYPE_CHECKING:
+    from ddpq.schemas import (
+        CancelResult,
+        DeviceList,
+        JobDetail,
+        JobEnvOut,
+        JobList,
+        JobOut,
+        JobSubmit,
+    )
 
 DEFAULT_URL = "http://{}:{}".format(*DEFAULT_API_ADDRESS)
+Data = dict[str, Any]
 
-
-class DdpqError(Exception):
-    """An error the CLI prints as one line; ``exit_code`` is the CLI's exit status."""
-
-    def __init__(self, message: str, exit_code: int = 1, status: int | None = None) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.status = status
-
-
-class Unreachable(DdpqError):
-    pass
-
-
-EXIT_BY_STATUS = {401: 5, 403: 5, 404: 4}
 # A token travels in an HTTP header: visible ASCII only (what `ddpq admin user add` prints
-# is "ddpq_" + URL-safe base64). Anything else is a paste gone wrong, and httpx would raise
-# on it deep inside a request instead of saying so.
+# is "ddpq_" + URL-safe base64). Anything else is a paste gone wrong, and would fail deep
+# inside a request instead of saying so.
 TOKEN_RE = re.compile(r"[\x21-\x7e]{1,1024}")
 
 
@@ -90,22 +85,141 @@ def save_token(token: str) -> Path:
     return path
 
 
-class DdpqClient:
+class JsonApi:
+    """The daemon's REST API as plain JSON data. Errors are ``DdpqError``s: 4 for no such
+    job, 5 for a missing token or someone else's job, 3 when the daemon cannot be reached,
+    1 for any other refusal (``status`` is the HTTP status)."""
+
     def __init__(
         self, url: str | None = None, token: str | None = None, timeout: float = 30.0
     ) -> None:
         self.url = (url or os.environ.get("DDPQ_URL") or DEFAULT_URL).rstrip("/")
-        headers: dict[str, str] = {}
+        self.headers: dict[str, str] = {}
         # Without --auth the daemon takes this name on trust (and refuses one that is not a
         # valid ddpq name); a local account such as `_svc` then submits as "anonymous".
         if NAME_RE.match(me := getpass.getuser()):
-            headers["X-Ddpq-User"] = me
+            self.headers["X-Ddpq-User"] = me
         if token:
-            headers["Authorization"] = f"Bearer {check_token(token)}"
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+            self.headers["Authorization"] = f"Bearer {check_token(token)}"
+        self._http = Transport(self.url, self.headers, timeout)
 
     def close(self) -> None:
         self._http.close()
+
+    def __enter__(self) -> JsonApi:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _json(self, method: str, path: str, **kw: Any) -> Any:
+        return self._http.request(method, path, **kw).json()
+
+    def submit(self, job: Mapping[str, Any]) -> Data:
+        """Queue a job (``JobSubmit``'s fields); the daemon validates it (422: ``detail``
+        names each field that is wrong)."""
+        data: Data = self._json("POST", "/v1/jobs", body=dict(job))
+        return data
+
+    def list(
+        self,
+        states: builtins.list[str] | None = None,
+        user: str | None = None,
+        limit: int = 1000,
+        offset: int = 0,
+    ) -> Data:
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if states:
+            params["state"] = states
+        if user:
+            params["user"] = user
+        data: Data = self._json("GET", "/v1/jobs", params=params)
+        return data
+
+    def list_all(
+        self, states: builtins.list[str] | None = None, user: str | None = None
+    ) -> builtins.list[Data]:
+        """Every matching job, oldest first, however many pages that takes."""
+        items: builtins.list[Data] = []
+        while True:
+            page = self.list(states=states, user=user, limit=1000, offset=len(items))
+            items += page["items"]
+            if not page["items"] or len(items) >= page["total"]:
+                return items
+
+    def show(self, job_id: int) -> Data:
+        data: Data = self._json("GET", f"/v1/jobs/{job_id}")
+        return data
+
+    def env(self, job_id: int) -> Data:
+        """The variables the job was submitted with (its owner's and admins' to read)."""
+        data: Data = self._json("GET", f"/v1/jobs/{job_id}/env")
+        return data
+
+    def cancel(self, job_id: int) -> Data:
+        data: Data = self._json("POST", f"/v1/jobs/{job_id}/cancel")
+        return data
+
+    def hold(self, job_id: int, hold: bool = True) -> Data:
+        verb = "hold" if hold else "release"
+        data: Data = self._json("POST", f"/v1/jobs/{job_id}/{verb}")
+        return data
+
+    def devices(self) -> Data:
+        data: Data = self._json("GET", "/v1/devices")
+        return data
+
+    def whoami(self) -> Data:
+        data: Data = self._json("GET", "/v1/whoami")
+        return data
+
+    def health(self) -> Data:
+        data: Data = self._json("GET", "/healthz")
+        return data
+
+    def log(self, job_id: int, offset: int = 0, limit: int = 1024 * 1024) -> tuple[bytes, int]:
+        r = self._http.request(
+            "GET", f"/v1/jobs/{job_id}/log", params={"offset": offset, "limit": limit}
+        )
+        next_offset = r.headers.get("x-ddpq-next-offset")
+        return r.body, int(next_offset) if next_offset else offset + len(r.body)
+
+    def log_tail(self, job_id: int, nbytes: int = 8192) -> bytes:
+        """The last ``nbytes`` of a job's log (b"" if you may not read it)."""
+        try:
+            r = self._http.request(
+                "GET", f"/v1/jobs/{job_id}/log", params={"offset": 0, "limit": 1}
+            )
+        except DdpqError as exc:
+            if exc.status == 403:
+                return b""
+            raise
+        size = int(r.headers.get("x-ddpq-log-size", 0))
+        data, _ = self.log(job_id, max(0, size - nbytes), nbytes)
+        return data
+
+    def follow_log(self, job_id: int, offset: int = 0) -> Iterator[bytes]:
+        """Log bytes as they are written, until the job ends."""
+        params: dict[str, str | int] = {"offset": offset, "follow": "true"}
+        yield from self._http.stream(f"/v1/jobs/{job_id}/log", params)
+
+
+class DdpqClient:
+    """The REST API with the wire schemas' models (``JobSubmit`` in, ``JobOut`` out, ...).
+
+    ``json`` is the same API as plain data (``JsonApi``), on the same connection."""
+
+    def __init__(
+        self, url: str | None = None, token: str | None = None, timeout: float = 30.0
+    ) -> None:
+        self.json = JsonApi(url, token, timeout)
+
+    @property
+    def url(self) -> str:
+        return self.json.url
+
+    def close(self) -> None:
+        self.json.close()
 
     def __enter__(self) -> DdpqClient:
         return self
@@ -113,115 +227,68 @@ class DdpqClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kw)
-        except httpx.TransportError as exc:
-            raise Unreachable(
-                f"cannot reach the ddpq daemon at {self.url} ({type(exc).__name__}); "
-                "is `ddpq serve` running? (set --url or DDPQ_URL)",
-                exit_code=3,
-            ) from None
-        if response.status_code >= 400:
-            raise _api_error(response)
-        return response
-
     def submit(self, job: JobSubmit) -> JobOut:
-        body = job.model_dump(exclude_defaults=True)
-        return JobOut.model_validate(self._request("POST", "/v1/jobs", json=body).json())
+        from ddpq.schemas import JobOut
+
+        return JobOut.model_validate(self.json.submit(job.model_dump(exclude_defaults=True)))
 
     def list(
         self,
-        states: list[str] | None = None,
+        states: builtins.list[str] | None = None,
         user: str | None = None,
         limit: int = 1000,
         offset: int = 0,
     ) -> JobList:
-        params: dict[str, Any] = {"limit": limit, "offset": offset}
-        if states:
-            params["state"] = states
-        if user:
-            params["user"] = user
-        return JobList.model_validate(self._request("GET", "/v1/jobs", params=params).json())
+        from ddpq.schemas import JobList
+
+        return JobList.model_validate(self.json.list(states, user, limit, offset))
 
     def list_all(
         self, states: builtins.list[str] | None = None, user: str | None = None
     ) -> builtins.list[JobOut]:
         """Every matching job, oldest first, however many pages that takes."""
-        items: builtins.list[JobOut] = []
-        while True:
-            page = self.list(states=states, user=user, limit=1000, offset=len(items))
-            items += page.items
-            if not page.items or len(items) >= page.total:
-                return items
+        from ddpq.schemas import JobOut
+
+        return [JobOut.model_validate(j) for j in self.json.list_all(states, user)]
 
     def show(self, job_id: int) -> JobDetail:
-        return JobDetail.model_validate(self._request("GET", f"/v1/jobs/{job_id}").json())
+        from ddpq.schemas import JobDetail
+
+        return JobDetail.model_validate(self.json.show(job_id))
+
+    def env(self, job_id: int) -> JobEnvOut:
+        from ddpq.schemas import JobEnvOut
+
+        return JobEnvOut.model_validate(self.json.env(job_id))
 
     def cancel(self, job_id: int) -> CancelResult:
-        data = self._request("POST", f"/v1/jobs/{job_id}/cancel").json()
-        return CancelResult.model_validate(data)
+        from ddpq.schemas import CancelResult
+
+        return CancelResult.model_validate(self.json.cancel(job_id))
 
     def hold(self, job_id: int, hold: bool = True) -> JobOut:
-        verb = "hold" if hold else "release"
-        return JobOut.model_validate(self._request("POST", f"/v1/jobs/{job_id}/{verb}").json())
+        from ddpq.schemas import JobOut
+
+        return JobOut.model_validate(self.json.hold(job_id, hold))
 
     def devices(self) -> DeviceList:
-        return DeviceList.model_validate(self._request("GET", "/v1/devices").json())
+        from ddpq.schemas import DeviceList
+
+        return DeviceList.model_validate(self.json.devices())
 
     def whoami(self) -> dict[str, Any]:
-        data: dict[str, Any] = self._request("GET", "/v1/whoami").json()
-        return data
+        return self.json.whoami()
 
     def health(self) -> dict[str, Any]:
-        data: dict[str, Any] = self._request("GET", "/healthz").json()
-        return data
+        return self.json.health()
 
     def log(self, job_id: int, offset: int = 0, limit: int = 1024 * 1024) -> tuple[bytes, int]:
-        r = self._request(
-            "GET", f"/v1/jobs/{job_id}/log", params={"offset": offset, "limit": limit}
-        )
-        return r.content, int(r.headers.get("X-Ddpq-Next-Offset", offset + len(r.content)))
+        return self.json.log(job_id, offset, limit)
 
     def log_tail(self, job_id: int, nbytes: int = 8192) -> bytes:
         """The last ``nbytes`` of a job's log (b"" if you may not read it)."""
-        try:
-            r = self._request("GET", f"/v1/jobs/{job_id}/log", params={"offset": 0, "limit": 1})
-        except DdpqError as exc:
-            if exc.status == 403:
-                return b""
-            raise
-        size = int(r.headers.get("X-Ddpq-Log-Size", 0))
-        data, _ = self.log(job_id, max(0, size - nbytes), nbytes)
-        return data
+        return self.json.log_tail(job_id, nbytes)
 
     def follow_log(self, job_id: int, offset: int = 0) -> Iterator[bytes]:
         """Log bytes as they are written, until the job ends."""
-        params: dict[str, str | int] = {"offset": offset, "follow": "true"}
-        try:
-            with self._http.stream(
-                "GET", f"/v1/jobs/{job_id}/log", params=params, timeout=None
-            ) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    raise _api_error(r)
-                yield from r.iter_bytes()
-        except httpx.TransportError as exc:
-            raise Unreachable(
-                f"lost the ddpq daemon at {self.url} ({type(exc).__name__})", exit_code=3
-            ) from None
-
-
-def _api_error(response: httpx.Response) -> DdpqError:
-    try:
-        detail = response.json().get("detail")
-    except ValueError:
-        detail = None
-    message = detail if isinstance(detail, str) else response.text[:200] or response.reason_phrase
-    return DdpqError(
-        # The CLI prints this as one line, and the detail may quote a job's name or whatever
-        # answered on that port: no control characters, no newlines.
-        f"{sanitize(message)} (HTTP {response.status_code})",
-        exit_code=EXIT_BY_STATUS.get(response.status_code, 1),
-        status=response.status_code,
-    )
+        return self.json.follow_log(job_id, offset)

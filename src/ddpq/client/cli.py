@@ -3,12 +3,18 @@
 ``ddpq.entry`` puts them together with the daemon's commands (``ddpq.daemon``), which this
 package never imports. Exit codes: 0 success; 1 the daemon refused the request; 2 bad usage
 or configuration; 3 the daemon cannot be reached; 4 no such job; 5 not allowed (missing or
-wrong token, someone else's job); 130 interrupted. Rich is imported by the commands that draw.
+wrong token, someone else's job); 130 interrupted.
+
+Quick as the shell: the commands speak to the daemon through ``JsonApi`` (the standard
+library's HTTP, the answers as plain JSON) and draw from that JSON, so none imports httpx or
+pydantic; Rich is imported by the commands that draw, and each imports what it needs when
+it runs (`python -X importtime -m ddpq ls` shows what is left; bench/cli_latency.py times it).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -17,8 +23,9 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from ddpq.client.api import DEFAULT_URL, DdpqClient, DdpqError, find_token
-from ddpq.client.draw import console, gpu_table, jobs_table, render_job
+from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi, find_token
+from ddpq.client.coercion import QuickCommand, QuickGroup
+from ddpq.client.draw import console, gpu_table, jobs_table, render_env, render_job
 from ddpq.core.states import TERMINAL, JobState
 
 app = typer.Typer(
@@ -28,6 +35,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    # Options read without pydantic: see client.coercion.
+    cls=QuickGroup,
 )
 
 _OPTS: dict[str, Any] = {"url": None, "token": None, "debug": False}
@@ -40,9 +49,9 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def client() -> DdpqClient:
+def client() -> JsonApi:
     token = _OPTS["token"] or find_token()
-    return DdpqClient(_OPTS["url"], token)
+    return JsonApi(_OPTS["url"], token)
 
 
 def print_json(data: Any) -> None:
@@ -64,6 +73,7 @@ def global_options(
 
 
 @app.command(
+    cls=QuickCommand,
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def submit(
@@ -77,7 +87,18 @@ def submit(
         list[int] | None, typer.Option(help="start only after job ID succeeded (repeatable)")
     ] = None,
     hold: Annotated[bool, typer.Option(help="queue it held until `ddpq release`")] = False,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE, over --export")
+    ] = None,
+    export: Annotated[
+        str,
+        typer.Option(
+            metavar="ALL|NONE|NAME,...",
+            help="which of your environment variables the job gets: ALL, NONE (a minimal "
+            "PATH, HOME, USER, LOGNAME, LANG) or NAME,NAME,... (those and the minimal ones); "
+            "never terminal-only ones (SSH_AUTH_SOCK, DISPLAY, TERM, ...) nor ddpq's own",
+        ),
+    ] = "ALL",
     torchrun: Annotated[
         bool, typer.Option(help="run CMD (a script) under torchrun on the leased GPUs and port")
     ] = False,
@@ -86,24 +107,29 @@ def submit(
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
 
-    Built-in workloads take their own options after the name, e.g.
-    `ddpq submit resnet18 --gpus 2 --epochs 5 --synthetic 5000`.
+    The job runs with your environment (your venv's or conda env's python, PYTHONPATH,
+    your variables; see --export) in this directory. Built-in workloads take their own
+    options after the name, e.g. `ddpq submit resnet18 --gpus 2 --epochs 5 --synthetic 5000`.
     """
-    from pydantic import ValidationError
-
+    from ddpq.client import submission
     from ddpq.client.format import sanitize
-    from ddpq.core.units import human_duration, parse_duration
-    from ddpq.schemas import JobSubmit
+    from ddpq.core.units import parse_duration
 
     argv = list(ctx.args)
     if not argv:
         fail("nothing to run: give a command after `--` or a workload name", 2)
-    env_map: dict[str, str] = {}
-    for item in env or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            fail(f"--env {item!r}: expected KEY=VALUE", 2)
-        env_map[key] = value
+    try:
+        env_map = submission.env_pairs(env or [])
+        exported, undecodable = submission.exported_env(export, os.environ)
+    except submission.BadOption as exc:
+        fail(sanitize(str(exc)), 2)
+    if undecodable:
+        typer.echo(
+            "ddpq: warning: left out of the job's environment (not UTF-8): "
+            + sanitize(", ".join(undecodable)),
+            err=True,
+        )
+    # Only what differs from the API's defaults travels (as `exclude_defaults` would).
     fields: dict[str, Any] = {
         "gpus": gpus,
         "name": name,
@@ -113,12 +139,17 @@ def submit(
         "hold": hold,
         "env": env_map,
         "torchrun": torchrun,
-        "cwd": str((cwd or Path.cwd()).resolve()),
     }
+    fields = {k: v for k, v in fields.items() if v}
+    fields["cwd"] = str((cwd or Path.cwd()).resolve())
+    fields["exported_env"] = exported
     from ddpq.workloads.registry import WORKLOADS
 
+    workload = None
     if argv[0] in WORKLOADS and "--" not in sys.argv:
-        fields.update(workload=argv[0], args=argv[1:], torchrun=False)
+        workload = argv[0]
+        fields.update(workload=workload, args=argv[1:])
+        fields.pop("torchrun", None)
     else:
         fields["command"] = argv
     # `is not None`: an explicitly empty `--time-limit ""` (an unset shell variable) is a
@@ -128,30 +159,24 @@ def submit(
             fields["time_limit_s"] = parse_duration(time_limit)
         except ValueError as exc:
             fail(f"--time-limit: {sanitize(str(exc))}", 2)
-    try:
-        job = JobSubmit(**fields)
-    except ValidationError as exc:
-        problems = []
-        for e in exc.errors():
-            loc = ".".join(str(x) for x in e["loc"])
-            if loc == "time_limit_s" and "le" in e.get("ctx", {}):
-                # Say it as the option and unit the user typed, not the wire field's seconds.
-                problems.append(f"--time-limit: at most {human_duration(e['ctx']['le'])}")
-                continue
-            problems.append(f"{loc}: {e['msg']}".lstrip(": ").replace("Value error, ", ""))
-        fail(sanitize("; ".join(problems)), 2)
     with client() as c:
-        out = c.submit(job)
+        try:
+            out = c.submit(fields)
+        except DdpqError as exc:
+            if exc.status != 422:
+                raise
+            # The daemon validates submissions: a 422 is bad usage, said as the options.
+            fail(submission.refusal(exc.detail, workload), 2)
     if as_json:
-        print_json(out.model_dump(mode="json"))
+        print_json(out)
     else:
-        typer.echo(out.id)
+        typer.echo(out["id"])
 
 
 StateOpt = Annotated[list[str] | None, typer.Option("--state", "-s", help="only these states")]
 
 
-@app.command("ls")
+@app.command("ls", cls=QuickCommand)
 def ls(
     state: StateOpt = None,
     user: Annotated[str | None, typer.Option("--user", "-u", help="only this owner's jobs")] = None,
@@ -166,27 +191,40 @@ def ls(
             user = c.whoami()["name"]
         jobs = c.list_all(states=states, user=user)
     if as_json:
-        print_json([j.model_dump(mode="json") for j in jobs])
+        print_json(jobs)
         return
     console().print(jobs_table(jobs))
 
 
-@app.command()
+@app.command(cls=QuickCommand)
 def show(
     job_id: int,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    env: Annotated[
+        bool,
+        typer.Option(
+            "--env", help="only the variables it was submitted with (yours or an admin's to read)"
+        ),
+    ] = False,
 ) -> None:
     """Everything about one job: state history, leases, attempts, progress, log tail."""
     with client() as c:
+        if env:
+            variables = c.env(job_id)
+            if as_json:
+                print_json(variables)
+            else:
+                render_env(variables)
+            return
         job = c.show(job_id)
         tail = b"" if as_json else c.log_tail(job_id)
     if as_json:
-        print_json(job.model_dump(mode="json"))
+        print_json(job)
         return
     render_job(job, b"\n".join(tail.splitlines()[-10:]))
 
 
-@app.command()
+@app.command(cls=QuickCommand)
 def logs(
     job_id: int,
     follow: Annotated[
@@ -210,13 +248,13 @@ def logs(
     out.flush()
 
 
-def _safe(text: str) -> str:
-    from ddpq.client.format import sanitize
+def _safe(value: object) -> str:
+    from ddpq.client.format import sanitize, text
 
-    return sanitize(text)
+    return sanitize(text(value))
 
 
-@app.command()
+@app.command(cls=QuickCommand)
 def cancel(
     job_ids: Annotated[list[int] | None, typer.Argument(help="job IDs")] = None,
     mine: Annotated[bool, typer.Option(help="cancel all my unfinished jobs")] = False,
@@ -226,7 +264,7 @@ def cancel(
         ids = list(job_ids or [])
         if mine:
             me = c.whoami()["name"]
-            ids += [j.id for j in c.list_all(states=ACTIVE_STATES, user=me)]
+            ids += [j["id"] for j in c.list_all(states=ACTIVE_STATES, user=me)]
         if not ids:
             fail("no job to cancel: give job IDs or --mine", 2)
         worst = 0
@@ -237,39 +275,39 @@ def cancel(
                 typer.echo(f"ddpq: {exc}", err=True)
                 worst = max(worst, exc.exit_code)
                 continue
-            typer.echo(f"{r.id}: {_safe(r.state)} ({_safe(r.reason)})")
+            typer.echo(f"{r['id']}: {_safe(r['state'])} ({_safe(r['reason'])})")
     if worst:
         raise typer.Exit(worst)
 
 
-@app.command("hold")
+@app.command("hold", cls=QuickCommand)
 def hold_cmd(job_id: int) -> None:
     """Keep a queued job from starting until `ddpq release`."""
     with client() as c:
         j = c.hold(job_id, True)
-    typer.echo(f"{j.id}: {_safe(j.state)} ({_safe(j.reason)})")
+    typer.echo(f"{j['id']}: {_safe(j['state'])} ({_safe(j['reason'])})")
 
 
-@app.command("release")
+@app.command("release", cls=QuickCommand)
 def release_cmd(job_id: int) -> None:
     """Let a held job start."""
     with client() as c:
         j = c.hold(job_id, False)
-    typer.echo(f"{j.id}: {_safe(j.state)} ({_safe(j.reason)})")
+    typer.echo(f"{j['id']}: {_safe(j['state'])} ({_safe(j['reason'])})")
 
 
-@app.command()
+@app.command(cls=QuickCommand)
 def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every GPU: who holds it (job, owner, since when), memory, outside processes."""
     with client() as c:
         devs = c.devices()
     if as_json:
-        print_json(devs.model_dump(mode="json"))
+        print_json(devs)
         return
     console().print(gpu_table(devs))
 
 
-@app.command()
+@app.command(cls=QuickCommand)
 def watch(
     interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
     all_: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
@@ -290,7 +328,7 @@ def watch(
             return
 
 
-@app.command()
+@app.command(cls=QuickCommand)
 def login(
     token: Annotated[
         str | None,
@@ -332,15 +370,15 @@ def _read_token() -> str:
     return sys.stdin.read(4096)
 
 
-@app.command()
+@app.command(cls=QuickCommand)
 def whoami() -> None:
     """Who the daemon thinks you are."""
     with client() as c:
         me = c.whoami()
-    typer.echo(f"{_safe(str(me['name']))}{' (admin)' if me['admin'] else ''}")
+    typer.echo(f"{_safe(me['name'])}{' (admin)' if me['admin'] else ''}")
 
 
-@app.command()
+@app.command(cls=QuickCommand)
 def version() -> None:
     """Print ddpq's version."""
     from ddpq import __version__

@@ -2,17 +2,17 @@
 
 Everything a user or a job chose (names, commands, reasons, progress) is printed as plain
 text, never read as markup, with control characters made visible (``format.sanitize``).
-Rich itself is imported only when something is drawn.
+Rich itself is imported only when something is drawn. The views take the API's JSON as
+``JsonApi`` returns it (or a wire schema's model: ``format.as_data``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
+from ddpq.client.format import Data, Dumps, as_data, text
 from ddpq.core.states import JobState
-
-if TYPE_CHECKING:
-    from ddpq.schemas import DeviceList, JobDetail, JobOut
 
 
 def console() -> Any:
@@ -22,29 +22,39 @@ def console() -> Any:
     return Console()
 
 
-def jobs_table(jobs: list[JobOut]) -> Any:
+def jobs_table(jobs: Iterable[Data | Dumps]) -> Any:
     """The queue as a Rich table. Names, owners and progress are the users' and jobs' own
     text: ``plain`` cells, never markup, with control characters made visible."""
-    from rich.table import Table
-
     from ddpq.client.format import age, plain, progress_line
 
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ID", "NAME", "OWNER", "STATE", "GPUS", "PORT", "PROGRESS", "AGE"):
-        table.add_column(col, no_wrap=col != "PROGRESS")
-    for j in jobs:
-        gpus = ",".join(map(str, j.leases.gpus)) if j.leases.gpus else str(j.gpus)
+    table = new_table("ID", "NAME", "OWNER", "STATE", "GPUS", "PORT", "PROGRESS", "AGE")
+    for job in jobs:
+        j = as_data(job)
         table.add_row(
-            str(j.id),
-            plain(j.name),
-            plain(j.owner),
-            styled_state(j.state),
-            gpus,
-            str(j.leases.port or ""),
-            plain(progress_line(j.progress)),
-            age(j.submitted_at),
+            plain(str(j["id"])),
+            plain(text(j["name"])),
+            plain(text(j["owner"])),
+            styled_state(j["state"]),
+            plain(gpu_text(j)),
+            plain(str(j["leases"]["port"] or "")),
+            plain(progress_line(j["progress"])),
+            plain(age(j["submitted_at"])),
         )
     return table
+
+
+def new_table(*columns: str, title: str | None = None, wrap: str = "PROGRESS") -> Any:
+    """A table of these columns (``grid.Grid``: Rich's Table costs ~0.4 ms a row); only
+    the ``wrap`` one may wrap. Every cell is a ``Text`` (``plain``), never markup."""
+    from ddpq.client.grid import Grid
+
+    return Grid(*columns, wrap=wrap, title=title)
+
+
+def gpu_text(job: Data) -> str:
+    """The GPUs a job holds ("0,1"), or how many it asked for while it holds none."""
+    leased = job["leases"]["gpus"]
+    return ",".join(map(str, leased)) if leased else str(job["gpus"])
 
 
 STATE_STYLE = {
@@ -59,104 +69,131 @@ STATE_STYLE = {
 }
 
 
-def styled_state(state: JobState) -> Any:
+def styled_state(state: str) -> Any:
+    """A state name in its colour (one the client does not know: as it is, uncoloured)."""
     from ddpq.client.format import plain
 
-    return plain(state.value, STATE_STYLE[state])
+    try:
+        known = JobState(state)
+    except ValueError:
+        return plain(text(state))
+    return plain(known.value, STATE_STYLE[known])
 
 
-def render_job(job: JobDetail, tail: bytes) -> None:
+def render_job(job: Data | Dumps, tail: bytes) -> None:
     """Print one job for people. Every line is a ``Text`` (never markup: a command may hold
     ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
     from rich.text import Text
 
-    from ddpq.client.format import plain, progress_line, sanitize
+    from ddpq.client.format import plain, progress_line, sanitize, when
     from ddpq.core.units import human_duration
 
+    j = as_data(job)
     con = console()
 
-    def line(text: str) -> None:
-        con.print(Text(text))
+    def line(value: str) -> None:
+        con.print(Text(value))
 
+    def safe(value: object) -> str:
+        return sanitize(text(value))
+
+    leases = j["leases"]
     con.print(
         Text.assemble(
-            (f"job {job.id}", "bold"),
-            f" {sanitize(job.name)}  ",
-            styled_state(job.state),
-            f"  {sanitize(job.reason)}",
+            (f"job {j['id']}", "bold"),
+            f" {safe(j['name'])}  ",
+            styled_state(j["state"]),
+            f"  {safe(j['reason'])}",
         )
     )
-    line(f"  owner      {sanitize(job.owner)}")
+    line(f"  owner      {safe(j['owner'])}")
     line(
-        f"  command    {sanitize(' '.join(job.command))}"
-        + ("  (torchrun)" if job.launcher == "torchrun" else "")
+        f"  command    {sanitize(' '.join(map(text, j['command'])))}"
+        + ("  (torchrun)" if j["launcher"] == "torchrun" else "")
     )
     line(
-        f"  gpus       {job.gpus} requested"
-        + (f", leased {job.leases.gpus}" if job.leases.gpus else "")
+        f"  gpus       {j['gpus']} requested"
+        + (f", leased {leases['gpus']}" if leases["gpus"] else "")
     )
-    if job.leases.port:
-        line(f"  port       {job.leases.port}")
-    line(f"  priority   {job.priority}")
-    if job.time_limit_s:
-        line(f"  time limit {human_duration(job.time_limit_s)}")
-    if job.after:
-        line(f"  after      {', '.join(map(str, job.after))}")
-    line(f"  attempt    {job.attempt} (retries allowed: {job.retries})")
-    if job.exit_code is not None or job.exit_signal is not None:
+    if leases["port"]:
+        line(f"  port       {leases['port']}")
+    line(f"  priority   {j['priority']}")
+    if j["time_limit_s"]:
+        line(f"  time limit {human_duration(j['time_limit_s'])}")
+    if j["after"]:
+        line(f"  after      {', '.join(map(str, j['after']))}")
+    line(f"  attempt    {j['attempt']} (retries allowed: {j['retries']})")
+    if j["exit_code"] is not None or j["exit_signal"] is not None:
         line(
-            f"  exit       code {job.exit_code}"
-            + (f", signal {job.exit_signal}" if job.exit_signal else "")
+            f"  exit       code {j['exit_code']}"
+            + (f", signal {j['exit_signal']}" if j["exit_signal"] else "")
         )
-    if job.progress:
-        line(f"  progress   {sanitize(progress_line(job.progress))}")
-    if job.job_dir:
-        line(f"  folder     {sanitize(job.job_dir)}")
+    if j["progress"]:
+        line(f"  progress   {sanitize(progress_line(j['progress']))}")
+    if j["job_dir"]:
+        line(f"  folder     {safe(j['job_dir'])}")
     con.print(plain("history", "bold"))
-    for e in job.events:
-        at = f"{e.at.astimezone():%Y-%m-%d %H:%M:%S}"
-        line(f"  {at}  {sanitize(e.to_state):<10} {sanitize(e.reason)}")
-    if job.attempts:
+    for e in j.get("events", []):
+        at = f"{when(e['at']).astimezone():%Y-%m-%d %H:%M:%S}"
+        line(f"  {at}  {safe(e['to_state']):<10} {safe(e['reason'])}")
+    if j.get("attempts"):
         con.print(plain("attempts", "bold"))
-        for a in job.attempts:
-            state = sanitize(a.state or "running")
-            where = f"  ({sanitize(a.executor or '?')} {sanitize(a.handle)})" if a.handle else ""
-            line(f"  #{a.number} GPUs {a.gpus} port {a.port}  {state}  {sanitize(a.reason)}{where}")
+        for a in j["attempts"]:
+            state = safe(a["state"] or "running")
+            handle = a.get("handle")
+            where = f"  ({safe(a.get('executor') or '?')} {safe(handle)})" if handle else ""
+            line(
+                f"  #{a['number']} GPUs {a['gpus']} port {a['port']}  {state}  "
+                f"{safe(a['reason'])}{where}"
+            )
     if tail:
         con.print(plain("log tail", "bold"))
         # `ddpq logs` prints a job's bytes raw on purpose (they are the job's, and may be
         # piped to a file); this tail is part of a rendering, so it is made safe like the
         # rest: lines kept, escapes and other control characters made visible.
-        text = sanitize(tail.decode(errors="replace"), multiline=True)
-        con.print(Text(text), highlight=False, soft_wrap=True)
+        shown = sanitize(tail.decode(errors="replace"), multiline=True)
+        con.print(Text(shown), highlight=False, soft_wrap=True)
 
 
-def gpu_table(devs: DeviceList) -> Any:
-    from rich.table import Table
+def render_env(env: Data) -> None:
+    """The variables a job was submitted with, one ``NAME=value`` a line, sorted; each made
+    safe to print (a value may hold anything, newlines and escapes included)."""
+    from rich.text import Text
 
+    from ddpq.client.format import sanitize
+
+    con = console()
+    exported = env["base"] == "exported"
+    start = "its submitter's exported environment" if exported else "the daemon's environment"
+    con.print(Text(f"job {env['id']} starts from {start}, with:", style="bold"))
+    for key in sorted(env["env"]):
+        con.print(Text(f"{sanitize(text(key))}={sanitize(text(env['env'][key]))}"))
+
+
+def gpu_table(devices: Data | Dumps) -> Any:
     from ddpq.client.format import age, plain
 
-    port_of = {job: port for port, job in devs.ports_leased.items()}
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "MEMORY", "OUTSIDE"):
-        table.add_column(col, no_wrap=True)
-    for d in devs.items:
-        status = {
-            "free": "[green]free[/]",
-            "leased": "[cyan]leased[/]",
-            "external": "[red]external[/]",
-        }[d.status]
-        outside = ", ".join(f"pid {p.pid}" for p in d.external_processes)
+    devs = as_data(devices)
+    # JSON object keys are strings: "29600" -> job 1.
+    port_of = {job: port for port, job in devs["ports_leased"].items()}
+    columns = ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "MEMORY", "OUTSIDE")
+    table = new_table(*columns, wrap="")
+    colour = {"free": "green", "leased": "cyan", "external": "red"}
+    for d in devs["items"]:
+        outside = ", ".join(f"pid {p['pid']}" for p in d.get("external_processes", []))
+        name = text(d["name"])
+        job_id = d.get("job_id")
+        status = text(d["status"])
         table.add_row(
-            str(d.index),
+            plain(str(d["index"])),
             # The driver's name for the GPU and a user's name: plain text, never markup.
-            plain(d.name + (" (fake)" if d.fake and d.name != "fake" else "")),
-            status,
-            str(d.job_id or ""),
-            plain(d.owner or ""),
-            str(port_of.get(d.job_id, "")) if d.job_id else "",
-            age(d.since) if d.since else "",
-            f"{d.memory_used_mb}/{d.memory_total_mb} MiB",
-            outside,
+            plain(name + (" (fake)" if d["fake"] and name != "fake" else "")),
+            plain(status, colour.get(status, "")),
+            plain(str(job_id or "")),
+            plain(text(d.get("owner"))),
+            plain(str(port_of.get(job_id, "")) if job_id else ""),
+            plain(age(d["since"]) if d.get("since") else ""),
+            plain(f"{d['memory_used_mb']}/{d['memory_total_mb']} MiB"),
+            plain(outside),
         )
     return table

@@ -1,19 +1,49 @@
 """Text for people: ages, progress lines, untrusted text made safe. Pure functions.
 
 Durations and sizes are read and written by ``ddpq.core.units`` (the daemon needs them too).
+The views draw the API's JSON as it comes (``as_data``), without the wire schemas' models:
+importing pydantic would cost every command ~100 ms.
 """
 
 from __future__ import annotations
 
 import math
 import unicodedata
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ddpq.core.units import human_duration
 
 if TYPE_CHECKING:
     from rich.text import Text
+
+
+class Dumps(Protocol):
+    """A wire schema's model (pydantic), which the views also take."""
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
+Data = Mapping[str, Any]
+
+
+def as_data(item: Data | Dumps) -> Data:
+    """A job, attempt or GPU as the API's JSON, from that JSON or a wire schema's model."""
+    if isinstance(item, Mapping):
+        return item
+    return item.model_dump(mode="json")
+
+
+def when(value: str | datetime) -> datetime:
+    """A time from the API's JSON (ISO 8601, "...Z" for UTC)."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def text(value: object) -> str:
+    """A field that should hold text, as text whatever the answer held (None: "")."""
+    return "" if value is None else value if isinstance(value, str) else str(value)
+
 
 # Invisible characters that are not controls: real text needs them (joined emoji,
 # Persian and Indic scripts), and a terminal does nothing with them but join glyphs.
@@ -67,9 +97,9 @@ def plain(text: str, style: str = "") -> Text:
     return Text(sanitize(text), style=style)
 
 
-def age(when: datetime, now: datetime | None = None) -> str:
+def age(since: str | datetime, now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
-    return human_duration((now - when).total_seconds())
+    return human_duration((now - when(since)).total_seconds())
 
 
 def _number(value: Any) -> float | None:

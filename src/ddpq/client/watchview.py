@@ -1,15 +1,26 @@
 """What `ddpq watch` draws: the queue with progress bars, and the GPU map.
 
 Every string a user, a job or the GPU driver chose goes in as ``plain(...)``: a ``str``
-cell would be read as Rich markup, and control characters would reach the terminal.
+cell would be read as Rich markup, and control characters would reach the terminal. Jobs
+and GPUs come as the API's JSON (or a wire schema's model: ``format.as_data``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from ddpq.client.format import age, plain, progress_fraction, progress_line
-from ddpq.schemas import DeviceList, JobOut
+from ddpq.client.draw import gpu_text, new_table
+from ddpq.client.format import (
+    Data,
+    Dumps,
+    age,
+    as_data,
+    plain,
+    progress_fraction,
+    progress_line,
+    text,
+)
 
 
 def bar(fraction: float | None, width: int = 20) -> str:
@@ -19,37 +30,36 @@ def bar(fraction: float | None, width: int = 20) -> str:
     return "█" * filled + "░" * (width - filled) + f" {fraction * 100:3.0f}%"
 
 
-def render(jobs: list[JobOut], devices: DeviceList) -> Any:
+def render(jobs: Iterable[Data | Dumps], devices: Data | Dumps) -> Any:
     from rich.console import Group
-    from rich.table import Table
 
-    queue = Table(title="queue", box=None, header_style="bold", title_justify="left")
-    for col in ("ID", "NAME", "OWNER", "STATE", "GPUS", "PORT", "PROGRESS", "", "AGE"):
-        queue.add_column(col, no_wrap=True)
-    for j in jobs:
+    columns = ("ID", "NAME", "OWNER", "STATE", "GPUS", "PORT", "PROGRESS", "", "AGE")
+    queue = new_table(*columns, title="queue", wrap="")
+    listed = [as_data(j) for j in jobs]
+    for j in listed:
         queue.add_row(
-            str(j.id),
-            plain(j.name),
-            plain(j.owner),
-            plain(j.state),
-            ",".join(map(str, j.leases.gpus)) or str(j.gpus),
-            str(j.leases.port or ""),
-            bar(progress_fraction(j.progress)),
-            plain(progress_line(j.progress)),
-            age(j.submitted_at),
+            plain(str(j["id"])),
+            plain(text(j["name"])),
+            plain(text(j["owner"])),
+            plain(text(j["state"])),
+            plain(gpu_text(j)),
+            plain(str(j["leases"]["port"] or "")),
+            plain(bar(progress_fraction(j["progress"]))),
+            plain(progress_line(j["progress"])),
+            plain(age(j["submitted_at"])),
         )
-    owner_of = {j.id: j.owner for j in jobs}
-    port_of = {job: port for port, job in devices.ports_leased.items()}
-    gpus = Table(title="GPUs", box=None, header_style="bold", title_justify="left")
-    for col in ("GPU", "STATUS", "JOB", "OWNER", "PORT", "MEMORY"):
-        gpus.add_column(col, no_wrap=True)
-    for d in devices.items:
+    owner_of = {j["id"]: j["owner"] for j in listed}
+    devs = as_data(devices)
+    port_of = {job: port for port, job in devs["ports_leased"].items()}
+    gpus = new_table("GPU", "STATUS", "JOB", "OWNER", "PORT", "MEMORY", title="GPUs", wrap="")
+    for d in devs["items"]:
+        job_id = d.get("job_id")
         gpus.add_row(
-            str(d.index),
-            plain(d.status),
-            str(d.job_id or ""),
-            plain(d.owner or owner_of.get(d.job_id or -1, "")),
-            str(port_of.get(d.job_id, "")) if d.job_id else "",
-            f"{d.memory_used_mb}/{d.memory_total_mb} MiB",
+            plain(str(d["index"])),
+            plain(text(d["status"])),
+            plain(str(job_id or "")),
+            plain(text(d.get("owner") or owner_of.get(job_id, ""))),
+            plain(str(port_of.get(job_id, "")) if job_id else ""),
+            plain(f"{d['memory_used_mb']}/{d['memory_total_mb']} MiB"),
         )
     return Group(queue, gpus)

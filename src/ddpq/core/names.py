@@ -1,4 +1,8 @@
-"""Names that reach the operating system, checked the same way everywhere."""
+"""Names that reach the operating system or cross the API, checked the same way everywhere.
+
+Standard library only: the CLI checks its user name with ``NAME_RE`` before it sends it, and
+must not import pydantic (``ddpq.schemas``) to do so.
+"""
 
 from __future__ import annotations
 
@@ -6,3 +10,14 @@ import re
 
 # A portable Unix account name (POSIX, plus the trailing '$' of machine accounts).
 UNIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\$?\Z")
+
+# A ddpq user or job name. The pattern as JSON Schema (ECMA) writes it, for the OpenAPI
+# document; the compiled one ends with \Z, because Python's `$` also matches before a
+# trailing newline ("alice\n").
+NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+NAME_RE = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
+NAME_RULE = "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+# Where the daemon listens unless told otherwise, and so where a client looks for it: the
+# daemon's settings and the client's default URL both read it here.
+DEFAULT_API_ADDRESS: tuple[str, int] = ("127.0.0.1", 8765)

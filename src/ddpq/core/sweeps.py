@@ -226,6 +226,9 @@ def member_name(base: str, member: Member) -> str:
 SWEEP_ID_ENV = "DDPQ_SWEEP_ID"
 SWEEP_INDEX_ENV = "DDPQ_SWEEP_INDEX"
 SWEEP_PARAMS_ENV = "DDPQ_SWEEP_PARAMS"
+# Written into a member's stored environment by the server alone (a submitter's DDPQ_*
+# variables are refused at the door), so they survive the filter of exported variables.
+MEMBER_ENV_NAMES = frozenset({SWEEP_ID_ENV, SWEEP_INDEX_ENV, SWEEP_PARAMS_ENV})
 
 
 def member_env(sweep_id: int, member: Member) -> dict[str, str]:

@@ -1,10 +1,30 @@
-"""The job contract: the environment and command line every executor gives a job."""
+"""The job contract: the environment and command line every executor gives a job.
+
+A job's environment, from first to last (a later one wins):
+
+1. its starting point: the daemon's own environment (less the daemon's ``DDPQ_*``), or,
+   for a job whose submitter exported theirs (``ddpq submit``, ``--export``), that one,
+   with ``PATH`` (``/usr/local/bin:/usr/bin:/bin``), ``HOME``, ``USER`` and ``LOGNAME``
+   filled in where it lacks them (the last three of the daemon's account, which runs the
+   job unless the executor switches to another: it then sets that account's);
+2. ``OMP_NUM_THREADS`` (cores divided among the GPUs), unless the job already has one;
+3. the submission's ``env``;
+4. the contract itself: ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``MASTER_ADDR``,
+   ``MASTER_PORT``, ``DDPQ_JOB_ID``, ``DDPQ_JOB_DIR``, ``DDPQ_ATTEMPT``,
+   ``PYTHONUNBUFFERED``.
+
+The submission's variables arrive in one stored mapping (``core.jobenv.pack``).
+"""
 
 from __future__ import annotations
 
+import os
+import pwd
 from collections.abc import Mapping
 
+from ddpq.core import jobenv
 from ddpq.core.disposition import REQUEUE_EXIT
+from ddpq.core.sweeps import MEMBER_ENV_NAMES
 from ddpq.executors.base import Launch
 
 
@@ -13,15 +33,37 @@ def threads_per_rank(cpu_count: int, total_gpus: int) -> int:
     return max(1, cpu_count // max(1, total_gpus))
 
 
+def starting_env(submitted: Mapping[str, str], daemon_env: Mapping[str, str]) -> dict[str, str]:
+    """Step 1 and 3 above: where a job's environment starts, with its submitted variables."""
+    exported, variables = jobenv.unpack(submitted)
+    if not exported:
+        # Variables of the daemon's own that must not leak into a job.
+        env = {k: v for k, v in daemon_env.items() if not k.startswith("DDPQ_")}
+        return {**env, **variables}
+    env = {"PATH": jobenv.MINIMAL_PATH, **account_env(daemon_env)}
+    # Left out already by the CLI and the API; again here, for rows stored before.
+    env.update(jobenv.without_left_out(variables))
+    env.update({k: v for k, v in variables.items() if k in MEMBER_ENV_NAMES})
+    return env
+
+
+def account_env(daemon_env: Mapping[str, str]) -> dict[str, str]:
+    """HOME, USER and LOGNAME of the account the daemon runs as (from its environment
+    where the password database does not know the account, as in some containers)."""
+    try:
+        entry = pwd.getpwuid(os.geteuid())
+    except KeyError:
+        return {k: daemon_env[k] for k in jobenv.ACCOUNT_VARS if k in daemon_env}
+    return {"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name}
+
+
 def job_env(
     launch: Launch, base: Mapping[str, str], omp_threads: int, preempt_grace_s: float = 0.0
 ) -> dict[str, str]:
-    env = dict(base)
-    # Variables of the daemon's own that must not leak into a job.
-    for key in [k for k in env if k.startswith("DDPQ_")]:
-        del env[key]
-    env.setdefault("OMP_NUM_THREADS", str(omp_threads))
-    env.update(launch.env)
+    """The whole environment of one attempt; ``base`` is the daemon's environment."""
+    env = starting_env(launch.env, base)
+    if "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(omp_threads)
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in launch.gpus),

@@ -1,4 +1,5 @@
-"""Jobs: submit, list, show, and the three writes on one job (cancel, hold, release)."""
+"""Jobs: submit, list, show, a job's environment, and the three writes on one job (cancel,
+hold, release)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from fastapi import APIRouter, Query
 
 from ddpq import wake
 from ddpq.config import Settings
+from ddpq.core import jobenv
 from ddpq.core.states import TERMINAL, JobState
 from ddpq.schemas import (
     USER_PRIORITY_MAX,
     CancelResult,
     JobDetail,
+    JobEnvOut,
     JobList,
     JobOut,
     JobSubmit,
@@ -82,7 +85,9 @@ def job_spec(
         cwd=cwd,
         gpus=body.gpus,
         launcher=launcher,
-        env=body.env,
+        # The exported environment and `env` in one mapping, marked (jobs.env, a JSON
+        # column): the executor's job contract reads it back with jobenv.unpack.
+        env=jobenv.pack(body.exported_env, body.env),
         priority=body.priority,
         time_limit_s=body.time_limit_s,
         max_retries=body.retries,
@@ -154,6 +159,19 @@ def list_jobs(
 def show(job_id: JobId, _who: Auth, db: DatabaseDep) -> JobDetail:
     with db.read() as s:
         return views.job_detail(s, job_store.get_job(s, job_id))
+
+
+@router.get("/{job_id}/env", response_model=JobEnvOut)
+def job_env(job_id: JobId, who: Auth, db: DatabaseDep) -> JobEnvOut:
+    """The variables the job was submitted with. They may hold secrets (tokens, keys):
+    only the job's owner and admins may read them, here and nowhere else."""
+    with db.read() as s:
+        job = job_store.get_job(s, job_id)
+        may_touch(who, job.owner, job_id)
+        exported, variables = jobenv.unpack(job.env or {})
+    return JobEnvOut(
+        id=job_id, base="exported" if exported else "daemon", env=views.servable(variables)
+    )
 
 
 @router.post("/{job_id}/cancel", response_model=CancelResult, responses=WRITE_ERRORS)

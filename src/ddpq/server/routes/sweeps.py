@@ -48,7 +48,7 @@ def submit(body: SweepSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep)
         job=job,
         # As sent, less the environment: that is a secret of the owner's, kept in the
         # members' rows (as for any job), never in what a sweep's view may show.
-        template=t.model_dump(mode="json", exclude={"env"}),
+        template=t.model_dump(mode="json", exclude={"env", "exported_env"}),
         params=body.params,
         array=body.array,
         max_running=body.max_running or (array.max_running if array else None),

@@ -1,0 +1,137 @@
+"""How long `ddpq submit` and `ddpq ls` take, whole process, as a shell runs them.
+
+    python bench/cli_latency.py [--runs 20] [--pythonpath OLD/src ...]
+
+Starts a real daemon (`ddpq serve --fake-gpus 2` on a temporary home, from this checkout),
+then runs N sequential `ddpq submit --hold -- true` and N `ddpq ls` against it (the
+virtualenv's `ddpq` script, as a user types it; `python -m ddpq` where there is none), and
+times each whole process (start-up, imports, the HTTP round trip, drawing,
+exit) from outside. The jobs are held, so `ls` draws a table that grows to 2N rows per
+code version. `python -c pass` is measured the same way, for reference: what any command
+costs before it does anything.
+
+Each `--pythonpath` is another version of the client (for example main's code, unpacked
+with `git archive main src | tar -x -C /tmp/before`); every version is measured in the same
+run, interleaved one command at a time so that they share the machine's noise. Each is
+byte-compiled first (`compileall`), as an installed package is: without it, a shell with
+PYTHONDONTWRITEBYTECODE set would compile ddpq's modules again on every run.
+Prints a markdown table to paste into bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from machine import cpu_model, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def wall_ms(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+    return (time.perf_counter() - t0) * 1000
+
+
+def start_daemon(home: Path, port: int) -> subprocess.Popen[bytes]:
+    args = ["serve", "--home", str(home), "--port", str(port), "--fake-gpus", "2"]
+    if os.geteuid() == 0:  # a throwaway loopback daemon
+        args.append("--allow-root")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpq", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log = (home / "daemon.log").read_text()
+                raise SystemExit(f"the daemon did not start: {log}") from None
+            time.sleep(0.05)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument(
+        "--pythonpath",
+        action="append",
+        default=[],
+        help="another version's src folder to measure beside this checkout's (repeatable)",
+    )
+    args = ap.parse_args()
+    versions = {"this checkout": str(ROOT / "src")}
+    versions.update({path: path for path in args.pythonpath})
+
+    for path in versions.values():
+        subprocess.run([sys.executable, "-m", "compileall", "-q", path], check=True)
+    home = Path(tempfile.mkdtemp(prefix="ddpq-cli-bench-"))
+    port = free_port()
+    daemon = start_daemon(home, port)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DDPQ_")}
+    base["DDPQ_URL"] = f"http://127.0.0.1:{port}"
+    envs = {name: {**base, "PYTHONPATH": path} for name, path in versions.items()}
+    script = Path(sys.executable).parent / "ddpq"  # imports ddpq from PYTHONPATH first
+    ddpq = [str(script)] if script.exists() else [sys.executable, "-m", "ddpq"]
+    commands = {
+        "submit": [*ddpq, "submit", "--hold", "--", "true"],
+        "ls": [*ddpq, "ls"],
+    }
+    samples: dict[tuple[str, str], list[float]] = {}
+    try:
+        for _ in range(3):  # warm the page cache and the daemon, unrecorded
+            for env in envs.values():
+                wall_ms(commands["ls"], env)
+        for what, argv in commands.items():
+            for _ in range(args.runs):
+                for name, env in envs.items():
+                    samples.setdefault((what, name), []).append(wall_ms(argv, env))
+                samples.setdefault(("python -c pass", ""), []).append(
+                    wall_ms([sys.executable, "-c", "pass"], base)
+                )
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(60)
+        shutil.rmtree(home, ignore_errors=True)
+
+    load = os.getloadavg()[0]
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()}, "
+        f"{os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}, "
+        f"load average {load:.1f} after the run; {args.runs} runs each\n"
+    )
+    print("| command | code | p50 | p90 | mean |")
+    print("|---|---|---|---|---|")
+    for (what, name), values in samples.items():
+        print(
+            f"| `{what}` | {name or '-'} | {statistics.median(values):.1f} ms "
+            f"| {pct(values, 0.9):.1f} ms | {statistics.fmean(values):.1f} ms |"
+        )
+
+
+if __name__ == "__main__":
+    main()

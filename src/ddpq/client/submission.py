@@ -1,0 +1,83 @@
+"""What `ddpq submit` sends, and the daemon's refusals said in the command line's words.
+
+The CLI does not validate a submission against the wire schema (that would import pydantic,
+~100 ms on every submit): it checks only what it parses itself (``--env`` pairs, the
+``--time-limit`` duration, ``--export``) and lets the daemon judge the rest. The daemon
+answers a bad submission with 422 and ``field: message`` for each problem; ``refusal`` puts
+the options' names in place of the fields' (``time_limit_s`` is ``--time-limit``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from ddpq.core import jobenv
+from ddpq.core.units import human_duration
+
+# The API's field -> the option that sets it.
+OPTION_OF = {
+    "gpus": "--gpus",
+    "name": "--name",
+    "priority": "--priority",
+    "time_limit_s": "--time-limit",
+    "retries": "--retries",
+    "after": "--after",
+    "hold": "--hold",
+    "env": "--env",
+    "exported_env": "--export",
+    "torchrun": "--torchrun",
+    "cwd": "--cwd",
+}
+# Fields whose problems name a variable (``env.KEY: ...``): the name is kept.
+KEYED = {"env", "exported_env"}
+_AT_MOST = re.compile(r"Input should be less than or equal to ([0-9.e+]+)")
+
+
+class BadOption(ValueError):
+    """A submission the CLI can tell is wrong before sending it (exit 2)."""
+
+
+def env_pairs(items: Iterable[str]) -> dict[str, str]:
+    """``--env KEY=VALUE`` options as a mapping (a later one wins)."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise BadOption(f"--env {item!r}: expected KEY=VALUE")
+        pairs[key] = value
+    return pairs
+
+
+def exported_env(spec: str, environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``--export ALL|NONE|NAME,...`` applied to ``environ``: what travels, and the names
+    left out because they are not valid UTF-8 (to warn about)."""
+    try:
+        names = jobenv.parse_export(spec)
+    except ValueError as exc:
+        raise BadOption(f"--export: {exc}") from None
+    return jobenv.exported(environ, names)
+
+
+def refusal(detail: str, workload: str | None = None) -> str:
+    """The daemon's 422 ``detail`` with each field named as the option that sets it."""
+    return "; ".join(_one(part, workload) for part in detail.split("; "))
+
+
+def _one(part: str, workload: str | None) -> str:
+    loc, sep, message = part.partition(": ")
+    if not sep:
+        return part
+    field, _, rest = loc.partition(".")
+    if field == "args" and workload:
+        return f"{workload}: {message}"
+    option = OPTION_OF.get(field)
+    if option is None:
+        return part
+    if field == "time_limit_s" and (bound := _AT_MOST.fullmatch(message)):
+        # As the option and unit the user typed, not the wire field's seconds.
+        return f"--time-limit: at most {human_duration(float(bound.group(1)))}"
+    if field in KEYED and rest:
+        variable = rest.removesuffix(".[key]")
+        return f"{option} {variable}: {message}"
+    return f"{option}: {message}"

@@ -1,0 +1,274 @@
+"""HTTP/1.1 for the client, on sockets (the standard library's ``socket``, ``ssl`` for https).
+
+Not httpx, and not even ``http.client``: importing httpx costs ~100 ms, ``http.client``
+~12 ms (it brings the ``email`` package and ``ssl``), and a `ddpq ls` has ~120 ms in all
+(bench/cli_latency.py). The client needs little of HTTP: requests with a JSON body or none,
+answers with a ``Content-Length`` or chunked, one connection kept alive for the requests of
+one command, ``TCP_NODELAY`` (a request and its answer are one segment each way; waiting on
+delayed ACKs would cost 40 ms a request), timeouts, and a chunked stream for
+`ddpq logs -f`. Errors are the CLI's: ``Unreachable`` (exit 3) when the daemon cannot be
+reached or does not speak HTTP, ``api_error`` for an answer of 400 or more.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from ddpq import __version__
+from ddpq.client.errors import DdpqError, Unreachable, api_error
+
+Params = Mapping[str, str | int | list[str]]
+STREAM_CHUNK = 64 * 1024
+MAX_LINE = 64 * 1024  # a status or header line (uvicorn's are far shorter)
+MAX_HEADERS = 100
+
+
+class ProtocolError(Exception):
+    """What answered is not speaking HTTP/1.1 as the daemon does."""
+
+
+CONNECTION_ERRORS = (OSError, ProtocolError)  # timeouts and TLS errors are OSErrors
+
+
+class Response:
+    """An answer below 400: its status, headers (names in lower case) and whole body."""
+
+    __slots__ = ("body", "headers", "status", "url")
+
+    def __init__(self, url: str, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.url, self.status, self.headers, self.body = url, status, headers, body
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except (ValueError, RecursionError):
+            raise DdpqError(
+                f"the answer from {self.url} is not JSON (HTTP {self.status}); "
+                "is that a ddpq daemon?"
+            ) from None
+
+
+class Connection:
+    """One TCP (or TLS) connection to the daemon, read through a buffer."""
+
+    def __init__(self, host: str, port: int, https: bool, timeout: float | None) -> None:
+        sock = _connect(host, port, timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if https:
+                import ssl  # only for https: ~10 ms to import
+
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self.reader = sock.makefile("rb")
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+    def closed_by_peer(self) -> bool:
+        """Whether this idle kept-alive connection is readable: the daemon closed it (its
+        keep-alive timeout) or sent what no request asked for; either way it cannot carry
+        the next request."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def exchange(self, request: bytes) -> tuple[int, str, dict[str, str]]:
+        """Send a whole request; read the answer's status line and headers."""
+        self.sock.sendall(request)
+        while True:
+            status, reason, headers = self._head()
+            if not 100 <= status < 200:  # skip interim answers (none expected)
+                return status, reason, headers
+
+    def _line(self) -> bytes:
+        line = self.reader.readline(MAX_LINE + 1)
+        if not line:
+            raise ProtocolError("the connection closed before an answer")
+        if len(line) > MAX_LINE or not line.endswith(b"\n"):
+            raise ProtocolError("an answer line that does not end")
+        return line.rstrip(b"\r\n")
+
+    def _head(self) -> tuple[int, str, dict[str, str]]:
+        version, _, rest = self._line().partition(b" ")
+        code, _, reason = rest.partition(b" ")
+        if not version.startswith(b"HTTP/1.") or not code.isdigit() or len(code) != 3:
+            raise ProtocolError("not an HTTP/1.1 answer")
+        headers: dict[str, str] = {}
+        for _ in range(MAX_HEADERS):
+            line = self._line()
+            if not line:
+                if version == b"HTTP/1.0" and "keep-alive" not in headers.get("connection", ""):
+                    headers["connection"] = "close"
+                return int(code), reason.decode("latin-1"), headers
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise ProtocolError("a malformed header")
+            key = name.strip().decode("latin-1").lower()
+            value_text = value.strip().decode("latin-1")
+            headers[key] = f"{headers[key]}, {value_text}" if key in headers else value_text
+        raise ProtocolError("too many headers")
+
+    def body(self, headers: Mapping[str, str]) -> Iterator[bytes]:
+        """The answer's body as it arrives: chunked, of a length, or up to the close."""
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            yield from self._chunks()
+            return
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise ProtocolError("a malformed Content-Length")
+            left = int(length)
+            while left:
+                data = self.reader.read1(min(left, STREAM_CHUNK))
+                if not data:
+                    raise ProtocolError("the connection closed in the middle of an answer")
+                left -= len(data)
+                yield data
+            return
+        while data := self.reader.read1(STREAM_CHUNK):
+            yield data
+
+    def _chunks(self) -> Iterator[bytes]:
+        while True:
+            size_text = self._line().split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise ProtocolError("a malformed chunk size") from None
+            if size == 0:
+                while self._line():  # trailers, up to the empty line
+                    pass
+                return
+            data = self.reader.read(size)
+            if len(data) != size or self.reader.read(2) != b"\r\n":
+                raise ProtocolError("a chunk cut short")
+            yield data
+
+
+def _connect(host: str, port: int, timeout: float | None) -> socket.socket:
+    """``socket.create_connection``, but an ASCII name is looked up as bytes: as a str,
+    getaddrinfo would import the IDNA codec first (~1 ms on every command)."""
+    error: OSError = ConnectionRefusedError(f"no address for {host}")
+    address = host.encode() if host.isascii() else host
+    for family, kind, proto, _, where in socket.getaddrinfo(address, port, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(where)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    raise error
+
+
+class Transport:
+    """Requests to one daemon over one kept-alive connection (a stream gets its own)."""
+
+    def __init__(self, url: str, headers: Mapping[str, str], timeout: float) -> None:
+        self.url = url
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            parts, port = None, None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise DdpqError(
+                f"{url!r} is not an http:// or https:// URL (--url, $DDPQ_URL)", exit_code=2
+            )
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = port or (443 if self._https else 80)
+        self._prefix = parts.path.rstrip("/")  # a daemon behind a proxy, under a path
+        name = f"[{self._host}]" if ":" in self._host else self._host
+        self._host_header = name if port is None else f"{name}:{port}"
+        self._headers = {"User-Agent": f"ddpq/{__version__}", **headers}
+        self._timeout = timeout
+        self._conn: Connection | None = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def request(
+        self, method: str, path: str, *, params: Params | None = None, body: Any = None
+    ) -> Response:
+        data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        request = self._request(method, path, params, data)
+        try:
+            conn = self._connection()
+            status, reason, headers = conn.exchange(request)
+            content = b"".join(conn.body(headers))
+        except CONNECTION_ERRORS as exc:
+            self.close()
+            raise self._unreachable(exc) from None
+        if headers.get("connection", "").lower() == "close" or (
+            "content-length" not in headers and "transfer-encoding" not in headers
+        ):
+            self.close()
+        if status >= 400:
+            raise api_error(status, reason, content)
+        return Response(self.url, status, headers, content)
+
+    def stream(self, path: str, params: Params | None = None) -> Iterator[bytes]:
+        """The body of a GET as it arrives, for as long as the daemon sends it: on a
+        connection of its own, with no read timeout (a quiet job sends nothing)."""
+        try:
+            conn = Connection(self._host, self._port, self._https, self._timeout)
+        except CONNECTION_ERRORS as exc:
+            raise self._unreachable(exc) from None
+        try:
+            try:
+                conn.sock.settimeout(None)
+                status, reason, headers = conn.exchange(self._request("GET", path, params, b""))
+                if status >= 400:
+                    raise api_error(status, reason, b"".join(conn.body(headers)))
+            except CONNECTION_ERRORS as exc:
+                raise self._unreachable(exc) from None
+            try:
+                yield from conn.body(headers)
+            except CONNECTION_ERRORS as exc:
+                raise Unreachable(
+                    f"lost the ddpq daemon at {self.url} ({type(exc).__name__})", exit_code=3
+                ) from None
+        finally:
+            conn.close()
+
+    def _request(self, method: str, path: str, params: Params | None, body: bytes) -> bytes:
+        query = f"?{urlencode(params, doseq=True)}" if params else ""
+        lines = [f"{method} {self._prefix}{path}{query} HTTP/1.1", f"Host: {self._host_header}"]
+        lines += [f"{name}: {value}" for name, value in self._headers.items()]
+        if body:
+            lines.append("Content-Type: application/json")
+        if body or method == "POST":
+            lines.append(f"Content-Length: {len(body)}")
+        # One buffer, one send: with TCP_NODELAY a request is one segment when it fits.
+        return "\r\n".join([*lines, "", ""]).encode("latin-1") + body
+
+    def _unreachable(self, exc: BaseException) -> Unreachable:
+        return Unreachable(
+            f"cannot reach the ddpq daemon at {self.url} ({type(exc).__name__}); "
+            "is `ddpq serve` running? (set --url or DDPQ_URL)",
+            exit_code=3,
+        )
+
+    def _connection(self) -> Connection:
+        if self._conn is not None and self._conn.closed_by_peer():
+            self.close()
+        if self._conn is None:
+            self._conn = Connection(self._host, self._port, self._https, self._timeout)
+        return self._conn
