@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 
 from ddpq.core.gpus import Gpu
 from ddpq.schemas import CWD_PATTERN, NAME_PATTERN, NAME_RE, JobSubmit, derive_name
-from ddpq.server import paths
+from ddpq.server import guard, paths
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
@@ -246,6 +246,36 @@ def test_a_body_without_a_content_type_is_refused_and_none_without_body_passes(
         headers={"Content-Type": "Application/JSON; charset=utf-8"},
     )
     assert charset.status_code == 201
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/sweeps", "/v1/jobs/1/cancel", "/v1/nowhere"])
+@pytest.mark.parametrize("chunked", [False, True], ids=["length", "chunked"])
+def test_a_body_over_the_limit_is_413_before_it_is_parsed(
+    api: TestClient, path: str, chunked: bool
+) -> None:
+    filler = b" " * (1 << 20)
+    parts = [b'{"command": ["true"], "name": "', *([filler] * 9), b'"}']
+    content: Any = iter(parts) if chunked else b"".join(parts)
+    r = api.post(path, content=content, headers={"Content-Type": "application/json"})
+    assert_error(r, 413, "too_large", "larger than 8 MiB")
+    assert api.get("/v1/jobs").json()["total"] == 0
+    # Just under the limit is read and judged by the schema as usual.
+    fits = b'{"command": ["true"], "name": "' + b"x" * (guard.MAX_BODY_BYTES - 64) + b'"}'
+    r = api.post("/v1/jobs", content=fits, headers={"Content-Type": "application/json"})
+    assert_error(r, 422, "invalid", "name")
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_any_byte_of_it(
+    daemon: Daemon,
+) -> None:
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as conn:
+        conn.sendall(
+            b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000000\r\n\r\n"
+        )
+        reply = conn.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 413"), reply
+    assert b"too_large" in reply
 
 
 def test_the_cli_still_works_through_the_checks(daemon: Daemon) -> None:

@@ -272,13 +272,8 @@ def test_only_the_owner_and_admins_read_a_jobs_environment(
     assert SECRET not in (d.home / "daemon.log").read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fork server's requests are SOCK_SEQPACKET messages, which the kernel caps at "
-    "the socket's send buffer (212,992 bytes by default): a larger environment is started "
-    "by exec instead, after a warning that the fork server is gone (executors/local/"
-    "forkclient.py would raise SO_SNDBUF to take what the API accepts)",
-)
+# Larger than a datagram on a SOCK_SEQPACKET socket may be where net.core.wmem_max is the
+# default 208 KiB: the request travels in a memory file (forkclient.INLINE_REQUEST_MAX).
 def test_the_largest_environment_accepted_is_started_by_the_fork_server(
     one_gpu: Daemon,
 ) -> None:

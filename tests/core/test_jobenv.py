@@ -113,3 +113,14 @@ def test_stored_rows_with_left_out_variables_still_leave_them_out() -> None:
     stored = {jobenv.EXPORTED_MARK: "1", "DISPLAY": ":0", "MASTER_PORT": "1", "K": "v"}
     env = job_env(launch(stored, gpus=(), port=None), DAEMON, omp_threads=1)
     assert "DISPLAY" not in env and "MASTER_PORT" not in env and env["K"] == "v"
+
+
+def test_a_sweep_members_variables_survive_an_exported_environment() -> None:
+    # The server writes them into each member's stored environment (core.sweeps.member_env);
+    # every other DDPQ_* variable in a stored row is still dropped.
+    member = {"DDPQ_SWEEP_ID": "3", "DDPQ_SWEEP_INDEX": "7", "DDPQ_SWEEP_PARAMS": '{"lr":"0.1"}'}
+    stored = {**jobenv.pack({"PATH": "/venv/bin", "DDPQ_TOKEN": "ddpq_x"}, {}), **member}
+    env = job_env(launch(stored), DAEMON, omp_threads=1)
+    assert {k: env[k] for k in member} == member
+    assert "DDPQ_TOKEN" not in env
+    assert job_env(launch({**member}), DAEMON, omp_threads=1)["DDPQ_SWEEP_INDEX"] == "7"

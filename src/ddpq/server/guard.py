@@ -18,6 +18,10 @@ shows may send requests to ``127.0.0.1``. Three checks, on every request:
   or JSON. A browser sends an HTML form's POST (``application/x-www-form-urlencoded``,
   ``multipart/form-data``, ``text/plain``) without asking the server first; those get 415.
   The ``ddpq`` CLI's POSTs without a body carry no content type and pass.
+
+And one bound: a request body is at most ``MAX_BODY_BYTES`` (413 beyond), counted as it
+arrives, so a chunked body without a length is bounded too. The schemas' own bounds
+apply only after the whole body has been read and parsed; this one comes first.
 """
 
 from __future__ import annotations
@@ -29,11 +33,14 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 DEFAULT_PORT = {"http": 80, "https": 443}
+# Far above the largest valid submission (a 256 KiB environment, a 64 KiB command, a
+# sweep's parameters), far below what would hurt the daemon to hold and parse.
+MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 def split_host(value: str) -> tuple[str, int | None] | None:
@@ -77,12 +84,21 @@ class RequestGuard:
         self.names = names
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            refusal = self.check(scope)
-            if refusal is not None:
-                status, code, detail = refusal
-                await _answer(send, status, code, detail)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self.check(scope)
+        if refusal is not None:
+            status, code, detail = refusal
+            await _answer(send, status, code, detail)
+            return
+        if any(k.lower() == b"transfer-encoding" for k, _ in scope["headers"]):
+            # No length to judge by: read it here, bounded, and hand the app the whole.
+            body = await _read_bounded(receive)
+            if body is None:
+                await _answer(send, 413, "too_large", _too_large())
                 return
+            receive = _replay(body, receive)
         await self.app(scope, receive, send)
 
     def check(self, scope: Scope) -> tuple[int, str, str] | None:
@@ -108,6 +124,9 @@ class RequestGuard:
         origin = headers.get("origin")
         if origin is not None and not _same_origin(origin, host):
             return 403, "cross_origin", f"cross-origin request from {origin!r} refused"
+        length = headers.get("content-length", "").strip()
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return 413, "too_large", _too_large()
         if scope["method"] in WRITES:
             return _content_type_problem(headers)
         return None
@@ -162,6 +181,40 @@ def _content_type_problem(headers: dict[str, str]) -> tuple[int, str, str] | Non
         "unsupported_media_type",
         f"writes take JSON (Content-Type: application/json), not {media or 'an empty type'!r}",
     )
+
+
+async def _read_bounded(receive: Receive) -> bytes | None:
+    """The whole body, or None once it passes ``MAX_BODY_BYTES`` (the rest unread)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)  # the client went away: the app will see an empty body
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()  # what follows the body: a disconnect
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def _too_large() -> str:
+    return f"the request body is larger than {MAX_BODY_BYTES >> 20} MiB"
 
 
 async def _answer(send: Send, status: int, code: str, detail: str) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, insert, select, update
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session, aliased, defer
 
 from ddpq.core.deps import SweepStanding, settle_change, waiting_place
 from ddpq.core.plan import QueuedJob, needs_port
@@ -246,7 +246,9 @@ def list_jobs(
     offset: int = 0,
 ) -> tuple[list[Job], int]:
     """Jobs oldest first (newest last, like squeue), with the total before paging."""
-    query = select(Job)
+    # Never the environment: listings do not show it, and every CLI job carries its
+    # submitter's (up to 256 KiB), which halved GET /v1/jobs over 600 such jobs.
+    query = select(Job).options(defer(Job.env, raiseload=True))
     if states:
         query = query.where(Job.state.in_(list(states)))
     if owner is not None:
@@ -257,7 +259,8 @@ def list_jobs(
 
 
 def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
-    return list(session.scalars(select(Job).where(Job.state.in_(list(states))).order_by(Job.id)))
+    query = select(Job).options(defer(Job.env, raiseload=True))  # as list_jobs
+    return list(session.scalars(query.where(Job.state.in_(list(states))).order_by(Job.id)))
 
 
 def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import json
+import os
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -11,6 +12,8 @@ from pathlib import Path
 
 FORKSERVER = Path(__file__).with_name("forkserver.py")
 REPLY_TIMEOUT_S = 10.0
+# Requests larger than this travel in a memory file beside the datagram (see fork).
+INLINE_REQUEST_MAX = 64 * 1024
 
 
 class ForkServerUnavailable(OSError):
@@ -82,13 +85,27 @@ class ForkServer:
             "cgroup": str(cgroup) if cgroup is not None else None,
         }
         data = json.dumps(request).encode()
-        fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [gate, stderr]))]
+        passed = [gate, stderr]
+        body_fd = None
+        if len(data) > INLINE_REQUEST_MAX:
+            # A datagram cannot be larger than the socket's send buffer, which an
+            # unprivileged process may raise only to net.core.wmem_max (208 KiB by default):
+            # a large environment goes in a memory file passed along instead.
+            body_fd = os.memfd_create("ddpq-fork-request", os.MFD_CLOEXEC)
+            with open(body_fd, "wb", closefd=False) as body:
+                body.write(data)
+            passed.append(body_fd)
+            data = json.dumps({"request_fd": True}).encode()
+        fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))]
         sock = self._sock or self._start()
         try:
             sock.sendmsg([data], fds)
         except OSError as exc:
             self.close()
             raise ForkServerUnavailable(f"the fork server is gone: {exc}") from exc
+        finally:
+            if body_fd is not None:
+                os.close(body_fd)
         try:
             reply = sock.recv(64 * 1024)
         except OSError as exc:

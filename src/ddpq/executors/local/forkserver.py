@@ -10,7 +10,9 @@ migration waits for an RCU grace period). The worker's part is one message each 
 
 Requests arrive as one datagram each on a SOCK_SEQPACKET socket: a JSON object
 ``{"argv", "env", "uid", "gid", "umask", "cgroup"}`` with two descriptors passed along
-(SCM_RIGHTS): the read end of the shim's gate pipe, and its stderr file. The answer is
+(SCM_RIGHTS): the read end of the shim's gate pipe, and its stderr file. A request too
+large for one datagram is ``{"request_fd": true}`` with a third descriptor, a memory file
+holding the object. The answer is
 ``{"pid": N}`` or ``{"error": "..."}``. The server reaps its children, and exits when the
 worker's end of the socket closes; shims it forked run on.
 """
@@ -27,7 +29,8 @@ import time
 
 import shim  # type: ignore[import-not-found]  # beside this file (python -S puts it first)
 
-MAX_REQUEST = 1 << 20
+MAX_REQUEST = 1 << 20  # inline, in the datagram
+MAX_REQUEST_FILE = 16 << 20  # in a memory file passed along ({"request_fd": true})
 SHIM_TITLE = "ddpq-shim"  # a forked shim's command name and first word (procs.find_shim)
 
 
@@ -126,7 +129,7 @@ def serve(server: socket.socket) -> None:
     while True:
         try:
             data, ancdata, _flags, _addr = server.recvmsg(
-                MAX_REQUEST, socket.CMSG_SPACE(2 * fds.itemsize)
+                MAX_REQUEST, socket.CMSG_SPACE(3 * fds.itemsize)
             )
         except InterruptedError:
             continue
@@ -139,6 +142,8 @@ def serve(server: socket.socket) -> None:
         answer: dict[str, object]
         try:
             request = json.loads(data)
+            if len(received) == 3 and request == {"request_fd": True}:
+                request = json.loads(read_request_file(received.pop()))
             if len(received) != 2 or not isinstance(request, dict):
                 raise ValueError("a request is a JSON object and two descriptors")
             pid = os.fork()
@@ -151,6 +156,21 @@ def serve(server: socket.socket) -> None:
             for fd in received:
                 os.close(fd)
         server.sendall(json.dumps(answer).encode())
+
+
+def read_request_file(fd: int) -> bytes:
+    """The request in a memory file (closed here, before any fork: no shim inherits it)."""
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.pread(fd, 1 << 20, size):
+            size += len(chunk)
+            if size > MAX_REQUEST_FILE:
+                raise ValueError(f"a request is at most {MAX_REQUEST_FILE} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str]) -> int:
