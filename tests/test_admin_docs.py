@@ -12,9 +12,10 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from ddpq.core.usage import Sighting
 from ddpq.entry import command_line
 from ddpq.server.metrics import render
-from ddpq.store import retention
+from ddpq.store import retention, usage
 from ddpq.store.db import Database, migrate
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "admin.md"
@@ -72,6 +73,7 @@ def served_metrics(tmp_path: Path) -> set[str]:
     db = Database(path)
     with db.write() as s:
         retention.record_pass(s, 1.0, 0)
+        usage.record_sample(s, [Sighting(1000, "alice", 0)], 1.0, 5.0)  # outside use, once
     with db.read() as s:
         text = render(s, 2.0)[0].decode()
     db.dispose()

@@ -64,6 +64,7 @@ COMMANDS = {
     "release": (["release", "{job}"], NO_DRAWING),
     "whoami": (["whoami"], NO_DRAWING),
     "gpus": (["gpus"], NO_TABLE),
+    "usage": (["usage"], NO_TABLE),
     "cancel": (["cancel", "{job}"], NO_DRAWING),
 }
 

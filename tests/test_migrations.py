@@ -209,3 +209,28 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
     migrate(path)  # and up again
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM sweeps").fetchone() == (0,)
+
+
+def test_outside_use_upgrade_and_downgrade_keep_the_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0005s")
+    with sqlite3.connect(path) as conn:
+        job_id = _insert_job(conn, "succeeded")
+    _at(path, "0012u")
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO outside_use (uid, account, gpu, started_at, ended_at) "
+            "VALUES (1000, 'alice', 0, 1.0, 6.0), (NULL, NULL, 1, 2.0, 3.0)"
+        )
+        with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
+            conn.execute("INSERT INTO outside_use (uid, gpu, started_at) VALUES (1, 0, 1.0)")
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(outside_use)")}
+    assert {"ix_outside_use_gpu_uid_ended", "ix_outside_use_ended_at"} <= indexes
+    command.downgrade(alembic_config(path), "0005s")
+    with sqlite3.connect(path) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert conn.execute("SELECT id, state FROM jobs").fetchall() == [(job_id, "succeeded")]
+    assert "outside_use" not in tables
+    migrate(path)  # and up again, empty
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM outside_use").fetchone() == (0,)

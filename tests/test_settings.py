@@ -102,6 +102,7 @@ def test_grace_from_each_source(
         ('grace = "2.5s"', "grace_s", 2.5),
         ("grace = 2.5", "grace_s", 2.5),
         ('external_gpus = "ignore"', "external_policy", "ignore"),
+        ('outside_use = "show"', "outside_use", "show"),
         ("stop_jobs = true", "stop_jobs_on_exit", True),
         ("ports_per_user = 5", "max_user_ports", 5),
     ],
@@ -183,6 +184,7 @@ BAD_VALUES = [
     ("fake_gpus", "-1", "between 0 and 1024"),
     ("port", "70000", "between 0 and 65535"),
     ("external_gpus", "sometimes", "'avoid' or 'ignore'"),
+    ("outside_use", "always", "'count' or 'show'"),
     ("ports_per_user", "-2", "at least 0"),
 ]
 # Only a variable or the file can hold these: Typer refuses them as flags itself.

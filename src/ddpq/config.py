@@ -144,6 +144,12 @@ def _external_policy(value: str) -> str:
     return value
 
 
+def _outside_use(value: str) -> str:
+    if value not in ("count", "show"):
+        raise ValueError("must be 'count' or 'show'")
+    return value
+
+
 def _notify_url(url: str | None) -> str | None:
     return None if url is None else notify.check_url(url)
 
@@ -179,6 +185,9 @@ class Settings(BaseSettings):
     port_range: PortRange = DEFAULT_PORT_RANGE
     # avoid: GPUs running processes ddpq did not start are not handed out.
     external_policy: Annotated[str, AfterValidator(_external_policy)] = "avoid"
+    # GPU time of processes in no job, by an account that is a ddpq user's: "count" adds it
+    # to that user's fair share; "show" only shows it (ddpq gpus, ddpq usage, /metrics).
+    outside_use: Annotated[str, AfterValidator(_outside_use)] = "count"
     grace_s: Seconds = 10.0
     log_cap_bytes: Bytes = 64 * 1024 * 1024
     auth: bool = False

@@ -559,3 +559,41 @@ class ErrorOut(BaseModel):
 
     detail: str
     code: str
+
+
+class UsageRow(BaseModel):
+    """The usage of one group in the report's window (``ddpq.core.usage.report``)."""
+
+    key: str = Field(description="the user, the Unix account, the UTC day or month, or 'total'")
+    kind: Literal["user", "account", "day", "month", "total"] = Field(
+        description="what `key` is; `account`: outside use by an account that is no (single) "
+        "ddpq user's"
+    )
+    gpu_hours_jobs: float = Field(description="GPU-hours of ddpq jobs' attempts")
+    gpu_hours_outside: float = Field(
+        description="GPU-hours of processes in no ddpq job (each account on a GPU is charged "
+        "the whole GPU)"
+    )
+    jobs: dict[JobState, int] = Field(description="jobs that ended, by their final state")
+    jobs_started: int = Field(description="jobs first started (what the waits are of)")
+    wait_p50_s: float | None = Field(description="median wait from submission to first start")
+    wait_p90_s: float | None = Field(description="90th percentile of that wait")
+    # Filled in once ddpq measures GPU memory per attempt; null until then.
+    mem_reserved_gib_h: float | None = Field(
+        default=None, description="GiB-hours of GPU memory reserved (not measured yet: null)"
+    )
+    mem_used_peak_gib: float | None = Field(
+        default=None, description="peak GPU memory used, GiB (not measured yet: null)"
+    )
+
+
+class UsageReport(BaseModel):
+    since: datetime
+    until: datetime
+    by: Literal["user", "day", "month"]
+    outside_use: Literal["count", "show"] = Field(
+        description="whether outside use counts towards its user's fair share (count) or is "
+        "only shown (show)"
+    )
+    rows: list[UsageRow]
+    total: UsageRow

@@ -27,6 +27,11 @@ def uuid(i: int) -> str:
     return f"GPU-fa4e0000-0000-0000-0000-{i:012d}"
 
 
+def proc(pid: int, mb: int | None) -> dict[str, Any]:
+    """A process as discovery reports it: NVML names no owner (the worker does, later)."""
+    return {"pid": pid, "used_memory_mb": mb, "uid": None, "account": None, "user": None}
+
+
 # --- through NVML -----------------------------------------------------------
 
 
@@ -70,9 +75,9 @@ def test_compute_processes_per_gpu(nvml_discover: Discover) -> None:
     )
     procs = {d["index"]: d["processes"] for d in devices}
     assert procs == {
-        0: [{"pid": 1111, "used_memory_mb": 1024}, {"pid": 4444, "used_memory_mb": 2048}],
-        1: [{"pid": 5555, "used_memory_mb": 70000}],
-        2: [{"pid": 2222, "used_memory_mb": 512}, {"pid": 3333, "used_memory_mb": None}],
+        0: [proc(1111, 1024), proc(4444, 2048)],
+        1: [proc(5555, 70000)],
+        2: [proc(2222, 512), proc(3333, None)],
     }
     assert [d["memory_used_mb"] for d in devices] == [3072, 70000, 512]
 
@@ -85,7 +90,7 @@ def test_driver_without_v3_process_query_falls_back_to_v2(
     nvml_discover: Discover, old_driver_nvml_dir: Path
 ) -> None:
     devices = nvml_discover(old_driver_nvml_dir, FAKE_NVML_GPUS="2", FAKE_NVML_PROCS="1:42:100")
-    assert [d["processes"] for d in devices] == [[], [{"pid": 42, "used_memory_mb": 100}]]
+    assert [d["processes"] for d in devices] == [[], [proc(42, 100)]]
 
 
 def test_nvml_is_shut_down_after_success_and_after_failure(

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         JobList,
         JobOut,
         JobSubmit,
+        UsageReport,
     )
 
 DEFAULT_URL = "http://{}:{}".format(*DEFAULT_API_ADDRESS)
@@ -173,6 +174,11 @@ class JsonApi:
         data: Data = self._json("GET", "/v1/whoami")
         return data
 
+    def usage(self, since: str = "30d", by: str = "user") -> Data:
+        """GPU-hours, ended jobs and waits per user, day or month (``UsageReport``)."""
+        data: Data = self._json("GET", "/v1/usage", params={"since": since, "by": by})
+        return data
+
     def health(self) -> Data:
         data: Data = self._json("GET", "/healthz")
         return data
@@ -278,6 +284,11 @@ class DdpqClient:
 
     def whoami(self) -> dict[str, Any]:
         return self.json.whoami()
+
+    def usage(self, since: str = "30d", by: str = "user") -> UsageReport:
+        from ddpq.schemas import UsageReport
+
+        return UsageReport.model_validate(self.json.usage(since, by))
 
     def health(self) -> dict[str, Any]:
         return self.json.health()

@@ -177,10 +177,11 @@ def gpu_table(devices: Data | Dumps) -> Any:
     # JSON object keys are strings: "29600" -> job 1.
     port_of = {job: port for port, job in devs["ports_leased"].items()}
     columns = ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "MEMORY", "OUTSIDE")
-    table = new_table(*columns, wrap="")
+    # Who is on a GPU outside the queue wraps rather than being cut off.
+    table = new_table(*columns, wrap="OUTSIDE")
     colour = {"free": "green", "leased": "cyan", "external": "red"}
     for d in devs["items"]:
-        outside = ", ".join(f"pid {p['pid']}" for p in d.get("external_processes", []))
+        outside = outside_text(d.get("external_processes") or [])
         name = text(d["name"])
         job_id = d.get("job_id")
         status = text(d["status"])
@@ -197,3 +198,21 @@ def gpu_table(devices: Data | Dumps) -> Any:
             plain(outside),
         )
     return table
+
+
+def person(proc: Data) -> str:
+    """Whose an outside process is: "bob (robert)" for account robert of ddpq user bob,
+    "alice" where both names are one, the account or "uid N" where no user has it."""
+    account, user, uid = proc.get("account"), proc.get("user"), proc.get("uid")
+    name = text(account) if account else (f"uid {text(uid)}" if uid is not None else "unknown")
+    if user and user != account:
+        return f"{text(user)} ({name})"
+    return name
+
+
+def outside_text(procs: Iterable[Data]) -> str:
+    """The processes in no job on one GPU, by person: "alice: pid 12, 13; uid 1234: pid 9"."""
+    by_person: dict[str, list[str]] = {}
+    for p in procs:
+        by_person.setdefault(person(p), []).append(text(p.get("pid")))
+    return "; ".join(f"{who}: pid {', '.join(pids)}" for who, pids in by_person.items())

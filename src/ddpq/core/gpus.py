@@ -21,6 +21,13 @@ class GpuProcess:
     pid: int
     # None where the driver cannot tell (NVML_VALUE_NOT_AVAILABLE, e.g. WDDM).
     used_memory_mb: int | None
+    # Who runs it, for a process that is in no ddpq job: its real uid (from /proc) and that
+    # uid's account name, filled in by the worker (``worker.outside``); None where neither
+    # can be told (the process is gone, /proc hides it, the uid has no account). ``user``
+    # is the ddpq user the account belongs to, filled in by the API (``core.usage``).
+    uid: int | None = None
+    account: str | None = None
+    user: str | None = None
 
 
 @dataclass(frozen=True)

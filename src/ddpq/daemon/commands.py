@@ -74,6 +74,12 @@ RangeOpt = Annotated[str | None, typer.Option(help="rendezvous ports to lease, L
 ExternalOpt = Annotated[
     str | None, typer.Option(help="GPUs running processes ddpq did not start: avoid or ignore")
 ]
+OutsideUseOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="GPU time of processes in no job: count (in their user's fair share) or show"
+    ),
+]
 GraceOpt = Annotated[
     str | None,
     typer.Option(help="SIGTERM-to-SIGKILL grace period when stopping a job (30s, 2m, 0)"),
@@ -174,6 +180,7 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         fake_gpus: FakeOpt = None,
         port_range: RangeOpt = None,
         external_gpus: ExternalOpt = None,
+        outside_use: OutsideUseOpt = None,
         grace: GraceOpt = None,
         log_cap: LogCapOpt = None,
         auth: AuthOpt = None,
@@ -216,6 +223,7 @@ def worker(
     fake_gpus: FakeOpt = None,
     port_range: RangeOpt = None,
     external_gpus: ExternalOpt = None,
+    outside_use: OutsideUseOpt = None,
     grace: GraceOpt = None,
     log_cap: LogCapOpt = None,
     stop_jobs: StopJobsOpt = None,

@@ -35,6 +35,7 @@ PUBLIC_NAMES: dict[str, str] = {
     "fake_gpus": "fake_gpus",
     "port_range": "port_range",
     "external_gpus": "external_policy",
+    "outside_use": "outside_use",
     "grace": "grace_s",
     "log_cap": "log_cap_bytes",
     "auth": "auth",

@@ -22,8 +22,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ddpq import __version__
+from ddpq.core import usage
 from ddpq.core.states import JobState
+from ddpq.store import devices as device_store
 from ddpq.store import retention, stats
+from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
 
 # Training jobs run from seconds (smoke tests) to days.
@@ -50,9 +53,10 @@ def _le(bound: float) -> str:
 class StoreCollector(Collector):
     """Reads the store through one session; used for one scrape and thrown away."""
 
-    def __init__(self, session: Session, now: float) -> None:
+    def __init__(self, session: Session, now: float, names_are_users: bool = False) -> None:
         self.session = session
         self.now = now
+        self.names_are_users = names_are_users  # core.usage.attribute
 
     def collect(self) -> Iterator[Metric]:
         s = self.session
@@ -93,6 +97,7 @@ class StoreCollector(Collector):
             "Rendezvous ports leased to live jobs.",
             value=stats.ports_leased(s),
         )
+        yield from _outside(s, self.names_are_users)
         yield from _retention(s)
 
         yield _histogram(
@@ -114,6 +119,56 @@ class StoreCollector(Collector):
         info = GaugeMetricFamily("ddpq_build_info", "ddpq version (always 1).", labels=["version"])
         info.add_metric([__version__], 1)
         yield info
+
+
+# Outside use is labelled by account: the first this many accounts ever seen have series of
+# their own, any later one is summed under "(other)". Membership never changes (the first
+# ones stay the first), so every series is a true counter, and a host whose users cycle
+# through many uids (rootless containers' sub-uids) cannot blow up the scrape.
+MAX_ACCOUNT_SERIES = 32
+
+
+def _outside(s: Session, names_are_users: bool) -> Iterator[Metric]:
+    """GPU-seconds of processes in no job per account (and the ddpq user it maps to, or
+    ""), and the GPUs each account is on now."""
+    totals = usage_store.totals(s)
+    own = {t.label for t in totals[:MAX_ACCOUNT_SERIES]}
+    now_on: dict[str, int] = {}
+    for gpu in device_store.all_devices(s):
+        for label in {usage.account_label(p.uid, p.account) for p in gpu.processes}:
+            now_on[label] = now_on.get(label, 0) + 1
+    people = usage_store.people(s, own | set(now_on), names_are_users)
+
+    def labels(label: str) -> list[str]:
+        return [label, people.get(label, "")] if label in own else [usage.OTHER, ""]
+
+    seconds = CounterMetricFamily(
+        "ddpq_outside_gpu_seconds",
+        "GPU-seconds used by processes in no ddpq job, per Unix account (a uid without one: "
+        "'uid N'; unreadable: '(unknown)'; accounts past the first "
+        f"{MAX_ACCOUNT_SERIES}: '(other)') and the ddpq user it maps to ('' for none).",
+        labels=["account", "user"],
+    )
+    summed: dict[tuple[str, ...], float] = {}
+    for t in totals:
+        key = tuple(labels(t.label))
+        summed[key] = summed.get(key, 0.0) + t.seconds
+    for key, value in summed.items():
+        seconds.add_metric(list(key), value)
+    yield seconds
+    gpus = GaugeMetricFamily(
+        "ddpq_outside_gpus",
+        "GPUs on which each account has processes in no ddpq job now (labels as "
+        "ddpq_outside_gpu_seconds_total).",
+        labels=["account", "user"],
+    )
+    counted: dict[tuple[str, ...], int] = {}
+    for label, n in now_on.items():
+        key = tuple(labels(label))
+        counted[key] = counted.get(key, 0) + n
+    for key, n in counted.items():
+        gpus.add_metric(list(key), n)
+    yield gpus
 
 
 def _retention(s: Session) -> Iterator[Metric]:
@@ -149,8 +204,8 @@ def _retention(s: Session) -> Iterator[Metric]:
         )
 
 
-def render(session: Session, now: float) -> tuple[bytes, str]:
+def render(session: Session, now: float, names_are_users: bool = False) -> tuple[bytes, str]:
     """The exposition text and its content type."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(session, now))
+    registry.register(StoreCollector(session, now, names_are_users))
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
+from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -28,7 +29,10 @@ def replace_all(session: Session, gpus: Sequence[Gpu], now: float) -> None:
                 memory_total_mb=gpu.memory_total_mb,
                 memory_used_mb=gpu.memory_used_mb,
                 external=bool(gpu.processes),
-                external_processes=[asdict(p) for p in gpu.processes],
+                # Not the ddpq user: the API names it when asked, as users are mapped then.
+                external_processes=[
+                    {k: v for k, v in asdict(p).items() if k != "user"} for p in gpu.processes
+                ],
                 updated_at=now,
             )
         )
@@ -44,13 +48,22 @@ def all_devices(session: Session) -> list[Gpu]:
             name=row.name,
             memory_total_mb=row.memory_total_mb,
             memory_used_mb=row.memory_used_mb,
-            processes=tuple(
-                GpuProcess(int(p["pid"]), p.get("used_memory_mb")) for p in row.external_processes
-            ),
+            processes=tuple(_process(p) for p in row.external_processes),
             fake=row.fake,
         )
         for row in rows
     ]
+
+
+def _process(p: dict[str, Any]) -> GpuProcess:
+    # Rows the worker wrote before it named owners have no uid or account.
+    uid, account = p.get("uid"), p.get("account")
+    return GpuProcess(
+        int(p["pid"]),
+        p.get("used_memory_mb"),
+        uid=uid if isinstance(uid, int) else None,
+        account=account if isinstance(account, str) else None,
+    )
 
 
 _COUNT = select(func.count()).select_from(DeviceSnapshot)  # asked at every submission

@@ -253,6 +253,29 @@ class DeviceSnapshot(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class OutsideUse(Base):
+    """One interval of GPU use by processes in no ddpq job: one account (by uid) on one GPU,
+    from its first sighting to its last (``core.usage``: sightings a minute apart or less
+    extend it). Each account on a GPU is charged the whole GPU for it."""
+
+    __tablename__ = "outside_use"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # The process's real uid, and its account's name when it had one; both None: unknown.
+    uid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    account: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    gpu: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        # The sampler's question: this account's latest interval on this GPU.
+        Index("ix_outside_use_gpu_uid_ended", "gpu", "uid", "ended_at"),
+        # Reports and fair share: the intervals that reach into a window.
+        Index("ix_outside_use_ended_at", "ended_at"),
+    )
+
+
 class RetentionTotal(Base):
     """What retention removed since the database was made, one row per kind (checkpoints,
     logs, rows): kept here, not in a process, so that `ddpq server` and `ddpq worker`

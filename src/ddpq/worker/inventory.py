@@ -2,7 +2,8 @@
 
 A GPU running compute processes that belong to no ddpq job is ``external``; with the
 default policy (``--external-gpus avoid``) it is not handed out. The API shows the
-worker's latest view from the store, without loading NVML itself.
+worker's latest view from the store, without loading NVML itself. Each look is also a
+sample of who uses the GPUs outside the queue (``worker.outside``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ddpq.core.gpus import Gpu, external_pids
 from ddpq.store import devices as device_store
 from ddpq.store.db import Database
 from ddpq.worker.devices import DevicesUnavailable, discover
+from ddpq.worker.outside import OutsideUse
 
 log = logging.getLogger("ddpq.worker")
 
@@ -27,6 +29,7 @@ class Inventory:
         self.settings = settings
         self.devices = devices
         self.external: set[int] = set()
+        self.outside = OutsideUse(REFRESH_S)
         self._refreshed_at = time.monotonic()
 
     def usable(self) -> list[int]:
@@ -56,6 +59,8 @@ class Inventory:
 
     def publish(self, db: Database, ours: Collection[int], now: float) -> None:
         """Store this view for the API: each GPU with the processes on it that are not
-        ddpq's (``ours``)."""
+        ddpq's (``ours``), named by their owners, whose use this look is a sample of."""
+        outside = self.outside.name_owners([d.outside(ours) for d in self.devices])
         with db.write() as s:
-            device_store.replace_all(s, [d.outside(ours) for d in self.devices], now)
+            device_store.replace_all(s, outside, now)
+            self.outside.sample(s, outside, now)

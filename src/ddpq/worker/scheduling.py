@@ -21,6 +21,7 @@ from ddpq.store import attempts as attempt_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import sweeps as sweep_store
+from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
 from ddpq.worker.ports import port_is_free, rotation
 
@@ -178,10 +179,15 @@ class Scheduler:
                 log.info("job %s: %s (it has had more service)", job_id, why[job_id])
 
     def _recent_usage(self, s: Session, now: float) -> dict[str, float]:
-        """Recent GPU-seconds per owner, recomputed at most every USAGE_TTL_S."""
+        """Recent GPU-seconds per owner, recomputed at most every USAGE_TTL_S: their jobs',
+        and (``outside_use = count``) what their accounts used outside the queue."""
         cached_at, usage = self._usage
         if now - cached_at >= USAGE_TTL_S:
-            window = self.settings.usage_window_s
-            usage = recent_usage(job_store.recent_runs(s, now - window), now, window)
+            cfg = self.settings
+            since = now - cfg.usage_window_s
+            runs = job_store.recent_runs(s, since)
+            if cfg.outside_use == "count":
+                runs += usage_store.outside_runs(s, since, names_are_users=not cfg.auth)
+            usage = recent_usage(runs, now, cfg.usage_window_s)
             self._usage = (now, usage)
         return usage

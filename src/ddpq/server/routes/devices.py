@@ -1,28 +1,34 @@
-"""The GPUs as the worker last reported them, with the job (and owner) leasing each."""
+"""The GPUs as the worker last reported them, with the job (and owner) leasing each, and
+whose the processes in no job are (their account, and the ddpq user it maps to)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from fastapi import APIRouter
 
 from ddpq.core.states import JobState
 from ddpq.schemas import DeviceList, DeviceOut
 from ddpq.server import views
-from ddpq.server.deps import Auth, DatabaseDep
+from ddpq.server.deps import Auth, DatabaseDep, SettingsDep
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store import usage as usage_store
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
 
 
 @router.get("", response_model=DeviceList)
-def devices(_who: Auth, db: DatabaseDep) -> DeviceList:
+def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
     with db.read() as s:
         snapshot = device_store.all_devices(s)
         live = lease_store.live(s)
         owners = {
             j.id: j.owner for j in job_store.jobs_in(s, [JobState.STARTING, JobState.RUNNING])
         }
+        accounts = {p.account for d in snapshot for p in d.processes if p.account}
+        people = usage_store.people(s, accounts, names_are_users=not settings.auth)
     gpu_holder = {x.resource: x for x in live if x.kind == lease_store.GPU}
     ports = {x.resource: x.job_id for x in live if x.kind == lease_store.PORT}
     items = []
@@ -41,7 +47,9 @@ def devices(_who: Auth, db: DatabaseDep) -> DeviceList:
                 job_id=lease.job_id if lease else None,
                 owner=owners.get(lease.job_id) if lease else None,
                 since=views.ts(lease.acquired_at) if lease else None,
-                external_processes=list(d.processes),
+                external_processes=[
+                    replace(p, user=people.get(p.account or "")) for p in d.processes
+                ],
             )
         )
     return DeviceList(items=items, ports_leased=ports)

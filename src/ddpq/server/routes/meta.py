@@ -64,12 +64,13 @@ def job_states() -> StatesOut:
     )
 
 
-# Public, no token, like most exporters: a Prometheus scraper has no ddpq account, and the
-# counts here name no user, job or command.
+# Public, no token, like most exporters: a Prometheus scraper has no ddpq account. The
+# counts here name no job or command; they name the Unix accounts that use GPUs outside the
+# queue (and their ddpq users), which `ps` shows anyone on the machine.
 @router.get("/metrics", include_in_schema=False)
-def metrics(db: DatabaseDep) -> Response:
+def metrics(db: DatabaseDep, settings: SettingsDep) -> Response:
     with db.read() as s:
-        body, content_type = prometheus.render(s, time.time())
+        body, content_type = prometheus.render(s, time.time(), not settings.auth)
     return Response(body, media_type=content_type)
 
 

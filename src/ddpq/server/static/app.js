@@ -230,8 +230,8 @@ function renderGpus(devices) {
       lines.push(el("div", { text: `job ${d.job_id} · ${d.owner ?? "?"}` }));
       if (portOf.has(d.job_id)) lines.push(el("div", { text: "port " + portOf.get(d.job_id) }));
     } else if (d.status === "external") {
-      const pids = d.external_processes.map((p) => p.pid).join(", ");
-      lines.push(el("div", { text: "not ddpq: pid " + (pids || "?") }));
+      const who = outsideText(d.external_processes) || "?";
+      lines.push(el("div", { class: "gpu-outside", text: "not ddpq: " + who }));
     }
     if (d.memory_total_mb > 0) {
       lines.push(el("div", {
@@ -251,6 +251,19 @@ function renderGpus(devices) {
   $("gpus").replaceWith(grid);
   const free = devices.items.filter((d) => d.status === "free").length;
   return { gpus: devices.items.length, free };
+}
+
+// Whose the processes in no job are: "bob (robert) pid 12, 13; uid 1234 pid 9".
+function outsideText(procs) {
+  const byPerson = new Map();
+  for (const p of procs) {
+    const uid = p.uid !== null && p.uid !== undefined ? `uid ${p.uid}` : "unknown";
+    const account = p.account || uid;
+    const who = p.user && p.user !== p.account ? `${p.user} (${account})` : account;
+    if (!byPerson.has(who)) byPerson.set(who, []);
+    byPerson.get(who).push(p.pid);
+  }
+  return [...byPerson].map(([who, pids]) => `${who} pid ${pids.join(", ")}`).join("; ");
 }
 
 // ---------------------------------------------------------------- log
