@@ -350,3 +350,16 @@ def test_metrics_bound_the_accounts_and_keep_every_series_a_counter(
     rest = 2 * MAX_ACCOUNT_SERIES - len(firsts)
     assert after[("(other)", "")] == 10.0 * rest
     assert sum(after.values()) == sum(before.values()) + 10.0 * 2 * MAX_ACCOUNT_SERIES
+
+
+def test_many_accounts_are_looked_up_without_exceeding_sqlite(home: Path, api: TestClient) -> None:
+    with sqlite3.connect(home / "ddpq.db") as conn:
+        conn.executemany(
+            "INSERT INTO users (name, token_hash, is_admin, unix_user, created_at) "
+            "VALUES (?, ?, 0, ?, 0)",
+            [(f"user{i}", f"h{i}", f"acct{i}") for i in range(1200)],
+        )
+    accounts = {f"acct{i}" for i in range(1200)} | {f"uid {i}" for i in range(40_000)}
+    with Database(home / "ddpq.db").read() as s:
+        who = usage_store.people(s, accounts, names_are_users=False)
+    assert who == {f"acct{i}": f"user{i}" for i in range(1200)}

@@ -248,3 +248,16 @@ def test_the_gpu_table_names_whose_outside_processes_they_are() -> None:
     assert outside_text(procs) == (
         "bob (robert): pid 11, 14; alice: pid 12; uid 4321: pid 13; unknown: pid 15"
     )
+
+
+@pytest.mark.parametrize("args", [("--csv=yes",), ("--bogus",), ("--since",), ("--by",)])
+def test_a_malformed_command_line_is_exit_2_without_a_traceback(args: tuple[str, ...]) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "ddpq", "usage", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DDPQ_URL": f"http://127.0.0.1:{free_port()}"},
+        timeout=60,
+    )
+    # Click's own usage error, as for every command: "Error: ..." and how to get help.
+    assert r.returncode == 2 and "Error:" in r.stderr and "Traceback" not in r.stderr

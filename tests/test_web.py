@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
+import pwd
 import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -251,3 +255,24 @@ def test_page_shows_a_sweep_as_a_table_and_a_plot_that_follows_its_members(
     expect(page.locator('#sweep-body tr[data-state="succeeded"]')).to_have_count(3)
     expect(folded).to_have_attribute("data-state", "succeeded")
     page.screenshot(path="/tmp/ddpq-sweep.png", full_page=True)
+
+
+def test_page_names_whose_outside_processes_they_are(
+    make_daemon: Callable[..., Daemon], page: Page, tmp_path: Path
+) -> None:
+    from tests.nvml.conftest import _compile
+
+    lib = _compile(tmp_path / "nvml")
+    notebook = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        d = make_daemon(
+            LD_LIBRARY_PATH=str(lib), FAKE_NVML_GPUS="2", FAKE_NVML_PROCS=f"1:{notebook.pid}:512"
+        )
+        page.goto(d.url)
+        card = page.locator('#gpus .gpu[data-status="external"]')
+        expect(card).to_have_count(1)
+        me = pwd.getpwuid(os.getuid()).pw_name
+        expect(card.locator(".gpu-outside")).to_have_text(f"not ddpq: {me} pid {notebook.pid}")
+    finally:
+        notebook.kill()
+        notebook.wait()

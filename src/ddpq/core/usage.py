@@ -256,7 +256,9 @@ def report(
 
     GPU time counts only its part inside the window (a running attempt up to ``now``);
     a 0-GPU job uses no GPU time. Ended jobs count in the group of their end, waits in the
-    group of the job's first start, both only inside the window.
+    group of the job's first start, both only inside the window. Rows by user: users, then
+    accounts of no user (at most ``MAX_ACCOUNT_ROWS``), each the most used first; by day or
+    month: in time order, only those with something in them.
     """
     groups: dict[tuple[str, str], _Sums] = {}
 

@@ -16,6 +16,7 @@ from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core import usage as core
+from ddpq.core.names import UNIX_NAME
 from ddpq.core.rules import Run
 from ddpq.core.states import TERMINAL
 from ddpq.store.models import Attempt, Job, OutsideUse, User
@@ -95,18 +96,23 @@ def first_starts(session: Session, since: float) -> list[core.FirstStart]:
     return [core.FirstStart(owner, start, max(0.0, wait)) for owner, start, wait in rows]
 
 
+# Accounts asked about per statement: far below SQLite's bound on a statement's variables.
+_PEOPLE_CHUNK = 500
+
+
 def people(session: Session, accounts: Collection[str], names_are_users: bool) -> dict[str, str]:
     """account -> the ddpq user its use belongs to (``core.usage.attribute``)."""
-    if not accounts:
-        return {}
+    # Only an account name can be mapped ("uid 1234", "(unknown)" cannot), and a host
+    # whose users cycle through sub-uids may have seen thousands of those.
+    names = sorted(a for a in accounts if UNIX_NAME.match(a))
     mapped: dict[str, list[str]] = {}
-    rows = session.execute(
-        select(User.unix_user, User.name).where(User.unix_user.in_(list(accounts)))
-    )
-    for account, name in rows:
-        if account is not None:
-            mapped.setdefault(account, []).append(name)
-    return core.attribute(accounts, mapped, names_are_users)
+    for i in range(0, len(names), _PEOPLE_CHUNK):
+        chunk = names[i : i + _PEOPLE_CHUNK]
+        rows = session.execute(select(User.unix_user, User.name).where(User.unix_user.in_(chunk)))
+        for account, name in rows:
+            if account is not None:
+                mapped.setdefault(account, []).append(name)
+    return core.attribute(names, mapped, names_are_users)
 
 
 def outside_runs(session: Session, since: float, names_are_users: bool) -> list[Run]:
