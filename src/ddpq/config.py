@@ -214,8 +214,8 @@ class Settings(BaseSettings):
     preempt_grace_s: Seconds = 60.0
     # The policy's guards against thrashing (core.preempt): a job runs this long between
     # preemptions, and is preempted at most this often.
-    preempt_min_run_s: float = DEFAULT_GUARDS.min_run_s
-    max_preemptions: int = DEFAULT_GUARDS.max_preemptions
+    preempt_min_run_s: Seconds = DEFAULT_GUARDS.min_run_s
+    max_preemptions: Annotated[int, Field(ge=0, le=1000)] = DEFAULT_GUARDS.max_preemptions
     # Where every job's end is POSTed unless it names its own URL (set at submission).
     notify_url: Annotated[str | None, AfterValidator(_notify_url)] = None
     # Notifications may go to this host's own addresses (a relay here; tests).

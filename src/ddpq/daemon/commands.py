@@ -137,6 +137,14 @@ PreemptGraceOpt = Annotated[
     str | None,
     typer.Option(help="time a preemptible job has to checkpoint before it is stopped"),
 ]
+PreemptMinRunOpt = Annotated[
+    str | None,
+    typer.Option(help="the policy preempts a job only once it has run this long"),
+]
+MaxPreemptionsOpt = Annotated[
+    int | None,
+    typer.Option(help="the policy preempts one job at most this many times"),
+]
 NotifyUrlOpt = Annotated[
     str | None,
     typer.Option(help="POST every job's end here unless the job names its own --notify URL"),
@@ -185,6 +193,8 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         notify_allow_loopback: NotifyLoopbackOpt = None,
         policy: PolicyOpt = None,
         preempt_grace: PreemptGraceOpt = None,
+        preempt_min_run: PreemptMinRunOpt = None,
+        max_preemptions: MaxPreemptionsOpt = None,
         keep_finished: KeepFinishedOpt = None,
         jobs_budget: JobsBudgetOpt = None,
         prune_rows: PruneRowsOpt = None,
@@ -226,6 +236,8 @@ def worker(
     notify_allow_loopback: NotifyLoopbackOpt = None,
     policy: PolicyOpt = None,
     preempt_grace: PreemptGraceOpt = None,
+    preempt_min_run: PreemptMinRunOpt = None,
+    max_preemptions: MaxPreemptionsOpt = None,
     keep_finished: KeepFinishedOpt = None,
     jobs_budget: JobsBudgetOpt = None,
     prune_rows: PruneRowsOpt = None,

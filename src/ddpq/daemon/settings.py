@@ -44,6 +44,8 @@ PUBLIC_NAMES: dict[str, str] = {
     "ports_per_user": "max_user_ports",
     "policy": "policy",
     "preempt_grace": "preempt_grace_s",
+    "preempt_min_run": "preempt_min_run_s",
+    "max_preemptions": "max_preemptions",
     "notify_url": "notify_url",
     "notify_allow_loopback": "notify_allow_loopback",
     "keep_finished": "keep_finished_s",
