@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,7 +129,8 @@ def test_references_parse_as_jobs_or_sweeps() -> None:
         with pytest.raises(BadRef):
             parse_ref(bad)
     assert sweep_params(["a=1,2", "b="]) == {"a": ["1", "2"], "b": [""]}
-    jobs = [{"id": 1, "sweep_id": None}, {"id": 2, "sweep_id": 5}, {"id": 3, "sweep_id": 4}]
+    jobs: list[dict[str, Any]] = [{"id": 1, "sweep_id": None}, {"id": 2, "sweep_id": 5}]
+    jobs.append({"id": 3, "sweep_id": 4})
     assert fold([*jobs, {"id": 4, "sweep_id": 5}]) == ([jobs[0]], [5, 4])
 
 
