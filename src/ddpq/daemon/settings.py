@@ -44,6 +44,11 @@ PUBLIC_NAMES: dict[str, str] = {
     "ports_per_user": "max_user_ports",
     "notify_url": "notify_url",
     "notify_allow_loopback": "notify_allow_loopback",
+    "executor": "executor",
+    "slurm_partition": "slurm_partition",
+    "slurm_account": "slurm_account",
+    "slurm_options": "slurm_options",
+    "slurm_gpus": "slurm_gpus",
 }
 _NAME_OF = {field: name for name, field in PUBLIC_NAMES.items()}
 

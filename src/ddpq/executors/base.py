@@ -36,6 +36,12 @@ class Launch:
     env: Mapping[str, str]  # the job's own --env (the executor adds the job contract)
     owner: str
     unix_account: str | None  # the Unix account the owner is mapped to, if any
+    # What only a cluster executor (Slurm) uses; the local one runs every job on this host.
+    nodes: int = 1  # hosts the job spans: torchrun runs once on each
+    gpus_per_node: int | None = None  # None: all of ``gpus`` on one node
+    time_limit_s: float | None = None  # the job's --time-limit, for the cluster's own limit
+    partition: str | None = None  # the job's own, over the daemon's --slurm-partition
+    slurm_options: tuple[str, ...] = ()  # the job's own #SBATCH options, after the daemon's
 
 
 class LaunchFailed(Exception):
