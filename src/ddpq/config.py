@@ -191,7 +191,7 @@ def _slurm_options(value: object) -> object:
     if isinstance(value, list | tuple):
         for option in value:
             if isinstance(option, str) and (why := slurm_option_error(option)):
-                raise ValueError(f"{option!r} {why}")
+                raise ValueError(f"{option!r}: {why}")
         return tuple(value)
     return value
 

@@ -22,6 +22,9 @@ from ddpq.executors.slurm.states import SlurmJob
 # What one command may take: slurmctld answers in milliseconds, but a busy controller
 # (thousands of jobs, a backfill pass) can keep a client waiting for seconds.
 TIMEOUT_S = 30.0
+# A signal to a running job's batch step: the worker waits for it, and scancel retries
+# for a minute what Slurm cannot do "now", so it is given less (a cancel follows).
+SIGNAL_TIMEOUT_S = 5.0
 # Job ids per squeue/sacct call: a command line stays short, even with thousands of jobs.
 CHUNK = 500
 COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")
@@ -95,8 +98,10 @@ class SlurmCommands:
         stdin: str | None = None,
         env: Mapping[str, str] | None = None,
         account: Account | None = None,
+        timeout_s: float | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run one Slurm command (``argv[0]`` by name), as ``account`` if given."""
+        timeout = timeout_s if timeout_s is not None else self.timeout_s
         path = self.paths.get(argv[0])
         if path is None:
             raise SlurmError(f"{argv[0]} is not installed here")
@@ -110,7 +115,7 @@ class SlurmCommands:
                 errors="replace",
                 env=dict(env) if env is not None else None,
                 cwd="/",
-                timeout=self.timeout_s,
+                timeout=timeout,
                 user=account.uid if switch and account else None,
                 group=account.gid if switch and account else None,
                 extra_groups=os.getgrouplist(account.name, account.gid)
@@ -118,7 +123,7 @@ class SlurmCommands:
                 else None,
             )
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"{argv[0]} did not answer within {self.timeout_s:g}s") from None
+            raise SlurmError(f"{argv[0]} did not answer within {timeout:g}s") from None
         except OSError as exc:
             raise SlurmError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
 
@@ -129,8 +134,9 @@ class SlurmCommands:
         stdin: str | None = None,
         env: Mapping[str, str] | None = None,
         account: Account | None = None,
+        timeout_s: float | None = None,
     ) -> str:
-        done = self.run(argv, stdin=stdin, env=env, account=account)
+        done = self.run(argv, stdin=stdin, env=env, account=account, timeout_s=timeout_s)
         if done.returncode != 0:
             why = _last_line(done.stderr) or _last_line(done.stdout) or f"exit {done.returncode}"
             raise SlurmError(why if why.startswith(argv[0]) else f"{argv[0]}: {why}")
@@ -152,8 +158,9 @@ class SlurmCommands:
 
     def cancel(self, job_ids: Sequence[str], *, signal: str | None = None) -> None:
         flags = ["--batch", f"--signal={signal}"] if signal else []
+        timeout = SIGNAL_TIMEOUT_S if signal else None
         for chunk in _chunks(job_ids):
-            self._checked(["scancel", *flags, *chunk])
+            self._checked(["scancel", *flags, *chunk], timeout_s=timeout)
 
     def queue(self, job_ids: Sequence[str]) -> dict[str, SlurmJob]:
         jobs: dict[str, SlurmJob] = {}

@@ -19,6 +19,7 @@ little after that. A job Slurm has not started yet is cancelled at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -291,14 +292,21 @@ class SlurmExecutor:
         w = self._watched.get(job_id)
         if w is None or w.abandoned:
             return False
-        if not w.held:
+        # Only a running job has a batch step to signal: Slurm answers a signal to a
+        # waiting one with "try again later", and scancel retries that for a minute. The
+        # last look may be a pass old, and the job started since: look again.
+        if not w.held and (w.job is None or w.job.state != "RUNNING"):
+            with contextlib.suppress(SlurmError):  # then the last look it is
+                w.job = self.slurm.queue([w.slurm_id]).get(w.slurm_id, w.job)
+        if w.job is not None and w.job.state == "RUNNING":
             try:
                 # To the batch step, where the shim forwards it and kills after the grace.
                 self.slurm.cancel([w.slurm_id], signal="TERM")
                 w.kill_at = self.clock() + self.settings.grace_s + KILL_SLACK_S
                 return True
             except SlurmError:
-                pass  # Slurm has not started it (or it has ended): nothing to be polite to
+                pass  # it has ended meanwhile: the cancel below changes nothing
+        # Not started (or only just: then Slurm's KillWait is its grace period).
         self._cancel([w.slurm_id])
         return True
 
