@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo check lint typecheck test test-long bench browser clean
+.PHONY: setup demo check lint typecheck test test-long bench browser slurm clean
 
 setup: $(STAMP)
 
@@ -37,7 +37,17 @@ browser:
 	      || echo "note: could not install chromium; the browser test will be skipped"; \
 	  else echo "note: chromium not installed; the browser test will be skipped"; fi; }
 
-test: setup browser
+# The Slurm tests start a real Slurm on loopback (tests/slurm/cluster.py): Debian's
+# slurm-wlm and munge, installed here when we may (root + apt). The daemons are not
+# started as services; the tests run their own and stop them.
+slurm:
+	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; } \
+	      || echo "note: could not install slurm-wlm and munge; the Slurm tests will be skipped"; \
+	  else echo "note: Slurm not installed; the Slurm tests will be skipped"; fi; }
+
+test: setup browser slurm
 	$(PY) -m pytest -q -p no:cacheprovider
 
 check: lint typecheck test
