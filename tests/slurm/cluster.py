@@ -44,6 +44,10 @@ def missing() -> str | None:
     return None
 
 
+class CannotRunHere(RuntimeError):
+    """This machine lets Slurm's daemons start but not run (the message says why)."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -205,7 +209,15 @@ class SlurmCluster:
         while not ready():
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited ({proc.returncode}):\n{self.logs()}")
+                    logs = self.logs()
+                    if "Unable to initialize cgroup plugin" in logs:
+                        # Slurm 22.05's slurmd needs a cgroup hierarchy it may write
+                        # (a container without one cannot host a slurmd at all).
+                        raise CannotRunHere(
+                            f"{name} cannot start here: Slurm's cgroup plugin finds no "
+                            "cgroup hierarchy it may use (a restricted container?)"
+                        )
+                    raise RuntimeError(f"{name} exited ({proc.returncode}):\n{logs}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"timed out after {timeout}s waiting for {what}:\n{self.logs()}")
             time.sleep(0.02)

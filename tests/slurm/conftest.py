@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Daemon, free_port
-from tests.slurm.cluster import SlurmCluster, missing
+from tests.slurm.cluster import CannotRunHere, SlurmCluster, missing
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +24,11 @@ def slurm() -> Iterator[SlurmCluster]:
     if why is not None:
         pytest.skip(why)
     root = Path(tempfile.mkdtemp(prefix="ddpq-slurm-"))
-    cluster = SlurmCluster.start(root)
+    try:
+        cluster = SlurmCluster.start(root)
+    except CannotRunHere as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(str(exc))
     before = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(cluster.conf)
     try:
