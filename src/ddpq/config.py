@@ -11,6 +11,8 @@ a TOML config file, then these defaults. Every value may be written as people wr
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -152,6 +154,62 @@ def _absolute(path: Path) -> Path:
     return path.expanduser().resolve()
 
 
+EXECUTORS = ("local", "slurm")
+# Options that ddpq writes into every batch script itself, or that the settings hold (the
+# partition, the account): an extra option must not change what ddpq leased or tracks.
+SLURM_OWNED_OPTIONS = frozenset(
+    {
+        *("--output", "-o", "--error", "-e", "--input", "-i", "--open-mode", "--hold", "-H"),
+        *("--parsable", "--job-name", "-J", "--chdir", "-D", "--comment", "--requeue"),
+        *("--no-requeue", "--export", "--export-file", "--wrap", "--array", "-a", "--nodes"),
+        *("-N", "--ntasks-per-node", "--gres", "--gpus", "-G", "--gpus-per-node", "--time"),
+        *("-t", "--signal", "--partition", "-p", "--account", "-A", "--test-only", "--uid"),
+        *("--gid", "--wait", "-W", "--get-user-env"),
+    }
+)
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_.+,-]{1,128}\Z")
+
+
+def _executor(value: str) -> str:
+    if value not in EXECUTORS:
+        raise ValueError("must be 'local' or 'slurm'")
+    return value
+
+
+def _slurm_name(value: str | None) -> str | None:
+    if value is not None and not _SLURM_NAME.match(value):
+        raise ValueError("must be a Slurm name: letters, digits, '.', '_', '+', '-' (',' lists)")
+    return value
+
+
+def slurm_option_error(option: str) -> str | None:
+    """Why ``option`` cannot be an extra ``#SBATCH`` line; None if it can."""
+    if any(c in option for c in "\n\r\x00"):
+        return "must be one line"
+    if not option.startswith("-") or option.startswith("---"):
+        return "must be an sbatch option written as --name=value"
+    name = option.split("=", 1)[0]
+    if name in SLURM_OWNED_OPTIONS:
+        return f"{name} is set by ddpq for every job (or by a setting of its own)"
+    return None
+
+
+def _slurm_options(value: object) -> object:
+    """Extra #SBATCH options: a list (TOML), or one string of them (a flag, a variable),
+    split as a shell splits words: "--qos=high --constraint='a100|h100'"."""
+    if isinstance(value, str):
+        try:
+            value = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split into options: {exc}") from None
+    if isinstance(value, list | tuple):
+        for option in value:
+            if isinstance(option, str) and (why := slurm_option_error(option)):
+                raise ValueError(f"{option!r}: {why}")
+        return tuple(value)
+    return value
+
+
 Seconds = Annotated[float, BeforeValidator(_duration), Field(ge=0, allow_inf_nan=False)]
 Bytes = Annotated[int, BeforeValidator(_size), AfterValidator(_at_least(MIN_LOG_CAP, " bytes"))]
 # Retention: how long a finished job's folder is kept, and how much all job folders may hold.
@@ -216,6 +274,15 @@ class Settings(BaseSettings):
     # preemptions, and is preempted at most this often.
     preempt_min_run_s: Seconds = DEFAULT_GUARDS.min_run_s
     max_preemptions: Annotated[int, Field(ge=0, le=1000)] = DEFAULT_GUARDS.max_preemptions
+    # Where jobs run: "local" (a shim on this host) or "slurm" (sbatch to a cluster, see
+    # docs/slurm.md). Then the partition and account every job is submitted to (Slurm's
+    # defaults if unset), extra #SBATCH options, and how many GPUs ddpq may hold in Slurm
+    # at once (unset: every GPU of the partition's nodes, as sinfo counts them).
+    executor: Annotated[str, AfterValidator(_executor)] = "local"
+    slurm_partition: Annotated[str | None, AfterValidator(_slurm_name)] = None
+    slurm_account: Annotated[str | None, AfterValidator(_slurm_name)] = None
+    slurm_options: Annotated[tuple[str, ...], BeforeValidator(_slurm_options)] = ()
+    slurm_gpus: Annotated[int | None, AfterValidator(_between(0, 1_000_000))] = None
     # Where every job's end is POSTed unless it names its own URL (set at submission).
     notify_url: Annotated[str | None, AfterValidator(_notify_url)] = None
     # Notifications may go to this host's own addresses (a relay here; tests).

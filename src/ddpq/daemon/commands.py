@@ -158,6 +158,31 @@ NotifyLoopbackOpt = Annotated[
     ),
 ]
 
+ExecutorOpt = Annotated[
+    str | None,
+    typer.Option(help="where jobs run: local (this host) or slurm (sbatch; docs/slurm.md)"),
+]
+SlurmPartitionOpt = Annotated[
+    str | None, typer.Option(help="Slurm partition for every job  [default: Slurm's default]")
+]
+SlurmAccountOpt = Annotated[
+    str | None, typer.Option(help="Slurm account for every job  [default: the user's default]")
+]
+SlurmOptionsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="extra #SBATCH options for every job, as one string: "
+        '"--qos=high --cpus-per-gpu=8"  [default: none]'
+    ),
+]
+SlurmGpusOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="GPUs ddpq may hold in Slurm at once  [default: every GPU of the partition, "
+        "from sinfo]"
+    ),
+]
+
 
 def _run_daemon(*, api: bool, worker: bool, config: Path | None, flags: dict[str, Any]) -> None:
     """``flags``: the command's options, named as the settings are (``grace``, ``log_cap``)."""
@@ -198,6 +223,11 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         keep_finished: KeepFinishedOpt = None,
         jobs_budget: JobsBudgetOpt = None,
         prune_rows: PruneRowsOpt = None,
+        executor: ExecutorOpt = None,
+        slurm_partition: SlurmPartitionOpt = None,
+        slurm_account: SlurmAccountOpt = None,
+        slurm_options: SlurmOptionsOpt = None,
+        slurm_gpus: SlurmGpusOpt = None,
     ) -> None:
         flags = {k: v for k, v in locals().items() if k not in ("config", "with_worker")}
         _run_daemon(api=True, worker=with_worker, config=config, flags=flags)
@@ -241,6 +271,11 @@ def worker(
     keep_finished: KeepFinishedOpt = None,
     jobs_budget: JobsBudgetOpt = None,
     prune_rows: PruneRowsOpt = None,
+    executor: ExecutorOpt = None,
+    slurm_partition: SlurmPartitionOpt = None,
+    slurm_account: SlurmAccountOpt = None,
+    slurm_options: SlurmOptionsOpt = None,
+    slurm_gpus: SlurmGpusOpt = None,
 ) -> None:
     """Run only the worker loop (launches and watches jobs, sends notifications); --auth as
     the API has it."""

@@ -51,6 +51,11 @@ PUBLIC_NAMES: dict[str, str] = {
     "keep_finished": "keep_finished_s",
     "jobs_budget": "jobs_budget_bytes",
     "prune_rows": "prune_rows",
+    "executor": "executor",
+    "slurm_partition": "slurm_partition",
+    "slurm_account": "slurm_account",
+    "slurm_options": "slurm_options",
+    "slurm_gpus": "slurm_gpus",
 }
 _NAME_OF = {field: name for name, field in PUBLIC_NAMES.items()}
 

@@ -38,6 +38,12 @@ class Launch:
     unix_account: str | None  # the Unix account the owner is mapped to, if any
     # Preemptible: the signal that tells it to checkpoint (e.g. "USR1"); None: it is not.
     preempt_signal: str | None = None
+    # What only a cluster executor (Slurm) uses; the local one runs every job on this host.
+    nodes: int = 1  # hosts the job spans: torchrun runs once on each
+    gpus_per_node: int | None = None  # None: all of ``gpus`` on one node
+    time_limit_s: float | None = None  # the job's --time-limit, for the cluster's own limit
+    partition: str | None = None  # the job's own, over the daemon's --slurm-partition
+    slurm_options: tuple[str, ...] = ()  # the job's own #SBATCH options, after the daemon's
 
 
 class LaunchFailed(Exception):
