@@ -11,7 +11,6 @@ a TOML config file, then these defaults. Every value may be written as people wr
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from ddpq.core import notify
 from ddpq.core.policy import DEFAULT_POLICY, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS
+from ddpq.core.slurm import SLURM_NAME, slurm_option_error
 from ddpq.core.units import parse_duration, parse_size
 from ddpq.schemas import DEFAULT_API_ADDRESS
 
@@ -155,19 +155,6 @@ def _absolute(path: Path) -> Path:
 
 
 EXECUTORS = ("local", "slurm")
-# Options that ddpq writes into every batch script itself, or that the settings hold (the
-# partition, the account): an extra option must not change what ddpq leased or tracks.
-SLURM_OWNED_OPTIONS = frozenset(
-    {
-        *("--output", "-o", "--error", "-e", "--input", "-i", "--open-mode", "--hold", "-H"),
-        *("--parsable", "--job-name", "-J", "--chdir", "-D", "--comment", "--requeue"),
-        *("--no-requeue", "--export", "--export-file", "--wrap", "--array", "-a", "--nodes"),
-        *("-N", "--ntasks-per-node", "--gres", "--gpus", "-G", "--gpus-per-node", "--time"),
-        *("-t", "--signal", "--partition", "-p", "--account", "-A", "--test-only", "--uid"),
-        *("--gid", "--wait", "-W", "--get-user-env"),
-    }
-)
-_SLURM_NAME = re.compile(r"[A-Za-z0-9_.+,-]{1,128}\Z")
 
 
 def _executor(value: str) -> str:
@@ -177,21 +164,9 @@ def _executor(value: str) -> str:
 
 
 def _slurm_name(value: str | None) -> str | None:
-    if value is not None and not _SLURM_NAME.match(value):
+    if value is not None and not SLURM_NAME.match(value):
         raise ValueError("must be a Slurm name: letters, digits, '.', '_', '+', '-' (',' lists)")
     return value
-
-
-def slurm_option_error(option: str) -> str | None:
-    """Why ``option`` cannot be an extra ``#SBATCH`` line; None if it can."""
-    if any(c in option for c in "\n\r\x00"):
-        return "must be one line"
-    if not option.startswith("-") or option.startswith("---"):
-        return "must be an sbatch option written as --name=value"
-    name = option.split("=", 1)[0]
-    if name in SLURM_OWNED_OPTIONS:
-        return f"{name} is set by ddpq for every job (or by a setting of its own)"
-    return None
 
 
 def _slurm_options(value: object) -> object:

@@ -137,6 +137,9 @@ def test_a_job_no_node_can_hold_waits_with_slurms_reason(d: Daemon) -> None:
     job = c.submit(JobSubmit(command=["true"], gpus=GPUS_PER_NODE + 1, cwd="/"))
     wait_for(lambda: "is waiting: BadConstraints" in log_of(d, job.id), 60, "Slurm's reason")
     assert c.show(job.id).state == "running"  # handed to Slurm, which keeps it waiting
+    # ... and the queue says why, as `ddpq show` and the page do.
+    wait_for(lambda: c.show(job.id).reason == "waiting in Slurm: BadConstraints", 30, "the reason")
+    assert "waiting in Slurm: BadConstraints" in d.cli("show", str(job.id)).stdout
     c.cancel(job.id)
     done = wait_done(c, job.id)
     assert done.state == "cancelled" and "was cancelled" in done.reason, done.reason
@@ -186,3 +189,19 @@ def test_with_auth_the_owners_account_submits_never_root(
     assert "nobody\n" in carol.log_tail(job.id).decode()
     refused = wait_done(dave, dave.submit(JobSubmit(command=["id"], cwd="/")).id)
     assert refused.state == "failed" and "never submits Slurm jobs as root" in refused.reason
+
+
+def test_a_two_node_job_from_the_cli_runs_one_rank_on_each_node(d: Daemon) -> None:
+    common = ("--nodes", "2", "--gpus-per-node", "1", "--torchrun", "--cwd", str(REPO))
+    refused = d.cli("submit", *common, "--slurm-opt", "--comment=x", "--", "true", check=False)
+    # An option ddpq keeps for itself is refused by name; nothing is queued.
+    assert refused.returncode == 2 and "--comment is set by ddpq" in refused.stderr, refused
+    job_id = int(d.cli("submit", *common, "--", DDP_TINY, "3").stdout)
+    c = d.client()
+    done = wait_done(c, job_id, 180)
+    log = log_of(d, job_id)
+    assert done.state == "succeeded", log
+    assert (done.gpus, done.nodes, done.gpus_per_node) == (2, 2, 1)
+    assert "rank 0/2" in log and "rank 1/2" in log
+    script = (Path(str(done.job_dir)) / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in script and "--nnodes 2" in script, script

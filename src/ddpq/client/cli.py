@@ -129,6 +129,15 @@ def submit(
     max_running: Annotated[
         int | None, typer.Option(help="at most this many of the sweep's jobs at once")
     ] = None,
+    nodes: Annotated[int | None, typer.Option(help="Slurm: hosts it spans")] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="Slurm: GPUs on each node (with --nodes)")
+    ] = None,
+    partition: Annotated[str | None, typer.Option(help="Slurm: the partition")] = None,
+    slurm_opt: Annotated[
+        list[str] | None,
+        typer.Option(metavar="--NAME=VALUE", help="Slurm: an extra #SBATCH option (repeatable)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the job as JSON")] = False,
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
@@ -173,6 +182,10 @@ def submit(
         "notify": notify,
         "preemptible": preemptible,
         "preempt_signal": preempt_signal,
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "partition": partition,
+        "slurm_options": slurm_opt or [],
     }
     fields = {k: v for k, v in fields.items() if v}
     fields["cwd"] = str((cwd or Path.cwd()).resolve())

@@ -108,6 +108,11 @@ class Executor(Protocol):
         above). False if the job is not watched (it ended meanwhile: ``ended`` reports it)."""
         ...
 
+    def waiting(self) -> dict[int, str]:
+        """Watched jobs that were started but wait where they run (in a cluster's own
+        queue), each with the reason in words; the local executor's never wait."""
+        ...
+
     def job_pids(self) -> set[int]:
         """Processes of the watched jobs on this host (to tell them from outside GPU use)."""
         ...

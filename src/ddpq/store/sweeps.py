@@ -105,6 +105,10 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
         "preemptible": job.preemptible,
         "preempt_signal": job.preempt_signal,
         "preemptions": 0,
+        "nodes": job.nodes,
+        "gpus_per_node": job.gpus_per_node,
+        "partition": job.partition,
+        "slurm_options": list(job.slurm_options) or None,
     }
     rows = [
         {

@@ -51,6 +51,9 @@ def submitter(launch: Launch, settings: Settings) -> Account | None:
     return account
 
 
+CLUSTER_CONF = "SLURM_CONF"
+
+
 def environment(launch: Launch, account: Account | None) -> tuple[dict[str, str], list[str]]:
     """The job's environment as sbatch passes it on (``--export=ALL``), and the job's own
     variables that were left out (they would steer Slurm)."""
@@ -65,6 +68,13 @@ def environment(launch: Launch, account: Account | None) -> tuple[dict[str, str]
         del env["CUDA_VISIBLE_DEVICES"]
     if account is not None:
         env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
+    cluster = os.environ.get(CLUSTER_CONF)
+    if cluster is not None:
+        # The job runs on the cluster ddpq submits to: its srun must read the same
+        # configuration, whatever the submitter's shell had (or an exported env lacks).
+        env[CLUSTER_CONF] = cluster
+        if launch.env.get(CLUSTER_CONF) == cluster:
+            dropped.remove(CLUSTER_CONF)  # the same value: nothing of the user's was lost
     return env, dropped
 
 
