@@ -188,10 +188,12 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
         # The copy of the jobs table that the foreign key needed kept its CHECK.
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
             conn.execute("UPDATE jobs SET state = 'runing'")
-    db = Database(path)
-    with db.read() as s:
-        assert [get_job(s, i).sweep_index for i in members] == [0, 1]
-    db.dispose()
+    with sqlite3.connect(path) as conn:
+        indices = [
+            conn.execute("SELECT sweep_index FROM jobs WHERE id = ?", (i,)).fetchone()[0]
+            for i in members
+        ]
+        assert indices == [0, 1]
     command.downgrade(alembic_config(path), "0004")
     with sqlite3.connect(path) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
@@ -211,9 +213,32 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
         assert conn.execute("SELECT count(*) FROM sweeps").fetchone() == (0,)
 
 
-def test_outside_use_upgrade_and_downgrade_keep_the_jobs(tmp_path: Path) -> None:
+def test_cluster_columns_upgrade_as_one_node_jobs_and_downgrade_keeps_the_jobs(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "ddpq.db"
     _at(path, "0005s")
+    with sqlite3.connect(path) as conn:
+        job_id = _insert_job(conn, "running")
+    _at(path, "0009c")
+    with sqlite3.connect(path) as conn:
+        row = conn.execute(
+            "SELECT nodes, gpus_per_node, partition, slurm_options FROM jobs WHERE id = ?",
+            (job_id,),
+        ).fetchone()
+        assert row == (1, None, None, None)
+        conn.execute("UPDATE jobs SET nodes = 2, gpus_per_node = 4, partition = 'gpu'")
+        assert "CHECK" in _table_sql(conn, "jobs")
+    command.downgrade(alembic_config(path), "0005s")
+    with sqlite3.connect(path) as conn:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+        assert not {"nodes", "gpus_per_node", "partition", "slurm_options"} & columns
+        assert conn.execute("SELECT state FROM jobs").fetchall() == [("running",)]
+
+
+def test_outside_use_upgrade_and_downgrade_keep_the_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0009c")
     with sqlite3.connect(path) as conn:
         job_id = _insert_job(conn, "succeeded")
     _at(path, "0012u")
@@ -226,7 +251,7 @@ def test_outside_use_upgrade_and_downgrade_keep_the_jobs(tmp_path: Path) -> None
             conn.execute("INSERT INTO outside_use (uid, gpu, started_at) VALUES (1, 0, 1.0)")
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(outside_use)")}
     assert {"ix_outside_use_gpu_uid_ended", "ix_outside_use_ended_at"} <= indexes
-    command.downgrade(alembic_config(path), "0005s")
+    command.downgrade(alembic_config(path), "0009c")
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         assert conn.execute("SELECT id, state FROM jobs").fetchall() == [(job_id, "succeeded")]

@@ -48,6 +48,10 @@ class NewJob:
     notify_url: str | None = None
     preemptible: bool = False
     preempt_signal: str = "USR1"
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    slurm_options: tuple[str, ...] = ()
 
 
 def _record(
@@ -100,6 +104,10 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "preemptible": spec.preemptible,
         "preempt_signal": spec.preempt_signal,
         "preemptions": 0,
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.gpus_per_node,
+        "partition": spec.partition,
+        "slurm_options": list(spec.slurm_options) or None,
     }
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None
