@@ -279,6 +279,26 @@ def test_the_defaults_are_thirty_days_by_user(api: TestClient) -> None:
     assert report["by"] == "user" and report["total"]["gpu_hours_jobs"] == pytest.approx(30.0)
 
 
+@pytest.mark.parametrize(
+    ("settings", "counted"),
+    [
+        ({}, "count"),
+        ({"outside_use": "show"}, "show"),
+        # Jobs on Slurm: the worker samples no GPU here, so fair share counts none of it.
+        ({"executor": "slurm", "outside_use": "count"}, "show"),
+    ],
+)
+def test_the_report_says_whether_outside_use_counts_in_fair_share(
+    home: Path, settings: dict[str, Any], counted: str
+) -> None:
+    with make_client(home, **settings) as c:
+        seed(home)
+        report = c.get("/v1/usage").json()
+    assert report["outside_use"] == counted
+    # History already recorded is reported either way.
+    assert report["total"]["gpu_hours_outside"] > 0
+
+
 # ---- the GPU map and /metrics name the person --------------------------------------------
 
 

@@ -304,6 +304,18 @@ class Settings(BaseSettings):
         return self.home / "trust-mode"
 
     @property
+    def samples_outside_use(self) -> bool:
+        """Whether the worker looks for GPU use outside the queue: on this host's GPUs only.
+        With jobs on Slurm the worker's GPUs are a budget of slots in the cluster, and it
+        looks at no device here (nor at the nodes' devices, which Slurm owns)."""
+        return self.executor == "local"
+
+    @property
+    def counts_outside_use(self) -> bool:
+        """Whether outside use counts in its user's fair share: so configured, and sampled."""
+        return self.outside_use == "count" and self.samples_outside_use
+
+    @property
     def ports_per_user(self) -> int:
         lo, hi = self.port_range
         return self.max_user_ports or max(1, (hi - lo + 1) // 4)

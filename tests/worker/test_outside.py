@@ -211,8 +211,9 @@ def outside_rig(
     host = FakeHost(clock=clock)
     worker = Worker(cfg, FakeExecutor(host), devices=gpus, clock=clock, listen=False)
     worker.scheduler.port_free = lambda port: True
-    worker.inventory.outside.uid_of = {777: ALICE}.get
-    worker.inventory.outside.name_of = {ALICE: "alice", BOB: "bob"}.get
+    if worker.inventory.outside is not None:  # None: a worker that samples nothing
+        worker.inventory.outside.uid_of = {777: ALICE}.get
+        worker.inventory.outside.name_of = {ALICE: "alice", BOB: "bob"}.get
     worker.reconcile()  # the first look at the GPUs: a sample
     return Rig(cfg, clock, host, Database(cfg.db_path), worker)
 
@@ -237,6 +238,8 @@ def test_the_gpu_map_names_the_account_of_an_outside_process(
         ({"outside_use": "show"}, False, "alice"),  # shown, not counted: submission order
         ({"auth": True}, False, "alice"),  # with --auth an account is nobody's until mapped
         ({"auth": True}, True, "bob"),  # ... and mapped, it is alice's
+        # Jobs on Slurm: the worker's GPUs are budget slots, nobody's use is sampled here.
+        ({"executor": "slurm"}, False, "alice"),
     ],
 )
 def test_outside_use_counts_towards_its_users_fair_share(
@@ -255,5 +258,20 @@ def test_outside_use_counts_towards_its_users_fair_share(
         assert started[first] is JobState.RUNNING
         assert rig.job(bob if first == "alice" else alice).state is JobState.QUEUED
         assert rig.job(alice if first == "alice" else bob).gpus == [1]  # never GPU 0
+    finally:
+        rig.close()
+
+
+def test_with_jobs_on_slurm_no_process_here_is_sampled_or_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Budget slots list no processes; were some listed, they would be no use of the slots.
+    rig = outside_rig(tmp_path / "home", monkeypatch, executor="slurm")
+    try:
+        assert rig.worker.inventory.outside is None  # and reconcile's look stored the map
+        with rig.api.read() as s:
+            procs = [d.processes for d in device_store.all_devices(s)]
+        assert procs == [(GpuProcess(777, 10),), ()]  # shown as NVML said, owner untold
+        assert rows(rig.api) == []
     finally:
         rig.close()

@@ -3,7 +3,8 @@
 A GPU running compute processes that belong to no ddpq job is ``external``; with the
 default policy (``--external-gpus avoid``) it is not handed out. The API shows the
 worker's latest view from the store, without loading NVML itself. Each look is also a
-sample of who uses the GPUs outside the queue (``worker.outside``).
+sample of who uses the GPUs outside the queue (``worker.outside``), when they are this
+host's (``Settings.samples_outside_use``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class Inventory:
         self.settings = settings
         self.devices = devices
         self.external: set[int] = set()
-        self.outside = OutsideUse(REFRESH_S)
+        # Slots of a Slurm budget are no device anyone here could use: nothing to sample.
+        self.outside = OutsideUse(REFRESH_S) if settings.samples_outside_use else None
         self._refreshed_at = time.monotonic()
 
     def usable(self) -> list[int]:
@@ -60,7 +62,10 @@ class Inventory:
     def publish(self, db: Database, ours: Collection[int], now: float) -> None:
         """Store this view for the API: each GPU with the processes on it that are not
         ddpq's (``ours``), named by their owners, whose use this look is a sample of."""
-        outside = self.outside.name_owners([d.outside(ours) for d in self.devices])
+        outside = [d.outside(ours) for d in self.devices]
+        if self.outside is not None:
+            outside = self.outside.name_owners(outside)
         with db.write() as s:
             device_store.replace_all(s, outside, now)
-            self.outside.sample(s, outside, now)
+            if self.outside is not None:
+                self.outside.sample(s, outside, now)

@@ -180,13 +180,13 @@ class Scheduler:
 
     def _recent_usage(self, s: Session, now: float) -> dict[str, float]:
         """Recent GPU-seconds per owner, recomputed at most every USAGE_TTL_S: their jobs',
-        and (``outside_use = count``) what their accounts used outside the queue."""
+        and (``Settings.counts_outside_use``) what their accounts used outside the queue."""
         cached_at, usage = self._usage
         if now - cached_at >= USAGE_TTL_S:
             cfg = self.settings
             since = now - cfg.usage_window_s
             runs = job_store.recent_runs(s, since)
-            if cfg.outside_use == "count":
+            if cfg.counts_outside_use:
                 runs += usage_store.outside_runs(s, since, names_are_users=not cfg.auth)
             usage = recent_usage(runs, now, cfg.usage_window_s)
             self._usage = (now, usage)

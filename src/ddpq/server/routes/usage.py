@@ -50,7 +50,8 @@ def usage(
         since=views.ts_req(r.since),
         until=views.ts_req(r.until),
         by=r.by.value,
-        outside_use=settings.outside_use,  # type: ignore[arg-type]
+        # What fair share does with it: under Slurm there is no outside use to count.
+        outside_use="count" if settings.counts_outside_use else "show",
         rows=[_row(row) for row in r.rows],
         total=_row(r.total),
     )
