@@ -154,6 +154,40 @@ class MemoryPool:
 # ---- measured: what the jobs' processes hold ------------------------------------------
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One look at the host's GPUs' memory, in bytes: each GPU's size and what is used on
+    it (NVML's device figures), and what each job's processes hold on each GPU."""
+
+    total: Mapping[int, int]
+    used: Mapping[int, int]
+    use: Mapping[tuple[int, int], int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, devices: Sequence[Gpu], pids_by_job: Mapping[int, Collection[int]]) -> Measured:
+        return cls(
+            {d.index: d.memory_total_mb * MIB for d in devices},
+            {d.index: d.memory_used_mb * MIB for d in devices},
+            job_use(devices, pids_by_job),
+        )
+
+    @classmethod
+    def idle(cls, gpus: Iterable[int], size: int = 16 << 30) -> Measured:
+        """GPUs of ``size`` with nothing on them (where nothing was measured)."""
+        indices = list(gpus)
+        return cls(dict.fromkeys(indices, size), dict.fromkeys(indices, 0))
+
+
+def gpu_memory(
+    measured: Measured, sharers: Mapping[int, Mapping[int, int]], headroom: int
+) -> GpuMemory:
+    """The planner's view of the GPUs' memory: ``sharers`` maps each GPU to the jobs that
+    share it and what each reserves there."""
+    return GpuMemory(
+        dict(measured.total), outside_bytes(measured.used, measured.use, sharers), headroom
+    )
+
+
 def job_use(
     devices: Iterable[Gpu], pids_by_job: Mapping[int, Collection[int]]
 ) -> dict[tuple[int, int], int]:

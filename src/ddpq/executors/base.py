@@ -38,6 +38,8 @@ class Launch:
     unix_account: str | None  # the Unix account the owner is mapped to, if any
     # Preemptible: the signal that tells it to checkpoint (e.g. "USR1"); None: it is not.
     preempt_signal: str | None = None
+    # Sharing its GPUs by memory: the bytes it reserved on each (None: they are its own).
+    gpu_mem_bytes: int | None = None
 
 
 class LaunchFailed(Exception):
@@ -104,6 +106,10 @@ class Executor(Protocol):
 
     def job_pids(self) -> set[int]:
         """Processes of the watched jobs on this host (to tell them from outside GPU use)."""
+        ...
+
+    def pids_by_job(self) -> dict[int, set[int]]:
+        """``job_pids``, job by job (to measure each job's GPU memory)."""
         ...
 
     def wait_fds(self) -> list[int]:

@@ -40,6 +40,7 @@ class FakeHost:
     # When set, an attempt asked to preempt itself exits at once with this status.
     preempt_ends_with: int | None = 75
     clock: Callable[[], float] = time.time  # the time an exit record says the attempt ended
+    pids: dict[int, set[int]] = field(default_factory=dict)  # job id -> its "processes"
     _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def attempt_of(self, job_id: int) -> FakeAttempt:
@@ -141,7 +142,10 @@ class FakeExecutor:
         return True
 
     def job_pids(self) -> set[int]:
-        return set()
+        return {pid for pids in self.pids_by_job().values() for pid in pids}
+
+    def pids_by_job(self) -> dict[int, set[int]]:
+        return {job: set(self.host.pids.get(job, ())) for job in self.watched}
 
     def wait_fds(self) -> list[int]:
         return []

@@ -105,6 +105,11 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
         "preemptible": job.preemptible,
         "preempt_signal": job.preempt_signal,
         "preemptions": 0,
+        "gpu_mem_bytes": job.gpu_mem_bytes,
+        "gpu_mem_auto": job.gpu_mem_auto,
+        "gpu_share": job.gpu_share,
+        "oom_requeues": 0,
+        "mem_key": job.mem_key,  # the template's: its members are runs of the same job
     }
     rows = [
         {

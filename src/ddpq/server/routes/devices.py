@@ -1,11 +1,12 @@
-"""The GPUs as the worker last reported them, with the job (and owner) leasing each."""
+"""The GPUs as the worker last reported them, with the job (and owner) leasing each, or
+the jobs sharing each by memory."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from ddpq.core.states import JobState
-from ddpq.schemas import DeviceList, DeviceOut
+from ddpq.schemas import DeviceList, DeviceOut, DeviceShare
 from ddpq.server import views
 from ddpq.server.deps import Auth, DatabaseDep
 from ddpq.store import devices as device_store
@@ -25,10 +26,22 @@ def devices(_who: Auth, db: DatabaseDep) -> DeviceList:
         }
     gpu_holder = {x.resource: x for x in live if x.kind == lease_store.GPU}
     ports = {x.resource: x.job_id for x in live if x.kind == lease_store.PORT}
+    shared: dict[int, list[DeviceShare]] = {}
+    for x in live:
+        if x.kind == lease_store.GPU_SHARE and x.mem_bytes is not None:
+            share = DeviceShare(
+                job_id=x.job_id,
+                owner=views.servable(owners.get(x.job_id)),
+                gpu_mem=x.mem_bytes,
+                since=views.ts_req(x.acquired_at),
+            )
+            shared.setdefault(x.resource, []).append(share)
     items = []
     for d in snapshot:
         lease = gpu_holder.get(d.index)
         status = "leased" if lease else ("external" if d.processes else "free")
+        if d.index in shared:
+            status = "shared"
         items.append(
             DeviceOut(
                 index=d.index,
@@ -42,6 +55,7 @@ def devices(_who: Auth, db: DatabaseDep) -> DeviceList:
                 owner=owners.get(lease.job_id) if lease else None,
                 since=views.ts(lease.acquired_at) if lease else None,
                 external_processes=list(d.processes),
+                shares=shared.get(d.index, []),
             )
         )
     return DeviceList(items=items, ports_leased=ports)
