@@ -23,6 +23,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from ddpq.client import sharing
 from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi, find_token
 from ddpq.client.coercion import QuickCommand, QuickGroup
 from ddpq.client.draw import console, gpu_table, jobs_table, render_env, render_job
@@ -104,6 +105,8 @@ def submit(
     ] = False,
     cwd: Annotated[Path | None, typer.Option(help="working directory (default: here)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the job as JSON")] = False,
+    gpu_mem: sharing.GpuMemOpt = None,
+    gpu_share: sharing.GpuShareOpt = None,
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
 
@@ -121,7 +124,8 @@ def submit(
     try:
         env_map = submission.env_pairs(env or [])
         exported, undecodable = submission.exported_env(export, os.environ)
-    except submission.BadOption as exc:
+        memory = sharing.submit_fields(gpu_mem, gpu_share)
+    except (submission.BadOption, sharing.BadOption) as exc:
         fail(sanitize(str(exc)), 2)
     if undecodable:
         typer.echo(
@@ -141,6 +145,7 @@ def submit(
         "torchrun": torchrun,
     }
     fields = {k: v for k, v in fields.items() if v}
+    fields.update(memory)
     fields["cwd"] = str((cwd or Path.cwd()).resolve())
     fields["exported_env"] = exported
     from ddpq.workloads.registry import WORKLOADS
@@ -384,6 +389,9 @@ def version() -> None:
     from ddpq import __version__
 
     typer.echo(__version__)
+
+
+sharing.register(app, client, print_json, QuickCommand)
 
 
 def run(cli: Callable[[], object]) -> None:

@@ -28,6 +28,8 @@ OPTION_OF = {
     "exported_env": "--export",
     "torchrun": "--torchrun",
     "cwd": "--cwd",
+    "gpu_mem": "--gpu-mem",
+    "gpu_share": "--gpu-share",
 }
 # Fields whose problems name a variable (``env.KEY: ...``): the name is kept.
 KEYED = {"env", "exported_env"}

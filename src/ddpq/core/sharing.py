@@ -238,5 +238,6 @@ def auto_reservation(measured: Sequence[int] | None, margin: float) -> int | Non
     whole MiB and at least ``MIN_GPU_MEM``. None: no history, a whole GPU."""
     if not measured:
         return None
-    need = max(measured) * (1.0 + max(0.0, margin))
-    return min(MAX_GPU_MEM, max(MIN_GPU_MEM, math.ceil(need / MIB) * MIB))
+    need = max(measured) / MIB * (1.0 + max(0.0, margin))
+    # Less a hair: 3000 MiB * 1.1 is 3300.0000000000005 in floating point, not 3301 MiB.
+    return min(MAX_GPU_MEM, max(MIN_GPU_MEM, math.ceil(need - 1e-9) * MIB))
