@@ -74,7 +74,8 @@ def sleeper(tmp_path: Path, name: str) -> list[str]:
 
 def pid_of(tmp_path: Path, name: str) -> int:
     path = tmp_path / f"{name}.pid"
-    return int(wait_for(lambda: path.exists() and path.read_text().strip(), what=f"{path}"))
+    written = wait_for(lambda: (path.exists() and path.read_text().strip()) or None, what=str(path))
+    return int(written)
 
 
 def test_three_5g_jobs_share_a_16g_gpu_a_fourth_waits_and_a_whole_gpu_job_never_joins(
@@ -339,8 +340,8 @@ def test_bad_memory_requests_are_refused_at_the_door(daemon: Daemon) -> None:
         ({"command": ["true"], "gpu_mem": -5}, "gpu_mem"),
         ({"command": ["true"], "gpu_mem": "5G", "gpu_share": 1000}, "gpu_share"),
     ):
-        r = httpx.post(daemon.url + "/v1/jobs", json=body, timeout=10)
-        assert r.status_code == 422 and says in r.json()["detail"], r.text
+        answer = httpx.post(daemon.url + "/v1/jobs", json=body, timeout=10)
+        assert answer.status_code == 422 and says in answer.json()["detail"], answer.text
     assert daemon.client().list().total == 0
 
 
