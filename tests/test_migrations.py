@@ -211,3 +211,26 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
     migrate(path)  # and up again
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM sweeps").fetchone() == (0,)
+
+
+def test_cluster_columns_upgrade_as_one_node_jobs_and_downgrade_keeps_the_jobs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0005s")
+    with sqlite3.connect(path) as conn:
+        job_id = _insert_job(conn, "running")
+    _at(path, "0009c")
+    with sqlite3.connect(path) as conn:
+        row = conn.execute(
+            "SELECT nodes, gpus_per_node, partition, slurm_options FROM jobs WHERE id = ?",
+            (job_id,),
+        ).fetchone()
+        assert row == (1, None, None, None)
+        conn.execute("UPDATE jobs SET nodes = 2, gpus_per_node = 4, partition = 'gpu'")
+        assert "CHECK" in _table_sql(conn, "jobs")
+    command.downgrade(alembic_config(path), "0005s")
+    with sqlite3.connect(path) as conn:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+        assert not {"nodes", "gpus_per_node", "partition", "slurm_options"} & columns
+        assert conn.execute("SELECT state FROM jobs").fetchall() == [("running",)]

@@ -135,7 +135,7 @@ def test_head_has_the_lease_triggers(db: Database) -> None:
 
 def test_migration_0012m_both_ways_on_rows(tmp_path: Path) -> None:
     path = tmp_path / "ddpq.db"
-    command.upgrade(alembic_config(path), "0005s")
+    command.upgrade(alembic_config(path), "0009c")
     with sqlite3.connect(path) as conn:
         old = _insert_job(conn, "succeeded")
         conn.execute(
@@ -149,6 +149,8 @@ def test_migration_0012m_both_ways_on_rows(tmp_path: Path) -> None:
             "SELECT gpu_mem_bytes, gpu_mem_auto, gpu_share, oom_requeues, mem_key FROM jobs"
         ).fetchone()
         assert row == (None, 0, None, 0, None)
+        # What 0009c added to jobs is kept across the copy.
+        assert conn.execute("SELECT nodes, partition FROM jobs").fetchone() == (1, None)
         assert conn.execute("SELECT gpu_mem_bytes, peak_mem_bytes FROM attempts").fetchall() == [
             (None, None)
         ]
@@ -172,10 +174,10 @@ def test_migration_0012m_both_ways_on_rows(tmp_path: Path) -> None:
                 (sharer,),
             )
     with pytest.raises(RuntimeError, match="stop the jobs that share GPUs"):
-        command.downgrade(alembic_config(path), "0005s")
+        command.downgrade(alembic_config(path), "0009c")
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE leases SET released_at = 4.0 WHERE kind = 'gpu_share'")
-    command.downgrade(alembic_config(path), "0005s")
+    command.downgrade(alembic_config(path), "0009c")
     with sqlite3.connect(path) as conn:
         # The ended share is a whole-GPU lease in the history the older schema reads.
         assert conn.execute("SELECT kind, resource FROM leases ORDER BY id").fetchall() == [
@@ -189,6 +191,8 @@ def test_migration_0012m_both_ways_on_rows(tmp_path: Path) -> None:
             "SELECT sql FROM sqlite_master WHERE name = 'uq_leases_live_resource'"
         ).fetchone()[0]
         assert index.endswith("WHERE released_at IS NULL")
+        jobs_sql = conn.execute("SELECT sql FROM sqlite_master WHERE name='jobs'").fetchone()[0]
+        assert "CHECK" in jobs_sql and "nodes" in jobs_sql and "gpu_mem_bytes" not in jobs_sql
     migrate(path)  # and up again
 
 

@@ -73,6 +73,12 @@ class Leased:
     port: int | None
     job_dir: str
     preempt_signal: str | None = None  # preemptible: the signal that tells it to checkpoint
+    # What a cluster executor also needs (the local one runs nodes=1 and its own limits).
+    time_limit_s: float | None = None
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    slurm_options: tuple[str, ...] = ()
     gpu_mem_bytes: int | None = None  # sharing: what it reserved on each GPU
 
 
@@ -96,6 +102,11 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
             Job.env,
             Job.preemptible,
             Job.preempt_signal,
+            Job.time_limit_s,
+            Job.nodes,
+            Job.gpus_per_node,
+            Job.partition,
+            Job.slurm_options,
         ).where(Job.id.in_(list(by_id)), Job.state == JobState.QUEUED)
     ).all()
     lease_store.acquire_many(
@@ -146,7 +157,12 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 p.port,
                 p.job_dir,
                 row.preempt_signal if row.preemptible else None,
-                p.mem_bytes,
+                row.time_limit_s,
+                row.nodes,
+                row.gpus_per_node,
+                row.partition,
+                tuple(row.slurm_options or ()),
+                gpu_mem_bytes=p.mem_bytes,
             )
         )
     if job_rows:

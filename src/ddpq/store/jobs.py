@@ -48,6 +48,10 @@ class NewJob:
     notify_url: str | None = None
     preemptible: bool = False
     preempt_signal: str = "USR1"
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    slurm_options: tuple[str, ...] = ()
     gpu_mem_bytes: int | None = None  # sharing GPUs by memory: reserved on each
     gpu_mem_auto: bool = False  # reserve what earlier runs of it were measured to use
     gpu_share: int | None = None
@@ -104,6 +108,10 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "preemptible": spec.preemptible,
         "preempt_signal": spec.preempt_signal,
         "preemptions": 0,
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.gpus_per_node,
+        "partition": spec.partition,
+        "slurm_options": list(spec.slurm_options) or None,
         "gpu_mem_bytes": spec.gpu_mem_bytes,
         "gpu_mem_auto": spec.gpu_mem_auto,
         "gpu_share": spec.gpu_share,

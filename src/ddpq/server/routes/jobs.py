@@ -72,6 +72,27 @@ def job_spec(
             "forbidden",
             f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
         )
+    if settings.executor != "slurm":
+        cluster_only = [
+            f for f in ("nodes", "gpus_per_node", "partition", "slurm_options")
+            if getattr(body, f) != JobSubmit.model_fields[f].get_default(call_default_factory=True)
+        ]  # fmt: skip
+        if cluster_only:
+            raise ApiError(
+                422,
+                "invalid",
+                f"{cluster_only[0]}: this daemon runs jobs on this host, not on Slurm "
+                "(only --executor slurm takes nodes, partitions and #SBATCH options)",
+            )
+    elif body.gpu_mem is not None:
+        # Slurm hands out whole GPUs (gres), and no NVML sample of a cluster node reaches
+        # this daemon: neither a share nor a measured peak would hold there.
+        raise ApiError(
+            422,
+            "invalid",
+            "gpu_mem: this daemon runs jobs on Slurm, which gives jobs whole GPUs; "
+            "sharing GPUs by memory needs the local executor",
+        )
     launcher = "torchrun" if body.torchrun or body.workload is not None else "plain"
     if command is None:
         command = body.command
@@ -104,6 +125,10 @@ def job_spec(
         gpu_mem_auto=body.gpu_mem == AUTO,
         gpu_share=body.gpu_share,
         mem_key=memory_store.mem_key(body.name, command),
+        nodes=body.nodes,
+        gpus_per_node=body.gpus_per_node,
+        partition=body.partition,
+        slurm_options=tuple(body.slurm_options),
     )
 
 

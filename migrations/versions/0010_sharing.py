@@ -3,7 +3,7 @@ use, shared leases (and the triggers that keep them apart from whole ones), per-
 GPU reservations
 
 Revision ID: 0012m
-Revises: 0005s
+Revises: 0009c
 Create Date: 2026-12-02 12:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012m"
-down_revision = "0005s"
+down_revision = "0009c"
 branch_labels = None
 depends_on = None
 
