@@ -188,12 +188,12 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
         # The copy of the jobs table that the foreign key needed kept its CHECK.
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
             conn.execute("UPDATE jobs SET state = 'runing'")
-    with sqlite3.connect(path) as conn:
-        indices = [
+    with sqlite3.connect(path) as conn:  # not the ORM: its model is of the newest revision
+        indexes = [
             conn.execute("SELECT sweep_index FROM jobs WHERE id = ?", (i,)).fetchone()[0]
             for i in members
         ]
-        assert indices == [0, 1]
+    assert indexes == [0, 1]
     command.downgrade(alembic_config(path), "0004")
     with sqlite3.connect(path) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}

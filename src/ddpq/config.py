@@ -202,6 +202,22 @@ Budget = Annotated[
     Annotated[int, Field(gt=0)] | None, BeforeValidator(_or_never("unlimited", parse_size))
 ]
 PortRange = Annotated[tuple[int, int], BeforeValidator(_ports), AfterValidator(_check_ports)]
+# A size that may be none at all (a headroom of 0).
+AnySize = Annotated[int, BeforeValidator(_size), Field(ge=0)]
+
+
+def _fraction(value: object) -> object:
+    """``0.1`` or ``"10%"``."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a fraction (0.1) or a percentage (10%)") from None
+    return _not_a_bool(value)
+
+
+Fraction = Annotated[float, BeforeValidator(_fraction), Field(ge=0, le=10, allow_inf_nan=False)]
 
 
 class Settings(BaseSettings):
@@ -267,6 +283,12 @@ class Settings(BaseSettings):
     slurm_account: Annotated[str | None, AfterValidator(_slurm_name)] = None
     slurm_options: Annotated[tuple[str, ...], BeforeValidator(_slurm_options)] = ()
     slurm_gpus: Annotated[int | None, AfterValidator(_between(0, 1_000_000))] = None
+    # Sharing GPUs by memory (core.sharing): kept free on every shared GPU; added to the
+    # measured peak by ``--gpu-mem auto``; how often NVML is asked (each running job's
+    # memory is sampled then, and outside processes are seen then).
+    gpu_mem_headroom_bytes: AnySize = 1 << 30
+    gpu_mem_margin: Fraction = 0.10
+    gpu_poll_s: Annotated[float, BeforeValidator(_duration), Field(gt=0, allow_inf_nan=False)] = 5.0
     # Where every job's end is POSTed unless it names its own URL (set at submission).
     notify_url: Annotated[str | None, AfterValidator(_notify_url)] = None
     # Notifications may go to this host's own addresses (a relay here; tests).

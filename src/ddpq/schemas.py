@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from ddpq.core import jobenv
+from ddpq.core import jobenv, sharing
 from ddpq.core import slurm as core_slurm
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.gpus import GpuProcess
@@ -32,6 +32,7 @@ from ddpq.core.names import NAME_RE as NAME_RE
 from ddpq.core.names import NAME_RULE as NAME_RULE
 from ddpq.core.notify import check_url
 from ddpq.core.states import JobState
+from ddpq.core.units import parse_size, size_for_people
 
 MAX_ARGS = 1024
 MAX_NODES = 64
@@ -163,6 +164,21 @@ class JobSubmit(BaseModel):
         description="an http(s) URL to POST a JSON message to when the job ends (Slack and "
         "Mattermost webhooks show its `text`); default: the daemon's --notify-url",
     )
+    gpu_mem: int | Text | None = Field(
+        default=None,
+        description="share GPUs by memory: what the job reserves on each of its GPUs, in "
+        'bytes or as "10G", or "auto" (what earlier runs of the same job were measured to '
+        "use, plus a margin; a whole GPU while there is no such run). Without it the job "
+        "takes its GPUs whole. `gpus` defaults to 1 with it",
+        json_schema_extra={"examples": ["10G", "auto", 10737418240]},
+    )
+    gpu_share: int | None = Field(
+        default=None,
+        ge=1,
+        le=sharing.MAX_GPU_SHARE,
+        description="with gpu_mem: at most this many jobs on a GPU this job is on",
+    )
+
     # Only where the daemon runs jobs on Slurm (`--executor slurm`, docs/slurm.md).
     nodes: int = Field(
         default=1, ge=1, le=MAX_NODES, description="hosts it spans (with gpus_per_node)"
@@ -212,6 +228,39 @@ class JobSubmit(BaseModel):
         elif self.nodes > 1:
             raise ValueError("gpus_per_node: a job on several nodes says how many GPUs on each")
         return self
+
+    @field_validator("gpu_mem")
+    @classmethod
+    def _gpu_mem(cls, v: int | str | None) -> int | str | None:
+        if v is None or v == sharing.AUTO:
+            return v
+        if isinstance(v, str):
+            try:
+                v = parse_size(v)
+            except ValueError as exc:
+                raise ValueError(f"{exc}, or auto") from None
+        if not sharing.MIN_GPU_MEM <= v <= sharing.MAX_GPU_MEM:
+            low = size_for_people(sharing.MIN_GPU_MEM)
+            raise ValueError(f"must be between {low} and 1P (a CUDA context alone takes ~300M)")
+        return v
+
+    @model_validator(mode="after")
+    def _sharing(self) -> JobSubmit:
+        if self.gpu_mem is None:
+            if self.gpu_share is not None:
+                raise ValueError("gpu_share: only a job that shares GPUs by memory (gpu_mem)")
+            return self
+        if self.nodes > 1 or self.gpus_per_node is not None:
+            # A share is of a GPU on this host: a job spanning nodes takes them whole.
+            raise ValueError("gpu_mem: a job on several nodes (nodes, gpus_per_node) cannot share")
+        if self.gpus == 0:
+            self.gpus = 1  # memory on a GPU: one of them, unless it says more
+        return self
+
+    @property
+    def gpu_mem_bytes(self) -> int | None:
+        """The reservation asked for, in bytes (None: whole GPUs, or ``auto``)."""
+        return self.gpu_mem if isinstance(self.gpu_mem, int) else None
 
     @field_validator("notify")
     @classmethod
@@ -484,6 +533,9 @@ class MetricsOut(BaseModel):
 class LeaseOut(BaseModel):
     gpus: list[int] = Field(default_factory=list)
     port: int | None = None
+    gpu_mem: int | None = Field(
+        default=None, description="sharing its GPUs: the bytes reserved on each (else null)"
+    )
 
 
 class EventOut(BaseModel):
@@ -507,6 +559,14 @@ class AttemptOut(BaseModel):
     handle: str | None = Field(
         default=None,
         description="the executor's name for the attempt (local: the shim's PID:start time)",
+    )
+    gpu_mem: int | None = Field(
+        default=None, description="bytes it reserved on each GPU it shared (null: whole GPUs)"
+    )
+    peak_mem: int | None = Field(
+        default=None,
+        description="the most its processes held on any one of its GPUs, in bytes, as "
+        "sampled through NVML while it ran (null: never sampled, e.g. fake GPUs)",
     )
 
 
@@ -542,6 +602,14 @@ class JobOut(BaseModel):
     after_sweeps: list[int] = Field(default_factory=list)
     sweep_id: int | None = Field(default=None, description="the sweep this job is a member of")
     sweep_index: int | None = Field(default=None, description="its index in that sweep")
+    gpu_mem: int | None = Field(
+        default=None, description="bytes it asked to reserve on each GPU (null: whole GPUs)"
+    )
+    gpu_mem_auto: bool = Field(default=False, description="its reservation is learned (auto)")
+    gpu_share: int | None = None
+    peak_mem: int | None = Field(
+        default=None, description="its latest attempt's peak GPU memory in bytes (see attempts)"
+    )
 
 
 class NotificationOut(BaseModel):
@@ -573,6 +641,15 @@ class CancelResult(BaseModel):
     reason: str
 
 
+class DeviceShare(BaseModel):
+    """A job holding a share of a GPU's memory."""
+
+    job_id: int
+    owner: str | None
+    gpu_mem: int = Field(description="bytes it reserves on this GPU")
+    since: datetime
+
+
 class DeviceOut(BaseModel):
     index: int
     uuid: str
@@ -580,12 +657,15 @@ class DeviceOut(BaseModel):
     fake: bool
     memory_total_mb: int
     memory_used_mb: int
-    status: Literal["free", "leased", "external"]
+    status: Literal["free", "leased", "shared", "external"]
     job_id: int | None = None
     owner: str | None = None
     since: datetime | None = None
     # The core's record of a GPU process: the same fields on the wire.
     external_processes: list[GpuProcess] = Field(default_factory=list)
+    shares: list[DeviceShare] = Field(
+        default_factory=list, description="the jobs sharing it by memory (status shared)"
+    )
 
 
 class DeviceList(BaseModel):
@@ -607,6 +687,47 @@ class JobEnvOut(BaseModel):
         description="the submitted variables (`exported_env` with `env` over it); the job "
         "contract's variables are set over these when it starts"
     )
+
+
+class ReservationIn(BaseModel):
+    """GPUs to keep for one user's jobs in a window (``ddpq admin reserve``). Times are
+    ISO 8601 with an offset, or UNIX seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: Text = Field(json_schema_extra={"pattern": NAME_PATTERN})
+    gpus: int = Field(ge=1, le=1024, strict=True)
+    start: datetime
+    end: datetime
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(NAME_RULE)
+        return v
+
+    @field_validator("start", "end")
+    @classmethod
+    def _aware(cls, v: datetime) -> datetime:
+        if v.tzinfo is None:
+            raise ValueError("give the time with its offset (2026-12-03T09:00+01:00, or Z)")
+        return v
+
+
+class ReservationOut(BaseModel):
+    id: int
+    user: str
+    gpus: int
+    start: datetime
+    end: datetime
+    active: bool = Field(description="in force now")
+    created_at: datetime
+    created_by: str
+
+
+class ReservationList(BaseModel):
+    items: list[ReservationOut]
 
 
 class ErrorOut(BaseModel):

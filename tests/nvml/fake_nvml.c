@@ -6,12 +6,16 @@
  * too-old real driver does too. Struct layouts mirror pynvml's ctypes
  * definitions (and nvml.h), because pynvml reads our memory through them.
  *
- * Configured from the environment at nvmlInit time:
+ * Configured at every nvmlInit (ddpq's worker calls it at each look), from the
+ * environment and, over it, the file FAKE_NVML_FILE names (lines NAME=VALUE, the
+ * same names; a test rewrites it while a daemon runs):
  *   FAKE_NVML_GPUS=N                  number of GPUs (default 2, at most 64)
- *   FAKE_NVML_MEM_MB=M                total memory of each GPU (default 24576)
+ *   FAKE_NVML_MEM_MB=M[,M...]         total memory of each GPU (default 24576; a
+ *                                     list gives GPU 0, 1, ... theirs, the last repeats)
  *   FAKE_NVML_PROCS=gpu:pid:mb,...    compute processes; mb "na" = not available
  *   FAKE_NVML_FAIL=1|init             nvmlInit fails: driver not loaded
  *   FAKE_NVML_FAIL=procs              the process query fails: GPU is lost
+ * An unreadable FAKE_NVML_FILE, or a line of it that is not NAME=VALUE, fails nvmlInit.
  * Build with -DFAKE_NVML_NO_V3 to drop nvmlDeviceGetComputeRunningProcesses_v3,
  * like drivers older than 510.
  */
@@ -43,12 +47,59 @@ static struct fake_device devices[MAX_GPUS];
 static nvmlProcessInfo_t procs[MAX_PROCS];
 static unsigned int proc_gpu[MAX_PROCS];
 static unsigned int n_gpus, n_procs, init_count;
-static unsigned long long mem_total;
+static unsigned long long mem_total[MAX_GPUS];
 static int fail_procs;
 
+/* The settings of the file FAKE_NVML_FILE names, read at nvmlInit. */
+#define MAX_SETTINGS 8
+static char file_names[MAX_SETTINGS][32], file_values[MAX_SETTINGS][4096];
+static unsigned int n_file;
+
 static const char *env_or(const char *name, const char *dflt) {
+    for (unsigned int i = 0; i < n_file; i++)
+        if (strcmp(file_names[i], name) == 0) return *file_values[i] ? file_values[i] : dflt;
     const char *v = getenv(name);
     return v && *v ? v : dflt;
+}
+
+static int read_file(void) {
+    const char *path = getenv("FAKE_NVML_FILE");
+    char line[4200];
+    n_file = 0;
+    if (!path || !*path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f)) {
+        char *eq = strchr(line, '=');
+        line[strcspn(line, "\r\n")] = 0;
+        if (!*line) continue;
+        if (!eq || eq - line >= 32 || strlen(eq + 1) >= 4096 || n_file >= MAX_SETTINGS) {
+            fclose(f);
+            return -1;
+        }
+        *eq = 0;
+        strcpy(file_names[n_file], line);
+        strcpy(file_values[n_file], eq + 1);
+        n_file++;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* "16384" or "16384,81920,...": each GPU's, the last repeated. */
+static int parse_mem(const char *spec) {
+    unsigned long long last = 0;
+    const char *p = spec;
+    for (unsigned int i = 0; i < MAX_GPUS; i++) {
+        if (*p) {
+            char *end;
+            last = strtoull(p, &end, 10);
+            if (end == p || (*end && *end != ',')) return -1;
+            p = *end ? end + 1 : end;
+        }
+        mem_total[i] = last * MIB;
+    }
+    return 0;
 }
 
 /* A malformed FAKE_NVML_PROCS fails init loudly instead of silently testing
@@ -75,13 +126,14 @@ static int parse_procs(const char *spec) {
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
+    if (read_file() != 0) return NVML_ERROR_UNKNOWN;
     const char *fail = env_or("FAKE_NVML_FAIL", "");
     if (strcmp(fail, "1") == 0 || strcmp(fail, "init") == 0) return NVML_ERROR_DRIVER_NOT_LOADED;
     fail_procs = strcmp(fail, "procs") == 0;
     n_gpus = (unsigned int)strtoul(env_or("FAKE_NVML_GPUS", "2"), NULL, 10);
     if (n_gpus > MAX_GPUS) return NVML_ERROR_UNKNOWN;
     for (unsigned int i = 0; i < n_gpus; i++) devices[i].index = i;
-    mem_total = strtoull(env_or("FAKE_NVML_MEM_MB", "24576"), NULL, 10) * MIB;
+    if (parse_mem(env_or("FAKE_NVML_MEM_MB", "24576")) != 0) return NVML_ERROR_UNKNOWN;
     if (parse_procs(env_or("FAKE_NVML_PROCS", "")) != 0) return NVML_ERROR_UNKNOWN;
     init_count++;
     return NVML_SUCCESS;
@@ -146,9 +198,10 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory) {
     unsigned long long used = 0;
     for (unsigned int i = 0; i < n_procs; i++)
         if (proc_gpu[i] == d->index && procs[i].usedGpuMemory != ~0ULL) used += procs[i].usedGpuMemory;
-    memory->total = mem_total;
+    unsigned long long total = mem_total[d->index];
+    memory->total = total;
     memory->used = used;
-    memory->free = used > mem_total ? 0 : mem_total - used;
+    memory->free = used > total ? 0 : total - used;
     return NVML_SUCCESS;
 }
 

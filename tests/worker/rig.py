@@ -6,11 +6,13 @@ the clock (``rig.clock``), run single passes (``rig.step()``) and read the store
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddpq.config import Settings
+from ddpq.core.gpus import Gpu
 from ddpq.core.states import JobState
 from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
@@ -57,6 +59,7 @@ class Rig:
     api: Database  # the API's side of the database: submissions, cancels
     worker: Worker
     retired: list[Worker] = field(default_factory=list)
+    look: Callable[[], list[Gpu]] | None = None  # the GPUs as NVML would show them
 
     def submit(self, **kw: Any) -> int:
         fields: dict[str, Any] = {
@@ -106,7 +109,7 @@ class Rig:
         the attempts it started keep "running" there."""
         self.worker.close()
         self.retired.append(self.worker)
-        self.worker = new_worker(self.settings, self.host, self.clock)
+        self.worker = new_worker(self.settings, self.host, self.clock, self.look)
         return self.worker
 
     def close(self) -> None:
@@ -114,14 +117,16 @@ class Rig:
         self.api.dispose()
 
 
-def new_worker(settings: Settings, host: FakeHost, clock: Clock) -> Worker:
-    worker = Worker(settings, FakeExecutor(host), clock=clock, listen=False)
+def new_worker(
+    settings: Settings, host: FakeHost, clock: Clock, look: Callable[[], list[Gpu]] | None = None
+) -> Worker:
+    worker = Worker(settings, FakeExecutor(host), clock=clock, listen=False, look=look)
     worker.scheduler.port_free = lambda port: True  # no real sockets: a pure pass
     worker.reconcile()
     return worker
 
 
-def make_rig(home: Path, **settings: Any) -> Rig:
+def make_rig(home: Path, look: Callable[[], list[Gpu]] | None = None, **settings: Any) -> Rig:
     options: dict[str, Any] = {
         "home": home,
         "fake_gpus": 2,
@@ -133,4 +138,5 @@ def make_rig(home: Path, **settings: Any) -> Rig:
     migrate(cfg.db_path)
     clock = Clock()
     host = FakeHost(clock=clock)
-    return Rig(cfg, clock, host, Database(cfg.db_path), new_worker(cfg, host, clock))
+    worker = new_worker(cfg, host, clock, look)
+    return Rig(cfg, clock, host, Database(cfg.db_path), worker, look=look)

@@ -208,6 +208,12 @@ class JsonApi:
         data: Data = self._json("GET", "/v1/usage", params={"since": since, "by": by})
         return data
 
+    def reservations(self, ended: bool = False) -> Data:
+        """GPU reservations in force or to come (``ended``: past ones too)."""
+        params = {"ended": "true"} if ended else {}
+        data: Data = self._json("GET", "/v1/reservations", params=params)
+        return data
+
     def health(self) -> Data:
         data: Data = self._json("GET", "/healthz")
         return data

@@ -23,7 +23,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from ddpq.client import usage
+from ddpq.client import sharing, usage
 from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi, find_token
 from ddpq.client.coercion import QuickCommand, QuickGroup
 from ddpq.client.draw import console, gpu_table, jobs_table, render_env, render_job
@@ -140,6 +140,8 @@ def submit(
         typer.Option(metavar="--NAME=VALUE", help="Slurm: an extra #SBATCH option (repeatable)"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the job as JSON")] = False,
+    gpu_mem: sharing.GpuMemOpt = None,
+    gpu_share: sharing.GpuShareOpt = None,
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
 
@@ -161,7 +163,8 @@ def submit(
         env_map = submission.env_pairs(env or [])
         exported, undecodable = submission.exported_env(export, os.environ)
         waits = sweep_cli.parse_refs(after or [])
-    except (submission.BadOption, sweep_cli.BadRef) as exc:
+        memory = sharing.submit_fields(gpu_mem, gpu_share)
+    except (submission.BadOption, sweep_cli.BadRef, sharing.BadOption) as exc:
         fail(sanitize(str(exc)), 2)
     if undecodable:
         typer.echo(
@@ -189,6 +192,7 @@ def submit(
         "slurm_options": slurm_opt or [],
     }
     fields = {k: v for k, v in fields.items() if v}
+    fields.update(memory)
     fields["cwd"] = str((cwd or Path.cwd()).resolve())
     fields["exported_env"] = exported
     from ddpq.workloads.registry import WORKLOADS
@@ -501,6 +505,9 @@ def version() -> None:
     from ddpq import __version__
 
     typer.echo(__version__)
+
+
+sharing.register(app, client, print_json, QuickCommand)
 
 
 def run(cli: Callable[[], object]) -> None:

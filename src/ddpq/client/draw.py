@@ -26,8 +26,9 @@ def jobs_table(jobs: Iterable[Data | Dumps]) -> Any:
     """The queue as a Rich table. Names, owners and progress are the users' and jobs' own
     text: ``plain`` cells, never markup, with control characters made visible."""
     from ddpq.client.format import age, plain, progress_line
+    from ddpq.client.sharing import mem_text
 
-    table = new_table("ID", "NAME", "OWNER", "STATE", "GPUS", "PORT", "PROGRESS", "AGE")
+    table = new_table("ID", "NAME", "OWNER", "STATE", "GPUS", "MEM", "PORT", "PROGRESS", "AGE")
     for job in jobs:
         j = as_data(job)
         table.add_row(
@@ -36,6 +37,7 @@ def jobs_table(jobs: Iterable[Data | Dumps]) -> Any:
             plain(text(j["owner"])),
             styled_state(j["state"]),
             plain(gpu_text(j)),
+            plain(mem_text(j)),
             plain(str(j["leases"]["port"] or "")),
             plain(progress_line(j["progress"])),
             plain(age(j["submitted_at"])),
@@ -87,6 +89,7 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
     from rich.text import Text
 
     from ddpq.client.format import plain, progress_line, sanitize, when
+    from ddpq.client.sharing import attempt_memory, memory_lines
     from ddpq.core.units import human_duration
 
     j = as_data(job)
@@ -116,6 +119,8 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
         f"  gpus       {j['gpus']} requested"
         + (f", leased {leases['gpus']}" if leases["gpus"] else "")
     )
+    for memory in memory_lines(j):
+        line(memory)
     if leases["port"]:
         line(f"  port       {leases['port']}")
     line(f"  priority   {j['priority']}")
@@ -145,7 +150,7 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
             where = f"  ({safe(a.get('executor') or '?')} {safe(handle)})" if handle else ""
             line(
                 f"  #{a['number']} GPUs {a['gpus']} port {a['port']}  {state}  "
-                f"{safe(a['reason'])}{where}"
+                f"{safe(a['reason'])}{where}{attempt_memory(a)}"
             )
     if tail:
         con.print(plain("log tail", "bold"))
@@ -173,6 +178,8 @@ def render_env(env: Data) -> None:
 
 def gpu_table(devices: Data | Dumps) -> Any:
     from ddpq.client.format import age, plain
+    from ddpq.client.sharing import reserved_on, share_text
+    from ddpq.core.units import size_for_people
 
     devs = as_data(devices)
     # JSON object keys are strings: "29600" -> job 1.
@@ -180,22 +187,27 @@ def gpu_table(devices: Data | Dumps) -> Any:
     columns = ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "MEMORY", "OUTSIDE")
     # Who is on a GPU outside the queue wraps rather than being cut off.
     table = new_table(*columns, wrap="OUTSIDE")
-    colour = {"free": "green", "leased": "cyan", "external": "red"}
+    colour = {"free": "green", "leased": "cyan", "shared": "blue", "external": "red"}
     for d in devs["items"]:
         outside = outside_text(d.get("external_processes") or [])
         name = text(d["name"])
         job_id = d.get("job_id")
         status = text(d["status"])
+        jobs, owners = str(job_id or ""), text(d.get("owner"))
+        memory = f"{d['memory_used_mb']}/{d['memory_total_mb']} MiB"
+        if d.get("shares"):
+            jobs, owners = share_text(d)
+            memory += f", {size_for_people(reserved_on(d))} reserved"
         table.add_row(
             plain(str(d["index"])),
             # The driver's name for the GPU and a user's name: plain text, never markup.
             plain(name + (" (fake)" if d["fake"] and name != "fake" else "")),
             plain(status, colour.get(status, "")),
-            plain(str(job_id or "")),
-            plain(text(d.get("owner"))),
+            plain(jobs),
+            plain(owners),
             plain(str(port_of.get(job_id, "")) if job_id else ""),
             plain(age(d["since"]) if d.get("since") else ""),
-            plain(f"{d['memory_used_mb']}/{d['memory_total_mb']} MiB"),
+            plain(memory),
             plain(outside),
         )
     return table

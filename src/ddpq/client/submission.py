@@ -39,6 +39,8 @@ OPTION_OF = {
     "array": "--array",
     "params": "--sweep",
     "max_running": "--max-running",
+    "gpu_mem": "--gpu-mem",
+    "gpu_share": "--gpu-share",
 }
 # Fields whose problems name a variable (``env.KEY: ...``): the name is kept.
 KEYED = {"env", "exported_env"}

@@ -20,6 +20,7 @@ from ddpq.core.rules import (
     should_retry,
 )
 from ddpq.core.states import TERMINAL, JobState
+from ddpq.core.units import size_for_people
 
 INTERRUPTED = "launch interrupted before the job started"
 # The exit status of a job that saved its state when asked to (EX_TEMPFAIL): "requeue me".
@@ -27,6 +28,9 @@ REQUEUE_EXIT = 75
 # Interrupted launches requeued for free, at most: the shim's "nothing ran" record is written
 # into a folder the job owns, so a job could forge one after running; this bounds the reruns.
 MAX_RELAUNCHES = 3
+# A sharing job that runs out of GPU memory is requeued on whole GPUs this often, at most
+# (its log says so; a job could print those words itself: this bounds what that gains it).
+MAX_OOM_REQUEUES = 1
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,10 @@ class JobFacts:
     relaunches: int = 0  # requeues so far because a launch was cut short
     stop_sent_at: float | None = None  # when the stop (or preemption) was sent
     stop_reason: str | None = None  # who or what asked for it ("preempted by alice")
+    # Sharing: what the attempt reserved on each GPU (None: it had its GPUs whole), and
+    # how often the job was requeued on whole GPUs after running out of memory (once).
+    shared_mem_bytes: int | None = None
+    oom_requeues: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class Disposition:
     port_requeue: bool = False  # requeued on another port: counts against max_port_retries
     relaunch: bool = False  # requeued after an interrupted launch: counts against MAX_RELAUNCHES
     preempted: bool = False  # requeued after a preemption: no retry used, counted apart
+    oom_requeue: bool = False  # requeued on whole GPUs after running out of memory sharing
 
     @property
     def finished(self) -> bool:
@@ -68,12 +77,14 @@ def after_exit(
     port_clash: Callable[[], bool] = lambda: False,
     preempt_grace_s: float = 0.0,
     checkpointed: bool = False,
+    out_of_memory: Callable[[], bool] = lambda: False,
 ) -> Disposition:
     """Decide what follows an attempt that ended as ``record`` says.
 
-    ``port_clash`` tells whether the attempt failed because its leased port was taken; it
-    is asked only for a plain failure with port requeues left, since answering it means
-    reading the job's log.
+    ``port_clash`` tells whether the attempt failed because its leased port was taken;
+    ``out_of_memory``, whether it failed because CUDA ran out of memory. Each is asked
+    only where its answer matters (a plain failure with a requeue of that kind left), since
+    answering means reading the job's log.
     """
     if not record.launched:
         return after_interrupted_launch(job.stop, job.relaunches)
@@ -92,6 +103,20 @@ def after_exit(
             f"rendezvous port was taken (EADDRINUSE); requeued on another port "
             f"(try {tries} of {max_port_retries})",
             port_requeue=True,
+        )
+    if (
+        failed
+        and job.shared_mem_bytes is not None
+        and job.oom_requeues < MAX_OOM_REQUEUES
+        and out_of_memory()
+    ):
+        return Disposition(
+            outcome.state,
+            f"{outcome.reason}; CUDA ran out of memory on a shared GPU",
+            JobState.QUEUED,
+            f"ran out of GPU memory (CUDA out of memory) sharing a GPU with "
+            f"{size_for_people(job.shared_mem_bytes)} reserved; requeued once on a whole GPU",
+            oom_requeue=True,
         )
     if should_retry(outcome.state, job.attempt, job.max_retries):
         delay = retry_backoff_s(job.attempt)
@@ -182,3 +207,22 @@ def rendezvous_port_clash(log_tail: str) -> bool:
         port in line and any(word in line.lower() for word in PORT_CLASH_WORDS)
         for line in output.splitlines()
     )
+
+
+# What CUDA (and the frameworks above it) print when a GPU has no memory left to give.
+OUT_OF_MEMORY_WORDS = (
+    "cuda out of memory",  # PyTorch: torch.OutOfMemoryError
+    "cuda error: out of memory",  # PyTorch, the runtime's cudaErrorMemoryAllocation
+    "cuda_error_out_of_memory",  # the driver API (JAX, CuPy, Numba)
+    "cublas_status_alloc_failed",
+)
+
+
+def cuda_out_of_memory(log_tail: str) -> bool:
+    """Did this attempt die of CUDA out-of-memory? Only the latest attempt's output counts
+    (after its "[ddpq] attempt started" line)."""
+    start = log_tail.rfind(ATTEMPT_HEADER)
+    if start < 0:
+        return False
+    output = log_tail[start:].lower()
+    return any(word in output for word in OUT_OF_MEMORY_WORDS)

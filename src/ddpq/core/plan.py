@@ -17,7 +17,14 @@ head, so it may always start (it only takes a port).
 
 A member of a sweep capped at K (``--array 0-99%10``) never starts while K of its sweep's
 members hold leases; like a job over its port budget it then waits without blocking the
-jobs behind it (it holds nothing, so it delays nobody).
+jobs behind it (it holds nothing, so it delays nobody). So does a job that its owner's
+limit, or a reservation, holds back (``core.limits``).
+
+A job that asks for memory (``mem_bytes``) instead of whole GPUs shares GPUs with other such
+jobs as ``core.sharing`` allows; whole-GPU jobs never take a GPU one of them holds, nor the
+other way round. As a blocked head it is counted as needing its GPUs whole (a bound: it
+may start earlier, on shared ones), and it backfills only where the head's shadow time
+does not move.
 """
 
 from __future__ import annotations
@@ -27,7 +34,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
+from ddpq.core.limits import NO_LIMITS, Calendar, Limits, OwnerUse, Reservation
 from ddpq.core.policy import Backfill, Order, Policy
+from ddpq.core.sharing import NO_MEMORY, GpuMemory, MemoryPool, Sharer
+from ddpq.core.units import size_for_people
 
 
 def needs_port(gpus: int, launcher: str) -> bool:
@@ -51,6 +61,14 @@ class QueuedJob:
     # GPU-seconds of its earlier attempts (the LAS policy ranks by it).
     attained_s: float = 0.0
     sweep_id: int | None = None  # the sweep it belongs to, if any (see SweepCaps)
+    # Sharing: bytes it reserves on each of its ``gpus`` GPUs (None: it takes them whole),
+    # and the most jobs it lets a GPU it is on take (``--gpu-share``).
+    mem_bytes: int | None = None
+    share_cap: int | None = None
+
+    @property
+    def sharer(self) -> Sharer | None:
+        return None if self.mem_bytes is None else Sharer(self.mem_bytes, self.share_cap)
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,9 @@ class RunningJob:
     gpus: tuple[int, ...]
     started_at: float
     time_limit_s: float | None = None
+    owner: str = ""
+    mem_bytes: int | None = None  # sharing: its reservation on each of its GPUs
+    share_cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +87,14 @@ class Placement:
     job_id: int
     gpus: tuple[int, ...]
     port: int | None
+    mem_bytes: int | None = None  # sharing: what it reserves on each GPU
+
+
+@dataclass(frozen=True)
+class Plan:
+    placements: list[Placement]
+    # Jobs an owner's limit or a reservation held back, and why (for explain_waits).
+    notes: dict[int, str]
 
 
 @dataclass(frozen=True)
@@ -122,16 +151,18 @@ def shadow(
     """
     free = free_now
     when = now
+    # A GPU comes back when the last job on it ends (several share one by memory).
+    back: dict[int, float] = {}
+    for job in running:
+        for g in job.gpus:
+            back[g] = max(back.get(g, now), _expected_end(job))
 
-    def back_at(job: RunningJob) -> float:
-        return max(now, _expected_end(job))
-
-    # Jobs due at the same moment all give their GPUs back together.
-    for end, due in groupby(sorted(running, key=back_at), key=back_at):
+    # GPUs due at the same moment all come back together.
+    for end, due in groupby(sorted(back.values())):
         if free >= need:
             break
         when = end
-        free += sum(len(job.gpus) for job in due)
+        free += len(list(due))
     if free < need:  # more than exists: the caller refuses such jobs at submit
         return math.inf, 0
     return when, free - need
@@ -147,10 +178,47 @@ def plan(
     port_budget: PortBudget = NO_PORT_LIMIT,
     order: Order | None = None,
     sweep_caps: SweepCaps = NO_SWEEP_CAPS,
+    *,
+    memory: GpuMemory = NO_MEMORY,
+    limits: Limits = NO_LIMITS,
+    reservations: Sequence[Reservation] = (),
 ) -> list[Placement]:
-    """Decide what starts now. Pure: same inputs, same answer.
+    """Decide what starts now. Pure: same inputs, same answer (``plan_explained``'s
+    placements)."""
+    return plan_explained(
+        queued,
+        usable_gpus,
+        running,
+        free_ports,
+        usage,
+        now,
+        port_budget,
+        order,
+        sweep_caps,
+        memory=memory,
+        limits=limits,
+        reservations=reservations,
+    ).placements
 
-    ``usable_gpus``: every GPU the policy lets ddpq hand out (held or not).
+
+def plan_explained(
+    queued: Sequence[QueuedJob],
+    usable_gpus: Sequence[int],
+    running: Sequence[RunningJob],
+    free_ports: Sequence[int],
+    usage: Mapping[str, float],
+    now: float,
+    port_budget: PortBudget = NO_PORT_LIMIT,
+    order: Order | None = None,
+    sweep_caps: SweepCaps = NO_SWEEP_CAPS,
+    *,
+    memory: GpuMemory = NO_MEMORY,
+    limits: Limits = NO_LIMITS,
+    reservations: Sequence[Reservation] = (),
+) -> Plan:
+    """Decide what starts now, and note the jobs a limit or a reservation held back.
+
+    ``usable_gpus``: every GPU the policy lets ddpq hand out whole (held or not).
     ``running``: jobs holding leases; their GPUs are not free.
     ``free_ports``: unleased ports in the order they should be used.
     ``usage``: recent GPU-seconds per owner (see ``rules.recent_usage``).
@@ -158,13 +226,27 @@ def plan(
     (like a job waiting for a port) does not block the jobs behind it.
     ``order``: the policy's ranking and backfill (default: ``fairshare`` on ``usage``).
     ``sweep_caps``: members of a sweep at its cap wait likewise.
+    ``memory``: every GPU's memory, for jobs that share GPUs (``core.sharing``); they may
+    use any GPU there, external ones too (what outside processes hold is counted).
+    ``limits``, ``reservations``: see ``core.limits``; the jobs they hold back wait
+    likewise.
     """
     order = order or Order(Policy.FAIRSHARE, usage)
     usable = set(usable_gpus)
-    held = {g for job in running for g in job.gpus}
-    free = sorted(usable - held)
+    whole_held = {g for job in running if job.mem_bytes is None for g in job.gpus}
+    pool = MemoryPool(
+        memory,
+        [
+            (job.gpus, Sharer(job.mem_bytes, job.share_cap))
+            for job in running
+            if job.mem_bytes is not None
+        ],
+        whole_held,
+    )
+    free = sorted(usable - whole_held - pool.shared())
     ports = list(free_ports)
     placements: list[Placement] = []
+    notes: dict[int, str] = {}
     # Only usable GPUs come back to the pool when a running job ends: one that
     # holds GPUs the policy has since made external frees none of those.
     live = [
@@ -173,21 +255,44 @@ def plan(
         )
         for job in running
     ]
+    owners = OwnerUse((job.owner, job.gpus) for job in running)
+    calendar = Calendar(
+        reservations, usable, ((j.owner, j.gpus, _expected_end(j)) for j in running), now
+    )
     head_shadow: float | None = None
+    head_need = 0
     head_extra = 0
     ports_placed: dict[str, int] = {}
     sweeps_placed: dict[int, int] = {}
 
-    def place(job: QueuedJob) -> Placement:
+    def choose(job: QueuedJob, only: set[int] | None, idle: bool = True) -> tuple[int, ...] | None:
+        if job.sharer is None:
+            return tuple(free[: job.gpus]) if job.gpus <= len(free) else None
+        return pool.choose(job.sharer, job.gpus, free, only=only, idle=idle)
+
+    def place(job: QueuedJob, gpus: tuple[int, ...]) -> None:
         port = ports.pop(0) if job.needs_port else None
         if port is not None:
             ports_placed[job.owner] = ports_placed.get(job.owner, 0) + 1
         if job.sweep_id is not None:
             sweeps_placed[job.sweep_id] = sweeps_placed.get(job.sweep_id, 0) + 1
-        taken = tuple(free[: job.gpus])
-        del free[: job.gpus]
-        placements.append(Placement(job.id, taken, port))
-        return placements[-1]
+        if job.sharer is None:
+            pool.block(gpus)
+        else:
+            pool.take(gpus, job.sharer)
+        free[:] = [g for g in free if g not in gpus]
+        owners.take(job.owner, gpus)
+        end = math.inf if job.time_limit_s is None else now + job.time_limit_s
+        calendar.take(job.owner, gpus, end)
+        live.append(
+            RunningJob(job.id, tuple(g for g in gpus if g in usable), now, job.time_limit_s)
+        )
+        placements.append(Placement(job.id, gpus, port, job.mem_bytes))
+
+    def never_fits(job: QueuedJob) -> bool:
+        if job.mem_bytes is None:
+            return job.gpus > len(usable)
+        return not memory.can_ever_hold(job.mem_bytes, job.gpus)
 
     eligible = [j for j in queued if j.not_before is None or j.not_before <= now]
     for job in sorted(eligible, key=order.key):
@@ -195,33 +300,64 @@ def plan(
             continue  # its sweep runs its cap of members; it holds nothing, delays nobody
         if job.needs_port and not (ports and port_budget.allows(job.owner, ports_placed)):
             continue  # waits for a port; it holds nothing, so it delays nobody
-        fits = job.gpus <= len(free)
-        if head_shadow is None:
-            if fits:
-                live.append(RunningJob(job.id, place(job).gpus, now, job.time_limit_s))
+        if limits.any:
+            why = owners.blocks(job.owner, job.gpus, limits, shares=job.sharer is not None)
+            if why is not None:
+                notes[job.id] = why  # like the port budget: it delays nobody
                 continue
-            if job.gpus > len(usable):
+        only = owners.only_own(job.owner, job.gpus, limits) if job.sharer else None
+        gpus = choose(job, only)
+        if gpus is None and only is not None:
+            assert limits.of(job.owner).gpus is not None
+            notes[job.id] = owners.gpu_limit_reason(job.owner, limits.of(job.owner).gpus or 0)
+            continue
+        if gpus is not None and job.gpus > 0 and calendar:
+            end = math.inf if job.time_limit_s is None else now + job.time_limit_s
+            kept = calendar.blocks(job.owner, gpus, end)
+            if kept is not None and job.sharer is not None:
+                # On GPUs other jobs share already, it may take none a reservation needs.
+                other = choose(job, only, idle=False)
+                if other is not None and calendar.blocks(job.owner, other, end) is None:
+                    gpus, kept = other, None
+            if kept is not None:
+                notes[job.id] = calendar.reason(kept, end)
+                continue
+        if head_shadow is None:
+            if gpus is not None:
+                place(job, gpus)
+                continue
+            if never_fits(job):
                 continue  # can never fit here (e.g. GPUs became external); do not block others
             if order.backfill is Backfill.NONE:
                 break  # first come, first served: nobody passes it
             if order.backfill is Backfill.GREEDY:
                 continue  # it reserves nothing; preemption makes room for it instead
-            head_shadow, head_extra = shadow(job.gpus, len(free), live, now)
+            head_need = job.gpus  # a sharing head: as if it needed its GPUs whole
+            head_shadow, head_extra = shadow(head_need, len(free), live, now)
             continue
         # Backfill past the head.
-        if not fits:
+        if gpus is None:
             continue
         if job.gpus == 0:
-            place(job)  # holds no GPU the head needs
+            place(job, gpus)  # holds no GPU the head needs
             continue
         if job.time_limit_s is None or head_shadow == math.inf:
             continue
-        if now + job.time_limit_s <= head_shadow:
-            place(job)
+        if job.sharer is not None:
+            # It may hold a GPU the head needs, or keep a shared one busy for longer.
+            mine = tuple(g for g in gpus if g in usable)
+            trial = [*live, RunningJob(job.id, mine, now, job.time_limit_s)]
+            left = len([g for g in free if g not in gpus])
+            when, extra = shadow(head_need, left, trial, now)
+            if when <= head_shadow:
+                place(job, gpus)
+                head_extra = extra
+        elif now + job.time_limit_s <= head_shadow:
+            place(job, gpus)
         elif job.gpus <= head_extra:
-            place(job)
+            place(job, gpus)
             head_extra -= job.gpus
-    return placements
+    return Plan(placements, notes)
 
 
 def explain_waits(
@@ -234,12 +370,17 @@ def explain_waits(
     port_budget: PortBudget = NO_PORT_LIMIT,
     order: Order | None = None,
     sweep_caps: SweepCaps = NO_SWEEP_CAPS,
+    *,
+    memory: GpuMemory = NO_MEMORY,
+    notes: Mapping[int, str] | None = None,
 ) -> dict[int, str]:
     """Why each queued job that ``plan`` did not place is still waiting, in words.
 
     Coarse on purpose (no counts that change every pass), so the reasons change, and
-    are written, only when a job's situation really does.
+    are written, only when a job's situation really does. ``notes``: what
+    ``plan_explained`` said held jobs back (a limit, a reservation).
     """
+    notes = notes or {}
     order = order or Order(Policy.FAIRSHARE, usage)
     placed = {p.job_id for p in placements}
     usable = len(set(usable_gpus))
@@ -255,8 +396,10 @@ def explain_waits(
             continue
         if job.not_before is not None and job.not_before > now:
             reasons[job.id] = "waiting out its retry back-off"
-        elif job.gpus > usable:
+        elif job.mem_bytes is None and job.gpus > usable:
             reasons[job.id] = f"needs {job.gpus} GPUs; only {usable} can be handed out"
+        elif job.mem_bytes is not None and not memory.can_ever_hold(job.mem_bytes, job.gpus):
+            reasons[job.id] = _too_big(job, memory)
         elif not sweep_caps.allows(job.sweep_id, sweeps_placed):
             assert job.sweep_id is not None
             cap = sweep_caps.cap[job.sweep_id]
@@ -270,12 +413,32 @@ def explain_waits(
             )
         elif job.needs_port and not free_ports:
             reasons[job.id] = "waiting for a free rendezvous port"
+        elif job.id in notes:
+            reasons[job.id] = notes[job.id]
         elif head is None:
             head = job
             plural = "" if job.gpus == 1 else "s"
-            reasons[job.id] = f"waiting for {job.gpus} free GPU{plural} (next in line)"
+            if job.mem_bytes is None:
+                reasons[job.id] = f"waiting for {job.gpus} free GPU{plural} (next in line)"
+            else:
+                size = size_for_people(job.mem_bytes)
+                on = "a GPU" if job.gpus == 1 else f"{job.gpus} GPUs"
+                reasons[job.id] = f"waiting for {size} of memory free on {on} (next in line)"
         else:
             # Not "behind job N": the head changes with every start, and a reason that
             # changes for the whole queue on each pass would be a write per queued job.
             reasons[job.id] = "waiting in line"
     return reasons
+
+
+def _too_big(job: QueuedJob, memory: GpuMemory) -> str:
+    assert job.mem_bytes is not None
+    asked = size_for_people(job.mem_bytes)
+    largest = memory.largest()
+    if not largest:
+        return f"asks {asked} of GPU memory; no GPU here has memory to share"
+    where = "on each of its GPUs" if job.gpus > 1 else "of GPU memory"
+    return (
+        f"asks {asked} {where}; the GPUs here have at most {size_for_people(largest)} to "
+        f"share ({size_for_people(memory.headroom)} of each kept free)"
+    )

@@ -100,3 +100,41 @@ def human_size(size: int) -> str:
         if size and size % scale == 0:
             return f"{size // scale}{unit}"
     return str(size)
+
+
+def size_for_people(size: int) -> str:
+    """GPU memory as people read it: exact where it is ("5G", "512M"), else to a tenth of a
+    GiB ("4.1G") or whole MiB ("300M")."""
+    if size >= 1 << 30 and size % (1 << 30) == 0:
+        return f"{size >> 30}G"
+    if size >= 1 << 30:
+        return f"{size / (1 << 30):.1f}G"
+    if size >= 1 << 20:
+        return f"{round(size / (1 << 20))}M"
+    return human_size(size)
+
+
+_WHEN_EXAMPLES = "examples: now, +2h, 2026-12-03 09:00, 2026-12-03T09:00+01:00"
+
+
+def parse_when(text: str, now: float, *, after: float | None = None) -> float:
+    """A moment as people write it -> UNIX time: "now", "+DURATION" (after ``after``, or
+    ``now``), or an ISO 8601 date and time (local time unless it names its offset).
+
+    Raises ``ValueError`` with a message for people.
+    """
+    from datetime import datetime
+
+    cleaned = text.strip()
+    if not cleaned:
+        raise ValueError(f"a time cannot be empty ({_WHEN_EXAMPLES})")
+    if cleaned.lower() == "now":
+        return now
+    if cleaned.startswith("+"):
+        return (now if after is None else after) + parse_duration(cleaned[1:])
+    try:
+        moment = datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a time ({_WHEN_EXAMPLES})") from None
+    # A naive time is the local one, as `date` prints it.
+    return moment.timestamp() if moment.tzinfo else moment.astimezone().timestamp()

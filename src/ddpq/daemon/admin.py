@@ -1,6 +1,6 @@
-"""``ddpq admin ...``: users and their tokens, backups, retention, on the state folder
-directly (run on the server, as the daemon's account). Imports only Typer until a command
-runs."""
+"""``ddpq admin ...``: users and their tokens, backups, retention, limits and reservations
+(``admin_limits``), on the state folder directly (run on the server, as the daemon's
+account). Imports only Typer until a command runs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ddpq.daemon import admin_limits
 from ddpq.daemon.commands import (
     ConfigOpt,
     HomeOpt,
@@ -265,3 +266,6 @@ def prune(
         size = f", {approx_size(r.bytes)}" if r.what is not What.ROW else ""
         typer.echo(f"job {r.job_id}: {r.what.value}{size} {verb} ({r.why})")
     typer.echo(report.summary())
+
+
+admin_limits.register(app, _admin_db, _settings)

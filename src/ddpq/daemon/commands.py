@@ -133,6 +133,14 @@ PruneRowsOpt = Annotated[
 ]
 # The options of the processes that run jobs (their folders are on that host), not the API's.
 RETENTION_OPTIONS = ("keep_finished", "jobs_budget", "prune_rows")
+HeadroomOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="GPU memory kept free on every GPU that jobs share by memory (--gpu-mem), "
+        "as 1G, 512M or 0"
+    ),
+]
+WORKER_ONLY_OPTIONS = (*RETENTION_OPTIONS, "gpu_mem_headroom")
 
 
 PolicyOpt = Annotated[
@@ -235,6 +243,7 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         slurm_account: SlurmAccountOpt = None,
         slurm_options: SlurmOptionsOpt = None,
         slurm_gpus: SlurmGpusOpt = None,
+        gpu_mem_headroom: HeadroomOpt = None,
     ) -> None:
         flags = {k: v for k, v in locals().items() if k not in ("config", "with_worker")}
         _run_daemon(api=True, worker=with_worker, config=config, flags=flags)
@@ -243,7 +252,7 @@ def _api_command(with_worker: bool, doc: str) -> Any:
     if not with_worker:
         # `ddpq server` removes nothing: Typer reads the options from this signature.
         signature = inspect.signature(command)
-        kept = [p for p in signature.parameters.values() if p.name not in RETENTION_OPTIONS]
+        kept = [p for p in signature.parameters.values() if p.name not in WORKER_ONLY_OPTIONS]
         command.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]
     return command
 
@@ -284,6 +293,7 @@ def worker(
     slurm_account: SlurmAccountOpt = None,
     slurm_options: SlurmOptionsOpt = None,
     slurm_gpus: SlurmGpusOpt = None,
+    gpu_mem_headroom: HeadroomOpt = None,
 ) -> None:
     """Run only the worker loop (launches and watches jobs, sends notifications); --auth as
     the API has it."""

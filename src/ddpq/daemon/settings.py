@@ -57,6 +57,9 @@ PUBLIC_NAMES: dict[str, str] = {
     "slurm_account": "slurm_account",
     "slurm_options": "slurm_options",
     "slurm_gpus": "slurm_gpus",
+    "gpu_mem_headroom": "gpu_mem_headroom_bytes",
+    "gpu_mem_margin": "gpu_mem_margin",
+    "gpu_poll": "gpu_poll_s",
 }
 _NAME_OF = {field: name for name, field in PUBLIC_NAMES.items()}
 
@@ -90,8 +93,12 @@ def written_defaults() -> dict[str, object]:
         value = info.default
         if field == "grace_s":
             value = human_duration(value)
-        elif field == "log_cap_bytes":
+        elif field in ("log_cap_bytes", "gpu_mem_headroom_bytes"):
             value = human_size(value)
+        elif field == "gpu_poll_s":
+            value = human_duration(value)
+        elif field == "gpu_mem_margin":
+            value = f"{value:.0%}"
         elif field == "port_range":
             value = "{}-{}".format(*value)
         shown[name] = value

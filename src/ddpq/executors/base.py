@@ -44,6 +44,8 @@ class Launch:
     time_limit_s: float | None = None  # the job's --time-limit, for the cluster's own limit
     partition: str | None = None  # the job's own, over the daemon's --slurm-partition
     slurm_options: tuple[str, ...] = ()  # the job's own #SBATCH options, after the daemon's
+    # Sharing its GPUs by memory: the bytes it reserved on each (None: they are its own).
+    gpu_mem_bytes: int | None = None
 
 
 class LaunchFailed(Exception):
@@ -115,6 +117,10 @@ class Executor(Protocol):
 
     def job_pids(self) -> set[int]:
         """Processes of the watched jobs on this host (to tell them from outside GPU use)."""
+        ...
+
+    def pids_by_job(self) -> dict[int, set[int]]:
+        """``job_pids``, job by job (to measure each job's GPU memory)."""
         ...
 
     def wait_fds(self) -> list[int]:

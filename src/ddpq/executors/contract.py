@@ -11,7 +11,7 @@ A job's environment, from first to last (a later one wins):
 3. the submission's ``env``;
 4. the contract itself: ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``MASTER_ADDR``,
    ``MASTER_PORT``, ``DDPQ_JOB_ID``, ``DDPQ_JOB_DIR``, ``DDPQ_ATTEMPT``,
-   ``PYTHONUNBUFFERED``.
+   ``PYTHONUNBUFFERED``; ``DDPQ_GPU_MEM`` for a job that shares its GPUs.
 
 The submission's variables arrive in one stored mapping (``core.jobenv.pack``).
 """
@@ -81,6 +81,9 @@ def job_env(
     )
     if launch.port is not None:
         env["MASTER_PORT"] = str(launch.port)
+    if launch.gpu_mem_bytes is not None:
+        # Its share of each GPU (bytes): e.g. for torch.cuda.set_per_process_memory_fraction.
+        env["DDPQ_GPU_MEM"] = str(launch.gpu_mem_bytes)
     if launch.preempt_signal is not None:
         # docs/preemption.md: checkpoint on this signal, exit REQUEUE_EXIT within the grace.
         env["DDPQ_PREEMPT_SIGNAL"] = launch.preempt_signal

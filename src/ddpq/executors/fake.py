@@ -42,6 +42,7 @@ class FakeHost:
     # Started jobs still waiting where they run (a cluster's queue), with the reason.
     waiting: dict[int, str] = field(default_factory=dict)
     clock: Callable[[], float] = time.time  # the time an exit record says the attempt ended
+    pids: dict[int, set[int]] = field(default_factory=dict)  # job id -> its "processes"
     _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def attempt_of(self, job_id: int) -> FakeAttempt:
@@ -146,7 +147,10 @@ class FakeExecutor:
         return {i: why for i, why in self.host.waiting.items() if i in self.watched}
 
     def job_pids(self) -> set[int]:
-        return set()
+        return {pid for pids in self.pids_by_job().values() for pid in pids}
+
+    def pids_by_job(self) -> dict[int, set[int]]:
+        return {job: set(self.host.pids.get(job, ())) for job in self.watched}
 
     def wait_fds(self) -> list[int]:
         return []

@@ -17,7 +17,16 @@ from ddpq.config import Settings
 from ddpq.server.errors import ERRORS, HANDLERS
 from ddpq.server.faults import StorageFaults
 from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
-from ddpq.server.routes import devices, jobs, logs, meta, progress, sweeps, usage
+from ddpq.server.routes import (
+    devices,
+    jobs,
+    logs,
+    meta,
+    progress,
+    reservations,
+    sweeps,
+    usage,
+)
 from ddpq.store.db import Database
 
 # In this order in the OpenAPI document.
@@ -29,6 +38,7 @@ ROUTERS = (
     sweeps.router,
     devices.router,
     usage.router,
+    reservations.router,
 )
 
 

@@ -36,6 +36,11 @@ DURATION_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 1800.0, H, 3 * H, 6 * H, 12 *
 WAIT_BUCKETS = (0.1, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, H, 4 * H, 12 * H, 24 * H, 72 * H)
 # The worker places a job in milliseconds; the high buckets are there to catch a stalled loop.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# GPU memory: from a small model's few hundred MiB to an H200's 141 GB.
+G = float(1 << 30)
+MEMORY_BUCKETS = tuple(x * G for x in (0.5, 1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 80, 96, 141))
+# A sharing job's peak over its reservation: over 1.0 it used more than it reserved.
+USE_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.5, 2.0)
 
 
 def _histogram(name: str, doc: str, dist: stats.Distribution) -> HistogramMetricFamily:
@@ -99,6 +104,7 @@ class StoreCollector(Collector):
         )
         yield from _outside(s, self.names_are_users)
         yield from _retention(s)
+        yield from _memory(s)
 
         yield _histogram(
             "ddpq_job_duration_seconds",
@@ -169,6 +175,41 @@ def _outside(s: Session, names_are_users: bool) -> Iterator[Metric]:
     for key, n in counted.items():
         gpus.add_metric(list(key), n)
     yield gpus
+
+
+def _memory(s: Session) -> Iterator[Metric]:
+    """Sharing GPUs by memory: per GPU, and the measured peaks of ended attempts (no job,
+    user or command is named: /metrics needs no token)."""
+    sharing = GaugeMetricFamily(
+        "ddpq_gpu_jobs_sharing", "Jobs sharing each GPU by memory (--gpu-mem).", labels=["gpu"]
+    )
+    reserved = GaugeMetricFamily(
+        "ddpq_gpu_memory_reserved_bytes",
+        "GPU memory the jobs sharing each GPU reserve there.",
+        labels=["gpu"],
+    )
+    peak = GaugeMetricFamily(
+        "ddpq_gpu_memory_peak_bytes",
+        "Sum of the measured peaks (NVML, per attempt) of the jobs holding each GPU now.",
+        labels=["gpu"],
+    )
+    for gpu, (n, held, peaks) in sorted(stats.gpu_memory_by_gpu(s).items()):
+        sharing.add_metric([str(gpu)], n)
+        reserved.add_metric([str(gpu)], held)
+        peak.add_metric([str(gpu)], peaks)
+    yield sharing
+    yield reserved
+    yield peak
+    yield _histogram(
+        "ddpq_attempt_gpu_memory_peak_bytes",
+        "Measured peak GPU memory of ended attempts (on any one of their GPUs).",
+        stats.attempt_peaks(s, MEMORY_BUCKETS),
+    )
+    yield _histogram(
+        "ddpq_attempt_gpu_memory_use_ratio",
+        "Ended attempts that shared GPUs: measured peak over the memory they reserved.",
+        stats.reservation_use(s, USE_BUCKETS),
+    )
 
 
 def _retention(s: Session) -> Iterator[Metric]:

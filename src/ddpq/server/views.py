@@ -21,6 +21,7 @@ from ddpq.schemas import (
 from ddpq.store import dependencies
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store import memory as memory_store
 from ddpq.store import notifications as notification_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store.db import Session
@@ -58,7 +59,11 @@ def job_out(
     leases: tuple[list[int], int | None],
     after: list[int],
     after_sweeps: list[int] | None = None,
+    shared_mem: int | None = None,
+    peak_mem: int | None = None,
 ) -> JobOut:
+    """``shared_mem``: what its live shared leases reserve on each GPU; ``peak_mem``: its
+    latest attempt's measured peak."""
     gpus, port = leases
     return JobOut(
         id=job.id,
@@ -86,23 +91,37 @@ def job_out(
         gpus_per_node=job.gpus_per_node,
         partition=servable(job.partition),
         slurm_options=servable(list(job.slurm_options or [])),
-        leases=LeaseOut(gpus=sorted(gpus), port=port),
+        leases=LeaseOut(gpus=sorted(gpus), port=port, gpu_mem=shared_mem),
         progress=servable(job.progress),
         job_dir=servable(job.job_dir),
         after_sweeps=after_sweeps or [],
         sweep_id=job.sweep_id,
         sweep_index=job.sweep_index,
+        gpu_mem=job.gpu_mem_bytes,
+        gpu_mem_auto=job.gpu_mem_auto,
+        gpu_share=job.gpu_share,
+        peak_mem=peak_mem,
     )
 
 
 def jobs_out(session: Session, jobs: list[Job]) -> list[JobOut]:
     ids = [j.id for j in jobs]
-    held = lease_store.by_job(lease_store.live(session, ids))
+    live = lease_store.live(session, ids)
+    held = lease_store.by_job(live)
+    shares = lease_store.shares(live)
     # One query each for the whole page, not one per job.
     after = dependencies.dependencies_of_many(session, ids)
     after_sweeps = dependencies.sweep_dependencies_of_many(session, ids)
+    peaks = memory_store.latest_peaks(session, [j.id for j in jobs if j.attempt])
     return [
-        job_out(j, held.get(j.id, ([], None)), after.get(j.id, []), after_sweeps.get(j.id, []))
+        job_out(
+            j,
+            held.get(j.id, ([], None)),
+            after.get(j.id, []),
+            after_sweeps.get(j.id, []),
+            shares.get(j.id, (None, None))[0],
+            peaks.get(j.id),
+        )
         for j in jobs
     ]
 
@@ -141,6 +160,8 @@ def job_detail(session: Session, job: Job) -> JobDetail:
                 reason=servable(a.reason),
                 executor=a.executor,
                 handle=a.handle,
+                gpu_mem=a.gpu_mem_bytes,
+                peak_mem=a.peak_mem_bytes,
             )
             for a in job_store.attempts_of(session, job.id)
         ],

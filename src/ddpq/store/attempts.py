@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from ddpq.core.disposition import Disposition, JobFacts, after_interrupted_launch, lease_text
 from ddpq.core.rules import ExitRecord, StopRequest
 from ddpq.core.states import ACTIVE, JobState, check_transition
+from ddpq.core.units import size_for_people
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store.models import Attempt, Job, JobEvent
@@ -49,6 +50,8 @@ class Placed:
     port: int | None
     job_dir: str
     sched_latency_s: float
+    mem_bytes: int | None = None  # sharing: what it reserves on each GPU
+    share_cap: int | None = None
 
     @property
     def lease(self) -> tuple[tuple[int, ...], int | None, str]:
@@ -76,6 +79,7 @@ class Leased:
     gpus_per_node: int | None = None
     partition: str | None = None
     slurm_options: tuple[str, ...] = ()
+    gpu_mem_bytes: int | None = None  # sharing: what it reserved on each GPU
 
 
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
@@ -105,13 +109,19 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
             Job.slurm_options,
         ).where(Job.id.in_(list(by_id)), Job.state == JobState.QUEUED)
     ).all()
-    lease_store.acquire_many(session, [(p.job_id, p.gpus, p.port) for p in placed], now)
+    lease_store.acquire_many(
+        session,
+        [lease_store.Wanted(p.job_id, p.gpus, p.port, p.mem_bytes, p.share_cap) for p in placed],
+        now,
+    )
     out: list[Leased] = []
     job_rows, attempt_rows, events = [], [], []
     for row in rows:
         p = by_id[row.id]
         number = row.attempt + 1
         why = f"leased {lease_text(p.gpus, p.port)}"
+        if p.mem_bytes is not None:
+            why += f", sharing them: {size_for_people(p.mem_bytes)} reserved on each"
         job_rows.append(
             {
                 "job_id": row.id,
@@ -129,6 +139,7 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 "port": p.port,
                 "started_at": now,
                 "reason": "",
+                "gpu_mem_bytes": p.mem_bytes,
             }
         )
         events.append(_event(row.id, JobState.QUEUED, JobState.STARTING, why, now))
@@ -151,6 +162,7 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 row.gpus_per_node,
                 row.partition,
                 tuple(row.slurm_options or ()),
+                gpu_mem_bytes=p.mem_bytes,
             )
         )
     if job_rows:
@@ -291,7 +303,11 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
             Job.stop_sent_at,
             Job.stop_reason,
             Job.job_dir,
-        ).where(Job.id.in_(ids))
+            Job.oom_requeues,
+            Attempt.gpu_mem_bytes,
+        )
+        .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.number == Job.attempt))
+        .where(Job.id.in_(ids))
     )
     out = {}
     for row in rows:
@@ -304,6 +320,8 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
             row.relaunches,
             row.stop_sent_at,
             row.stop_reason,
+            shared_mem_bytes=row.gpu_mem_bytes,
+            oom_requeues=row.oom_requeues,
         )
         out[row.id] = Ending(row.id, row.state, row.attempt, facts, row.job_dir)
     return out
@@ -360,6 +378,8 @@ def record_exit(
         values["relaunches"] = _jobs.c.relaunches + 1
     if disposition.preempted:
         values["preemptions"] = _jobs.c.preemptions + 1
+    if disposition.oom_requeue:
+        values["oom_requeues"] = _jobs.c.oom_requeues + 1
     if not disposition.finished:
         # Back in the queue: the stop that ended this attempt is done with.
         values.update(stop_request=None, stop_sent_at=None, stop_reason=None)

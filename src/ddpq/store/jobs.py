@@ -52,6 +52,10 @@ class NewJob:
     gpus_per_node: int | None = None
     partition: str | None = None
     slurm_options: tuple[str, ...] = ()
+    gpu_mem_bytes: int | None = None  # sharing GPUs by memory: reserved on each
+    gpu_mem_auto: bool = False  # reserve what earlier runs of it were measured to use
+    gpu_share: int | None = None
+    mem_key: str | None = None  # which earlier jobs are the same job (``auto``)
 
 
 def _record(
@@ -108,6 +112,11 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "gpus_per_node": spec.gpus_per_node,
         "partition": spec.partition,
         "slurm_options": list(spec.slurm_options) or None,
+        "gpu_mem_bytes": spec.gpu_mem_bytes,
+        "gpu_mem_auto": spec.gpu_mem_auto,
+        "gpu_share": spec.gpu_share,
+        "oom_requeues": 0,
+        "mem_key": spec.mem_key,
     }
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None
@@ -272,10 +281,12 @@ def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
 
 
 def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
-    """The queue as the planner's plain records, with each job's current reason.
+    """The queue as the planner's plain records, with each job's current reason (a job
+    whose reservation is ``auto`` is whole-GPU here: ``auto_memory_jobs``).
 
     Columns only, no ORM objects: read on every scheduling pass, so it stays cheap when
-    hundreds of jobs wait.
+    hundreds of jobs wait. A job requeued after running out of memory sharing asks for
+    whole GPUs from then on.
     """
     rows = session.execute(
         select(
@@ -289,17 +300,33 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
             Job.launcher,
             Job.reason,
             Job.sweep_id,
+            Job.gpu_mem_bytes,
+            Job.gpu_share,
+            Job.oom_requeues,
         ).where(Job.state == JobState.QUEUED)
     )
     return [
         (
             QueuedJob(
-                *row[:7], needs_port=needs_port(row.gpus, row.launcher), sweep_id=row.sweep_id
+                *row[:7],
+                needs_port=needs_port(row.gpus, row.launcher),
+                sweep_id=row.sweep_id,
+                mem_bytes=None if row.oom_requeues else row.gpu_mem_bytes,
+                share_cap=None if row.oom_requeues else row.gpu_share,
             ),
             row.reason,
         )
         for row in rows
     ]
+
+
+def auto_memory_jobs(session: Session) -> list[int]:
+    """Queued jobs whose reservation is learned (``--gpu-mem auto``), and not requeued on
+    whole GPUs after running out of memory."""
+    query = select(Job.id).where(
+        Job.state == JobState.QUEUED, Job.gpu_mem_auto.is_(True), Job.oom_requeues == 0
+    )
+    return list(session.scalars(query))
 
 
 def set_waiting_reasons(

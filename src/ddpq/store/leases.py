@@ -1,4 +1,6 @@
-"""GPU and port leases. The partial unique index on live rows is the real guard."""
+"""GPU and port leases. The partial unique index on live rows, and the triggers of migration
+0012m, are the real guard: no two live jobs hold one whole GPU or one port, and no GPU is
+held whole and shared at once (nor shared past its memory or a share cap)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from ddpq.store.models import Lease
 
 GPU = "gpu"
 PORT = "port"
+GPU_SHARE = "gpu_share"  # a share of a GPU's memory (mem_bytes); several jobs may hold one
+GPU_KINDS = (GPU, GPU_SHARE)
 
 
 @dataclass(frozen=True)
@@ -21,31 +25,61 @@ class LiveLease:
     kind: str
     resource: int
     acquired_at: float
+    mem_bytes: int | None = None  # a share: what it reserves on the GPU
+    share_cap: int | None = None
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The leases one job is to get: its GPUs (whole, or a share of each) and its port."""
+
+    job_id: int
+    gpus: Sequence[int]
+    port: int | None
+    mem_bytes: int | None = None  # a share of each GPU: the bytes it reserves there
+    share_cap: int | None = None
 
 
 def acquire(
-    session: Session, job_id: int, gpus: Sequence[int], port: int | None, now: float
+    session: Session,
+    job_id: int,
+    gpus: Sequence[int],
+    port: int | None,
+    now: float,
+    mem_bytes: int | None = None,
 ) -> None:
-    acquire_many(session, [(job_id, gpus, port)], now)
+    acquire_many(session, [Wanted(job_id, gpus, port, mem_bytes)], now)
 
 
-def acquire_many(
-    session: Session, wanted: Sequence[tuple[int, Sequence[int], int | None]], now: float
-) -> None:
-    """Insert the leases of several jobs: ``(job_id, GPUs, port)`` each, in one statement.
+def acquire_many(session: Session, wanted: Sequence[Wanted], now: float) -> None:
+    """Insert the leases of several jobs, in one statement.
 
-    An IntegrityError here means a double lease (the partial unique index): the caller's
-    transaction must be rolled back.
+    An IntegrityError here means a double lease (the partial unique index, the triggers):
+    the caller's transaction must be rolled back.
     """
     rows = [
-        {"job_id": job_id, "kind": GPU, "resource": gpu, "acquired_at": now}
-        for job_id, gpus, _ in wanted
-        for gpu in gpus
+        {
+            "job_id": w.job_id,
+            "kind": GPU if w.mem_bytes is None else GPU_SHARE,
+            "resource": gpu,
+            "acquired_at": now,
+            "mem_bytes": w.mem_bytes,
+            "share_cap": w.share_cap if w.mem_bytes is not None else None,
+        }
+        for w in wanted
+        for gpu in w.gpus
     ]
     rows += [
-        {"job_id": job_id, "kind": PORT, "resource": port, "acquired_at": now}
-        for job_id, _, port in wanted
-        if port is not None
+        {
+            "job_id": w.job_id,
+            "kind": PORT,
+            "resource": w.port,
+            "acquired_at": now,
+            "mem_bytes": None,
+            "share_cap": None,
+        }
+        for w in wanted
+        if w.port is not None
     ]
     if rows:
         session.connection().execute(insert(cast(Table, Lease.__table__)), rows)
@@ -63,9 +97,14 @@ def release(session: Session, job_id: int, now: float) -> None:
 def live(session: Session, job_ids: Iterable[int] | None = None) -> list[LiveLease]:
     """Unreleased leases (of ``job_ids``, if given), as columns: read on every pass."""
     table = cast(Table, Lease.__table__).c
-    query = select(table.job_id, table.kind, table.resource, table.acquired_at).where(
-        table.released_at.is_(None)
-    )
+    query = select(
+        table.job_id,
+        table.kind,
+        table.resource,
+        table.acquired_at,
+        table.mem_bytes,
+        table.share_cap,
+    ).where(table.released_at.is_(None))
     if job_ids is not None:
         query = query.where(table.job_id.in_(list(job_ids)))
     rows = session.connection().execute(query.order_by(table.job_id, table.kind, table.resource))
@@ -73,16 +112,25 @@ def live(session: Session, job_ids: Iterable[int] | None = None) -> list[LiveLea
 
 
 def by_job(leases: Iterable[LiveLease]) -> dict[int, tuple[list[int], int | None]]:
-    """job id -> (GPU indices, port)."""
+    """job id -> (GPU indices, whole or shared, port)."""
     out: dict[int, tuple[list[int], int | None]] = {}
     for lease in leases:
         gpus, port = out.get(lease.job_id, ([], None))
-        if lease.kind == GPU:
+        if lease.kind in GPU_KINDS:
             gpus.append(lease.resource)
         else:
             port = lease.resource
         out[lease.job_id] = (gpus, port)
     return out
+
+
+def shares(leases: Iterable[LiveLease]) -> dict[int, tuple[int, int | None]]:
+    """job id -> (bytes reserved on each of its GPUs, its share cap), for sharing jobs."""
+    return {
+        lease.job_id: (lease.mem_bytes, lease.share_cap)
+        for lease in leases
+        if lease.kind == GPU_SHARE and lease.mem_bytes is not None
+    }
 
 
 def last_port(session: Session) -> int | None:

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    CheckConstraint,
     Enum,
     Float,
     ForeignKey,
@@ -23,6 +24,16 @@ from ddpq.core.states import JobState
 
 class Base(DeclarativeBase):
     pass
+
+
+# What a lease may be: a whole GPU or a port (a resource each), or a share of a GPU's
+# memory (its bytes, and optionally how many jobs it lets share the GPU).
+LEASE_CHECK = (
+    "kind IN ('gpu', 'port', 'gpu_share') "
+    "AND (kind = 'gpu_share') = (mem_bytes IS NOT NULL) "
+    "AND (mem_bytes IS NULL OR mem_bytes > 0) "
+    "AND (share_cap IS NULL OR (kind = 'gpu_share' AND share_cap >= 1))"
+)
 
 
 def state_type(constraint: str) -> Enum:
@@ -99,8 +110,20 @@ class Job(Base):
     sweep_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     sweep_params: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
 
+    # Sharing GPUs by memory (core.sharing): the bytes it reserves on each GPU (None: it
+    # takes them whole), or ``auto`` (learned from earlier runs); at most this many jobs on
+    # a GPU it is on; requeues on whole GPUs after running out of memory sharing.
+    gpu_mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_mem_auto: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    gpu_share: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    oom_requeues: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Which earlier jobs are "the same job" for ``auto``: "name:<name>" when it was given
+    # one, else "cmd:<hash of its command>" (a derived name such as "python" says little).
+    mem_key: Mapped[str | None] = mapped_column(String(80), nullable=True)
+
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),
+        Index("ix_jobs_owner_mem_key", "owner", "mem_key"),
         # The notifier's question, every second: which ended jobs still owe a message.
         Index(
             "ix_jobs_notify_pending",
@@ -189,6 +212,11 @@ class Attempt(Base):
     # None until the launch has got that far; kept once the attempt has ended, for history.
     executor: Mapped[str | None] = mapped_column(String(16), nullable=True)
     handle: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Sharing: what it reserved on each GPU (None: its GPUs were whole). Measured: the
+    # most its processes held on any one of its GPUs at once, sampled through NVML while it
+    # ran (None: never sampled, e.g. --fake-gpus). Bytes.
+    gpu_mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    peak_mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Notification(Base):
@@ -205,20 +233,26 @@ class Notification(Base):
 
 
 class Lease(Base):
-    """A GPU or port held by a job.
+    """A GPU (whole, or a share of its memory) or a port held by a job.
 
-    The partial unique index is the guarantee that no two live jobs hold the
-    same GPU or port, whatever the Python above it does.
+    The database itself guarantees, whatever the Python above it does: no two live jobs
+    hold the same whole GPU or port (the partial unique index), and a GPU held whole holds
+    no share (triggers of migration 0012m: ``tr_leases_*``, which also refuse shares past
+    the GPU's memory or a ``share_cap``, and any change to a lease but its release). A
+    batch migration that copies this table drops triggers: it must create them again.
     """
 
     __tablename__ = "leases"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(8))  # gpu | port
+    kind: Mapped[str] = mapped_column(String(16))  # gpu | port | gpu_share
     resource: Mapped[int] = mapped_column(Integer)
     acquired_at: Mapped[float] = mapped_column(Float)
     released_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # gpu_share only: the bytes reserved on the GPU, and the most jobs it lets share it.
+    mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    share_cap: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index(
@@ -226,8 +260,58 @@ class Lease(Base):
             "kind",
             "resource",
             unique=True,
-            sqlite_where=text("released_at IS NULL"),
+            sqlite_where=text("released_at IS NULL AND kind != 'gpu_share'"),
         ),
+        Index(
+            "uq_leases_live_share",
+            "job_id",
+            "resource",
+            unique=True,
+            sqlite_where=text("released_at IS NULL AND kind = 'gpu_share'"),
+        ),
+        Index(
+            "ix_leases_live_share_gpu",
+            "resource",
+            sqlite_where=text("released_at IS NULL AND kind = 'gpu_share'"),
+        ),
+        CheckConstraint(LEASE_CHECK, name="ck_leases_kind"),
+    )
+
+
+class UserLimit(Base):
+    """An admin's limit on one user's jobs (``core.limits``); the user ``*`` is everyone's
+    default. None: no limit of this row's own."""
+
+    __tablename__ = "user_limits"
+
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    max_gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_jobs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        CheckConstraint(
+            "(max_gpus IS NULL OR max_gpus >= 0) AND (max_jobs IS NULL OR max_jobs >= 0)",
+            name="ck_user_limits_counts",
+        ),
+    )
+
+
+class GpuReservation(Base):
+    """``gpus`` GPUs kept for ``user``'s jobs from ``start_at`` to ``end_at`` (core.limits)."""
+
+    __tablename__ = "reservations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    start_at: Mapped[float] = mapped_column(Float)
+    end_at: Mapped[float] = mapped_column(Float, index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(64))
+
+    __table_args__ = (
+        CheckConstraint("gpus >= 1 AND end_at > start_at", name="ck_reservations_window"),
     )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, SQLColumnExpression, case, func, select, text
+from sqlalchemy import Select, SQLColumnExpression, and_, case, func, select, text
 from sqlalchemy.orm import Session
 
 from ddpq.core.states import TERMINAL, JobState
@@ -38,16 +38,19 @@ def jobs_by_state(session: Session) -> dict[JobState, int]:
 
 def gpus_by_status(session: Session) -> dict[str, int]:
     """The worker's device snapshot classified like ``GET /v1/devices``: leased wins over
-    external (ddpq's own job is running there), and the rest is free."""
-    leased = select(Lease.resource).where(
-        Lease.kind == lease_store.GPU, Lease.released_at.is_(None)
-    )
+    external (ddpq's own job is running there), shared (by memory) too, and the rest is
+    free."""
+
+    def held(kind: str) -> Any:
+        return select(Lease.resource).where(Lease.kind == kind, Lease.released_at.is_(None))
+
     status = case(
-        (DeviceSnapshot.index.in_(leased), "leased"),
+        (DeviceSnapshot.index.in_(held(lease_store.GPU)), "leased"),
+        (DeviceSnapshot.index.in_(held(lease_store.GPU_SHARE)), "shared"),
         (DeviceSnapshot.external.is_(True), "external"),
         else_="free",
     )
-    counts = {"leased": 0, "free": 0, "external": 0}
+    counts = {"leased": 0, "shared": 0, "free": 0, "external": 0}
     for name, n in session.execute(select(status, func.count()).group_by(status)):
         counts[name] = n
     return counts
@@ -141,4 +144,52 @@ def scheduling_latencies(session: Session, bounds: Sequence[float]) -> Distribut
     The worker overwrites it on each attempt, so it is the latest placement's latency."""
     value = Job.sched_latency_s
     base = select(Job.id).where(Job.sched_latency_s.is_not(None))
+    return _distribution(session, value, base, bounds)
+
+
+def gpu_memory_by_gpu(session: Session) -> dict[int, tuple[int, int, int]]:
+    """Per GPU of the device snapshot: (jobs sharing it, bytes they reserve there, the sum
+    of the measured peaks of the jobs holding it, whole or shared)."""
+    live_gpu = and_(Lease.released_at.is_(None), Lease.kind.in_(lease_store.GPU_KINDS))
+    shared = {
+        gpu: (n, int(reserved or 0))
+        for gpu, n, reserved in session.execute(
+            select(Lease.resource, func.count(), func.sum(Lease.mem_bytes))
+            .where(live_gpu, Lease.kind == lease_store.GPU_SHARE)
+            .group_by(Lease.resource)
+        )
+    }
+    peaks = {
+        gpu: total
+        for gpu, total in session.execute(
+            select(Lease.resource, func.sum(Attempt.peak_mem_bytes))
+            .join(Job, Job.id == Lease.job_id)
+            .join(Attempt, and_(Attempt.job_id == Job.id, Attempt.number == Job.attempt))
+            .where(live_gpu, Attempt.peak_mem_bytes.is_not(None))
+            .group_by(Lease.resource)
+        )
+    }
+    out = {}
+    for (index,) in session.execute(select(DeviceSnapshot.index)):
+        n, reserved = shared.get(index, (0, 0))
+        out[index] = (n, reserved, int(peaks.get(index) or 0))
+    return out
+
+
+def attempt_peaks(session: Session, bounds: Sequence[float]) -> Distribution:
+    """Ended attempts' measured peak GPU memory (bytes, on any one of their GPUs)."""
+    value = Attempt.peak_mem_bytes
+    base = select(Attempt.id).where(Attempt.ended_at.is_not(None), value.is_not(None))
+    return _distribution(session, value, base, bounds)
+
+
+def reservation_use(session: Session, bounds: Sequence[float]) -> Distribution:
+    """Ended attempts that shared GPUs: their measured peak over what they reserved (over 1:
+    they used more than they asked for; well under: they reserved memory nobody used)."""
+    value = Attempt.peak_mem_bytes * 1.0 / Attempt.gpu_mem_bytes
+    base = select(Attempt.id).where(
+        Attempt.ended_at.is_not(None),
+        Attempt.peak_mem_bytes.is_not(None),
+        Attempt.gpu_mem_bytes.is_not(None),
+    )
     return _distribution(session, value, base, bounds)

@@ -109,6 +109,11 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
         "gpus_per_node": job.gpus_per_node,
         "partition": job.partition,
         "slurm_options": list(job.slurm_options) or None,
+        "gpu_mem_bytes": job.gpu_mem_bytes,
+        "gpu_mem_auto": job.gpu_mem_auto,
+        "gpu_share": job.gpu_share,
+        "oom_requeues": 0,
+        "mem_key": job.mem_key,  # the template's: its members are runs of the same job
     }
     rows = [
         {

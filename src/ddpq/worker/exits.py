@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ddpq.config import Settings
-from ddpq.core.disposition import after_exit, rendezvous_port_clash
+from ddpq.core.disposition import after_exit, cuda_out_of_memory, rendezvous_port_clash
 from ddpq.core.rules import ExitRecord
 from ddpq.core.states import ACTIVE
 from ddpq.executors.base import Ended
@@ -69,6 +69,7 @@ def _record(
         port_clash=lambda: folder is not None and rendezvous_port_clash(folder.log_tail()),
         preempt_grace_s=settings.preempt_grace_s,
         checkpointed=progress is not None and progress.get("preempted") is True,
+        out_of_memory=lambda: folder is not None and cuda_out_of_memory(folder.log_tail()),
     )
     attempt_store.record_exit(s, ending, record, disposition, progress, now)
     log.info("job %s: %s", ending.job_id, disposition.attempt_reason)

@@ -11,27 +11,38 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 
 from ddpq.config import Settings
 from ddpq.core.gpus import Gpu, external_pids
+from ddpq.core.sharing import Measured
 from ddpq.store import devices as device_store
+from ddpq.store import memory as memory_store
 from ddpq.store.db import Database
 from ddpq.worker.devices import DevicesUnavailable, discover
 from ddpq.worker.outside import OutsideUse
 
 log = logging.getLogger("ddpq.worker")
 
-REFRESH_S = 5.0
+
+def _nvml() -> list[Gpu]:
+    return discover(None)
 
 
 class Inventory:
-    def __init__(self, settings: Settings, devices: list[Gpu]) -> None:
+    def __init__(
+        self, settings: Settings, devices: list[Gpu], look: Callable[[], list[Gpu]] | None = None
+    ) -> None:
+        """``look``: how the GPUs are looked at again (default: NVML; None with fake GPUs,
+        which never change)."""
         self.settings = settings
+        self.look = look if look is not None or settings.fake_gpus is not None else _nvml
         self.devices = devices
         self.external: set[int] = set()
         # Slots of a Slurm budget are no device anyone here could use: nothing to sample.
-        self.outside = OutsideUse(REFRESH_S) if settings.samples_outside_use else None
+        self.outside = OutsideUse(settings.gpu_poll_s) if settings.samples_outside_use else None
+        # The GPUs' memory and each job's use of it, as last looked at.
+        self.measured = Measured.of(devices, {})
         self._refreshed_at = time.monotonic()
 
     def usable(self) -> list[int]:
@@ -42,26 +53,33 @@ class Inventory:
         return indices
 
     def due(self) -> bool:
-        """Fake GPUs never change; real ones are looked at every REFRESH_S."""
-        if self.settings.fake_gpus is not None:
+        """Fake GPUs never change; real ones are looked at every ``gpu_poll_s``."""
+        if self.look is None:
             return False
-        return time.monotonic() - self._refreshed_at >= REFRESH_S
+        return time.monotonic() - self._refreshed_at >= self.settings.gpu_poll_s
 
-    def refresh(self, ours: Collection[int]) -> bool:
-        """Ask NVML again (real GPUs only); ``ours`` are the processes of ddpq's jobs. False
-        if NVML failed."""
+    def refresh(self, pids_by_job: Mapping[int, Collection[int]]) -> bool:
+        """Ask NVML again (real GPUs only); ``pids_by_job`` are the processes of ddpq's
+        jobs. False if NVML failed."""
         self._refreshed_at = time.monotonic()
+        if self.look is None:
+            return True
         try:
-            self.devices = discover(None)
+            self.devices = self.look()
         except DevicesUnavailable as exc:
             log.warning("%s", exc)
             return False
+        ours = {pid for pids in pids_by_job.values() for pid in pids}
         self.external = {d.index for d in self.devices if external_pids(d, ours)}
+        self.measured = Measured.of(self.devices, pids_by_job)
         return True
 
-    def publish(self, db: Database, ours: Collection[int], now: float) -> None:
+    def publish(
+        self, db: Database, ours: Collection[int], now: float, peaks: Mapping[int, int]
+    ) -> None:
         """Store this view for the API: each GPU with the processes on it that are not
-        ddpq's (``ours``), named by their owners, whose use this look is a sample of."""
+        ddpq's (``ours``), named by their owners, whose use this look is a sample of; and, in
+        the same transaction, the running attempts' new peaks (job id -> bytes)."""
         outside = [d.outside(ours) for d in self.devices]
         if self.outside is not None:
             outside = self.outside.name_owners(outside)
@@ -69,3 +87,4 @@ class Inventory:
             device_store.replace_all(s, outside, now)
             if self.outside is not None:
                 self.outside.sample(s, outside, now)
+            memory_store.record_peaks(s, peaks)

@@ -21,6 +21,7 @@ from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core.gpus import Gpu
 from ddpq.core.rules import StopRequest, stop_due
+from ddpq.core.sharing import peaks
 from ddpq.core.states import JobState
 from ddpq.core.untrusted import clean_text
 from ddpq.executors.base import Ended, Executor, Launch, LaunchFailed
@@ -51,17 +52,19 @@ class Worker:
         devices: list[Gpu] | None = None,
         clock: Callable[[], float] = time.time,
         listen: bool = True,
+        look: Callable[[], list[Gpu]] | None = None,
     ) -> None:
         """``executor`` defaults to the local shim executor; ``clock`` is the time every
         decision is made at; ``listen`` opens the wake socket (off in in-process tests,
-        which call ``step`` themselves)."""
+        which call ``step`` themselves); ``look`` looks at the GPUs again (default: NVML,
+        unless ``fake_gpus``)."""
         self.settings = settings
         self.clock = clock
         self.db = Database(settings.db_path, durable=False)
         # Its mode (0711: jobs pass through, nobody lists) is set by daemon.make_private.
         settings.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.inventory = Inventory(
-            settings, devices if devices is not None else discover(settings.fake_gpus)
+            settings, devices if devices is not None else discover(settings.fake_gpus), look
         )
         if executor is None:
             from ddpq.executors.local import LocalExecutor
@@ -75,6 +78,7 @@ class Worker:
         # Attempts the executor reported ended, kept until their recording has committed.
         self._exits: list[Ended] = []
         self._progress: dict[int, dict[str, Any]] = {}  # as last written, per job
+        self._peaks: dict[int, int] = {}  # each running attempt's peak, as last written
         self._progress_at = float("-inf")
         self._waits: dict[int, str] = {}  # started jobs waiting in a cluster, as written
         self._woke_at = clock()
@@ -205,6 +209,7 @@ class Worker:
         for e in ended:
             self._running.pop(e.job_id, None)
             self._progress.pop(e.job_id, None)
+            self._peaks.pop(e.job_id, None)
         self._exits += ended
 
     def _enforce_stops(self) -> None:
@@ -235,18 +240,29 @@ class Worker:
                 )
 
     def _refresh_devices(self, force: bool = False) -> None:
+        """NVML again: which GPUs run outside processes, and how much memory each running
+        job's processes hold (the peak of each attempt, per GPU, is kept)."""
         if not (force or self.inventory.due()):
             return
-        ours = self.executor.job_pids()
-        if self.settings.fake_gpus is None and not self.inventory.refresh(ours):
+        by_job = self.executor.pids_by_job()
+        ours = {pid for pids in by_job.values() for pid in pids}
+        if self.inventory.look is not None and not self.inventory.refresh(by_job):
             return  # NVML failed (and said why): the last view stands
-        self.inventory.publish(self.db, ours, self.clock())
+        risen = {
+            job_id: peak
+            for job_id, peak in peaks(self.inventory.measured.use).items()
+            if job_id in self._running and peak > self._peaks.get(job_id, 0)
+        }
+        self.inventory.publish(self.db, ours, self.clock(), risen)
+        self._peaks.update(risen)  # committed
 
     def _schedule(self) -> None:
         now = self.clock()
         with self.db.write() as s:
             record_exits(s, self._exits, self.settings, now)
-            leased = self.scheduler.lease_next(s, self.inventory.usable(), self._woke_at, now)
+            leased = self.scheduler.lease_next(
+                s, self.inventory.usable(), self._woke_at, now, self.inventory.measured
+            )
             mapped = user_store.unix_accounts(s, {job.owner for job in leased})
         self._exits.clear()  # committed
         if not leased:
@@ -272,6 +288,7 @@ class Worker:
                 time_limit_s=job.time_limit_s,
                 partition=job.partition,
                 slurm_options=job.slurm_options,
+                gpu_mem_bytes=job.gpu_mem_bytes,
             )
             try:
                 started.append((job.job_id, self.executor.start(launch)))

@@ -1,7 +1,8 @@
 """Planning and leasing in the worker's transaction: what starts now, on which GPUs and port.
 
 The decision is ``core.plan``'s; this gathers its inputs from the store (the queue, the
-leases held, recent use per owner) and from this host (which ports are really free),
+leases held, recent use per owner, limits, reservations, what ``auto`` jobs were measured
+to use) and from this host (which ports are really free, what the GPUs' memory holds),
 writes why each waiting job waits, and leases the chosen jobs their resources.
 """
 
@@ -16,10 +17,13 @@ from ddpq.core import plan as planner
 from ddpq.core.policy import Order, Policy
 from ddpq.core.preempt import Guards, Running, Waiting, victims
 from ddpq.core.rules import recent_usage
+from ddpq.core.sharing import GpuMemory, Measured, auto_reservation, gpu_memory
 from ddpq.core.states import ACTIVE
 from ddpq.store import attempts as attempt_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store import limits as limit_store
+from ddpq.store import memory as memory_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
@@ -47,23 +51,39 @@ class Scheduler:
         self._usage: tuple[float, dict[str, float]] = (float("-inf"), {})
 
     def lease_next(
-        self, s: Session, usable_gpus: Sequence[int], woke_at: float, now: float
+        self,
+        s: Session,
+        usable_gpus: Sequence[int],
+        woke_at: float,
+        now: float,
+        measured: Measured | None = None,
     ) -> list[attempt_store.Leased]:
         """Plan, write the waiting reasons, and lease what starts: those jobs are now
-        ``starting``, in the caller's transaction."""
+        ``starting``, in the caller's transaction. ``measured``: the GPUs' memory as last
+        sampled (None: GPUs of 16 GiB with nothing on them, as ``--fake-gpus``)."""
         cfg = self.settings
         waiting = job_store.queued_for_planning(s)
         if not waiting:
             return []
-        candidates = [job for job, _ in waiting]
+        candidates = self._learned([job for job, _ in waiting], s)
         active = job_store.running_for_supervision(s, ACTIVE)
-        held = lease_store.by_job(lease_store.live(s))
+        live = lease_store.live(s)
+        held = lease_store.by_job(live)
+        shares = lease_store.shares(live)
         running = [
             planner.RunningJob(
-                j.id, tuple(held.get(j.id, ([], None))[0]), j.started_at or now, j.time_limit_s
+                j.id,
+                tuple(held.get(j.id, ([], None))[0]),
+                j.started_at or now,
+                j.time_limit_s,
+                j.owner,
+                *shares.get(j.id, (None, None)),
             )
             for j in active
         ]
+        memory = self._memory(measured or Measured.idle(usable_gpus), running)
+        limits = limit_store.limits(s)
+        reserved = limit_store.open_reservations(s, now)
         leased_ports = {port for _, port in held.values() if port is not None}
         ports_held: dict[str, int] = {}
         for j in active:
@@ -80,6 +100,7 @@ class Scheduler:
             served = attempt_store.attained(s, [c.id for c in candidates], now)
             candidates = [replace(c, attained_s=served.get(c.id, 0.0)) for c in candidates]
         placements: list[planner.Placement] = []
+        notes: dict[int, str] = {}
         free_ports: list[int] = []
         for _ in range(PORT_REPLANS):
             free_ports = [
@@ -87,9 +108,21 @@ class Scheduler:
                 for p in rotation(*cfg.port_range, self.last_port)
                 if p not in leased_ports and self.port_cooldown.get(p, 0.0) <= now
             ]
-            placements = planner.plan(
-                candidates, usable_gpus, running, free_ports, usage, now, budget, order, caps
+            decided = planner.plan_explained(
+                candidates,
+                usable_gpus,
+                running,
+                free_ports,
+                usage,
+                now,
+                budget,
+                order,
+                caps,
+                memory=memory,
+                limits=limits,
+                reservations=reserved,
             )
+            placements, notes = decided.placements, decided.notes
             busy = [p.port for p in placements if p.port is not None and not self.port_free(p.port)]
             if not busy:
                 break
@@ -97,14 +130,35 @@ class Scheduler:
                 log.info("port %s is in use by another program; skipping it", port)
                 self.port_cooldown[port] = now + PORT_COOLDOWN_S
         reasons = planner.explain_waits(
-            candidates, usable_gpus, placements, free_ports, usage, now, budget, order, caps
+            candidates,
+            usable_gpus,
+            placements,
+            free_ports,
+            usage,
+            now,
+            budget,
+            order,
+            caps,
+            memory=memory,
+            notes=notes,
         )
         if cfg.policy is Policy.LAS:
+            held_back = {c.id for c in candidates if c.id in notes}
             self._preempt_for(
-                s, candidates, placements, active, held, usable_gpus, order, caps, now
+                s,
+                candidates,
+                placements,
+                active,
+                held,
+                shares,
+                usable_gpus,
+                order,
+                caps,
+                now,
+                held_back,
             )
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
-        submitted = {c.id: c.submitted_at for c in candidates}
+        by_id = {c.id: c for c in candidates}
         placed = [
             attempt_store.Placed(
                 p.job_id,
@@ -112,7 +166,9 @@ class Scheduler:
                 p.port,
                 str(cfg.jobs_dir / str(p.job_id)),
                 # From when it could have been placed: woken, or submitted if later.
-                max(0.0, now - max(woke_at, submitted[p.job_id])),
+                max(0.0, now - max(woke_at, by_id[p.job_id].submitted_at)),
+                p.mem_bytes,
+                by_id[p.job_id].share_cap if p.mem_bytes is not None else None,
             )
             for p in placements
         ]
@@ -128,13 +184,20 @@ class Scheduler:
         placements: Sequence[planner.Placement],
         active: Sequence[job_store.RunningView],
         held: dict[int, tuple[list[int], int | None]],
+        shares: dict[int, tuple[int, int | None]],
         usable_gpus: Sequence[int],
         order: Order,
         caps: planner.SweepCaps,
         now: float,
+        held_back: set[int],
     ) -> None:
         """Under LAS: ask running jobs of worse queues to checkpoint and go, so that waiting
-        jobs of better ones can start (``core.preempt``); their GPUs come back when they do."""
+        jobs of better ones can start (``core.preempt``); their GPUs come back when they do.
+
+        ``core.preempt`` counts whole GPUs: no job is preempted for a job that shares GPUs
+        by memory, nor is one that shares them preempted (its GPU would stay shared), and a
+        shared GPU is not free. Nor for a job a limit or a reservation holds back
+        (``held_back``): freed GPUs would not let it start."""
         placed = {p.job_id for p in placements}
         sweeps_placed: dict[int, int] = {}
         for c in candidates:
@@ -146,15 +209,20 @@ class Scheduler:
             Waiting(c.id, c.owner, c.priority, c.submitted_at, c.attained_s, c.gpus)
             for c in candidates
             if c.id not in placed
+            and c.id not in held_back
+            and c.mem_bytes is None
             and (c.not_before is None or c.not_before <= now)
             and caps.allows(c.sweep_id, sweeps_placed)
         ]
         if not waiting:
             return
-        gpus_of = {j.id: len(held.get(j.id, ([], None))[0]) for j in active}
+        whole = [j for j in active if j.id not in shares]
+        gpus_of = {j.id: len(held.get(j.id, ([], None))[0]) for j in whole}
         # GPUs of jobs already being stopped are as good as free: do not preempt twice.
-        leaving = sum(gpus_of[j.id] for j in active if j.stop_request)
-        free = len(set(usable_gpus)) - sum(gpus_of.values()) - sum(len(p.gpus) for p in placements)
+        leaving = sum(gpus_of[j.id] for j in whole if j.stop_request)
+        taken = {g for gpus, _ in held.values() for g in gpus}
+        taken.update(g for p in placements for g in p.gpus)
+        free = len(set(usable_gpus) - taken)
         served = attempt_store.attained(s, [j.id for j in active], now)
         running = [
             Running(
@@ -168,7 +236,7 @@ class Scheduler:
                 j.preemptible,
                 j.preemptions,
             )
-            for j in active
+            for j in whole
             if not j.stop_request
         ]
         guards = Guards(self.settings.preempt_min_run_s, self.settings.max_preemptions)
@@ -177,6 +245,30 @@ class Scheduler:
             why = {p.victim: f"preempted for job {p.for_job}" for p in wanted}
             for job_id in attempt_store.request_preemptions(s, why):
                 log.info("job %s: %s (it has had more service)", job_id, why[job_id])
+
+    def _learned(
+        self, candidates: Sequence[planner.QueuedJob], s: Session
+    ) -> list[planner.QueuedJob]:
+        """The queue with each ``auto`` job's reservation learned from what earlier runs of
+        it were measured to use (``core.sharing.auto_reservation``); one without such a
+        run asks for its GPUs whole, and its peak is learned."""
+        auto = job_store.auto_memory_jobs(s)
+        if not auto:
+            return list(candidates)
+        measured = memory_store.measured_for(s, auto)
+        margin = self.settings.gpu_mem_margin
+        learned = {job_id: auto_reservation(measured.get(job_id), margin) for job_id in auto}
+        return [replace(c, mem_bytes=learned[c.id]) if c.id in learned else c for c in candidates]
+
+    def _memory(self, measured: Measured, running: Sequence[planner.RunningJob]) -> GpuMemory:
+        """Each GPU's memory as the planner counts it: what no live reservation covers is
+        outside use, whoever holds it."""
+        sharers: dict[int, dict[int, int]] = {}
+        for job in running:
+            if job.mem_bytes is not None:
+                for g in job.gpus:
+                    sharers.setdefault(g, {})[job.id] = job.mem_bytes
+        return gpu_memory(measured, sharers, self.settings.gpu_mem_headroom_bytes)
 
     def _recent_usage(self, s: Session, now: float) -> dict[str, float]:
         """Recent GPU-seconds per owner, recomputed at most every USAGE_TTL_S: their jobs',

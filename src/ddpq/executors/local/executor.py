@@ -235,14 +235,17 @@ class LocalExecutor:
         return {}  # a shim runs its job at once
 
     def job_pids(self) -> set[int]:
-        pids: set[int] = set()
+        return {pid for pids in self.pids_by_job().values() for pid in pids}
+
+    def pids_by_job(self) -> dict[int, set[int]]:
+        out: dict[int, set[int]] = {}
         for job_id, w in self._watched.items():
             cgroup = self._cgroup_of(job_id, w.attempt)
             if cgroup is not None:
-                pids.update(cgroups.members(cgroup))
+                out[job_id] = set(cgroups.members(cgroup))
             else:
-                pids.update(procs.session_members(w.ident))
-        return pids
+                out[job_id] = set(procs.session_members(w.ident))
+        return out
 
     def wait_fds(self) -> list[int]:
         return [w.fd for w in self._watched.values() if w.fd is not None]

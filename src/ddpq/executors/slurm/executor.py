@@ -318,6 +318,9 @@ class SlurmExecutor:
     def job_pids(self) -> set[int]:
         return set()  # they run on Slurm's nodes, not here
 
+    def pids_by_job(self) -> dict[int, set[int]]:
+        return {}  # nothing of theirs to measure here (and no job on Slurm shares a GPU)
+
     def wait_fds(self) -> list[int]:
         return []  # Slurm is asked every pass (POLL_S)
 

@@ -1,5 +1,6 @@
-"""The GPUs as the worker last reported them, with the job (and owner) leasing each, and
-whose the processes in no job are (their account, and the ddpq user it maps to)."""
+"""The GPUs as the worker last reported them, with the job (and owner) leasing each, or
+the jobs sharing each by memory, and whose the processes in no job are (their account, and
+the ddpq user it maps to)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import replace
 from fastapi import APIRouter
 
 from ddpq.core.states import JobState
-from ddpq.schemas import DeviceList, DeviceOut
+from ddpq.schemas import DeviceList, DeviceOut, DeviceShare
 from ddpq.server import views
 from ddpq.server.deps import Auth, DatabaseDep, SettingsDep
 from ddpq.store import devices as device_store
@@ -31,10 +32,22 @@ def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
         people = usage_store.people(s, accounts, names_are_users=not settings.auth)
     gpu_holder = {x.resource: x for x in live if x.kind == lease_store.GPU}
     ports = {x.resource: x.job_id for x in live if x.kind == lease_store.PORT}
+    shared: dict[int, list[DeviceShare]] = {}
+    for x in live:
+        if x.kind == lease_store.GPU_SHARE and x.mem_bytes is not None:
+            share = DeviceShare(
+                job_id=x.job_id,
+                owner=views.servable(owners.get(x.job_id)),
+                gpu_mem=x.mem_bytes,
+                since=views.ts_req(x.acquired_at),
+            )
+            shared.setdefault(x.resource, []).append(share)
     items = []
     for d in snapshot:
         lease = gpu_holder.get(d.index)
         status = "leased" if lease else ("external" if d.processes else "free")
+        if d.index in shared:
+            status = "shared"
         items.append(
             DeviceOut(
                 index=d.index,
@@ -50,6 +63,7 @@ def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
                 external_processes=[
                     replace(p, user=people.get(p.account or "")) for p in d.processes
                 ],
+                shares=shared.get(d.index, []),
             )
         )
     return DeviceList(items=items, ports_leased=ports)

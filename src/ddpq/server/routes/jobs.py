@@ -12,7 +12,9 @@ from fastapi import APIRouter, Query
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import jobenv
+from ddpq.core.sharing import AUTO, MIB, GpuMemory
 from ddpq.core.states import TERMINAL, JobState
+from ddpq.core.units import size_for_people
 from ddpq.schemas import (
     USER_PRIORITY_MAX,
     CancelResult,
@@ -29,6 +31,7 @@ from ddpq.server.errors import CONFLICT, WRITE_ERRORS, ApiError
 from ddpq.server.params import JobId, Offset
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
+from ddpq.store import memory as memory_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database, Session
 from ddpq.workloads.registry import BadWorkload, resolve
@@ -40,7 +43,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -> JobOut:
     spec = job_spec(body, who, settings, db)
     with db.write() as s:
-        check_gpus(s, body.gpus)
+        check_gpus(s, body.gpus, body.gpu_mem_bytes, settings)
         job = job_store.create_job(s, spec, time.time())
         # A new job holds no lease, and its dependencies are the ones just given.
         out = views.job_out(
@@ -81,6 +84,15 @@ def job_spec(
                 f"{cluster_only[0]}: this daemon runs jobs on this host, not on Slurm "
                 "(only --executor slurm takes nodes, partitions and #SBATCH options)",
             )
+    elif body.gpu_mem is not None:
+        # Slurm hands out whole GPUs (gres), and no NVML sample of a cluster node reaches
+        # this daemon: neither a share nor a measured peak would hold there.
+        raise ApiError(
+            422,
+            "invalid",
+            "gpu_mem: this daemon runs jobs on Slurm, which gives jobs whole GPUs; "
+            "sharing GPUs by memory needs the local executor",
+        )
     launcher = "torchrun" if body.torchrun or body.workload is not None else "plain"
     if command is None:
         command = body.command
@@ -109,6 +121,10 @@ def job_spec(
         notify_url=body.notify or settings.notify_url,
         preemptible=body.preemptible,
         preempt_signal=body.preempt_signal,
+        gpu_mem_bytes=body.gpu_mem_bytes,
+        gpu_mem_auto=body.gpu_mem == AUTO,
+        gpu_share=body.gpu_share,
+        mem_key=memory_store.mem_key(body.name, command),
         nodes=body.nodes,
         gpus_per_node=body.gpus_per_node,
         partition=body.partition,
@@ -124,13 +140,31 @@ def workload_command(workload: str, args: list[str], where: str = "args") -> lis
         raise ApiError(422, "invalid", f"{where}: {exc}") from None
 
 
-def check_gpus(s: Session, gpus: int) -> None:
+def check_gpus(
+    s: Session, gpus: int, gpu_mem: int | None = None, settings: Settings | None = None
+) -> None:
+    """Refuse what this server could never run: more GPUs than it has, or a reservation
+    larger than what any of its GPUs has to share."""
     total = device_store.count(s)
     if gpus > total:
         raise ApiError(
             422,
             "invalid",
             f"gpus: asked for {gpus} GPUs but this server has {total}",
+        )
+    if gpu_mem is None or settings is None:
+        return
+    headroom = settings.gpu_mem_headroom_bytes
+    memory = GpuMemory(
+        {d.index: d.memory_total_mb * MIB for d in device_store.all_devices(s)}, {}, headroom
+    )
+    if total and not memory.can_ever_hold(gpu_mem, gpus):
+        raise ApiError(
+            422,
+            "invalid",
+            f"gpu_mem: asked for {size_for_people(gpu_mem)} on each of {gpus} GPU(s); "
+            f"the GPUs here have at most {size_for_people(memory.largest())} to share "
+            f"({size_for_people(headroom)} of each is kept free)",
         )
 
 

@@ -55,7 +55,7 @@ def submit(body: SweepSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep)
         members=built,
     )
     with db.write() as s:
-        check_gpus(s, t.gpus)
+        check_gpus(s, t.gpus, t.gpu_mem_bytes, settings)
         sweep = sweep_store.create_sweep(s, spec, time.time())
         out = views.sweep_out(sweep, sweep_store.counts(s, [sweep.id])[sweep.id])
     wake.nudge(settings.wake_socket)

@@ -188,8 +188,29 @@ function renderQueue(jobs) {
   $("queue-count").textContent = ui.total ? `(${ui.total} submitted)` : "";
 }
 
+// GPU memory as people read it: "5G" where exact, else "4.1G" or "300M".
+function sizeText(bytes) {
+  if (bytes === null || bytes === undefined) return "";
+  const g = bytes / 2 ** 30;
+  if (g >= 1) return Number.isInteger(g) ? g + "G" : g.toFixed(1) + "G";
+  return Math.round(bytes / 2 ** 20) + "M";
+}
+
+// What a job reserves and was measured to use (as `ddpq ls` shows it): "3.1G/5G" for one
+// that shares its GPUs, its peak for one with whole GPUs, what it asks for while it waits.
+function memText(job) {
+  if (job.leases.gpu_mem !== null && job.leases.gpu_mem !== undefined) {
+    return `${sizeText(job.peak_mem) || "-"}/${sizeText(job.leases.gpu_mem)}`;
+  }
+  if (job.leases.gpus.length || job.peak_mem !== null) return sizeText(job.peak_mem);
+  if (job.gpu_mem_auto) return "auto";
+  return sizeText(job.gpu_mem);
+}
+
 function jobRow(job) {
-  const gpus = job.leases.gpus.length ? `${job.gpus} [${job.leases.gpus.join(",")}]` : job.gpus;
+  const leased = job.leases.gpus.length ? `${job.gpus} [${job.leases.gpus.join(",")}]` : job.gpus;
+  const mem = memText(job);
+  const gpus = mem ? `${leased} · ${mem}` : leased;
   const tr = el(
     "tr",
     {
@@ -229,14 +250,27 @@ function renderGpus(devices) {
     if (d.job_id !== null) {
       lines.push(el("div", { text: `job ${d.job_id} · ${d.owner ?? "?"}` }));
       if (portOf.has(d.job_id)) lines.push(el("div", { text: "port " + portOf.get(d.job_id) }));
-    } else if (d.status === "external") {
+    } else if (d.shares && d.shares.length) {
+      for (const s of d.shares) {
+        const share = el("div", {
+          class: "gpu-share",
+          "data-job-id": s.job_id,
+          text: `job ${s.job_id} · ${s.owner ?? "?"} · ${sizeText(s.gpu_mem)}`,
+        });
+        share.addEventListener("click", () => openLog(s.job_id));
+        lines.push(share);
+      }
+    }
+    if (d.status === "external" || (d.shares?.length && d.external_processes.length)) {
       const who = outsideText(d.external_processes) || "?";
       lines.push(el("div", { class: "gpu-outside", text: "not ddpq: " + who }));
     }
     if (d.memory_total_mb > 0) {
+      const reserved = (d.shares || []).reduce((sum, s) => sum + s.gpu_mem, 0);
       lines.push(el("div", {
         class: "muted",
-        text: `${(d.memory_used_mb / 1024).toFixed(1)} / ${(d.memory_total_mb / 1024).toFixed(0)} GiB`,
+        text: `${(d.memory_used_mb / 1024).toFixed(1)} / ${(d.memory_total_mb / 1024).toFixed(0)} GiB` +
+          (reserved ? ` · ${sizeText(reserved)} reserved` : ""),
       }));
     }
     const card = el("div", {
@@ -419,10 +453,12 @@ async function tick() {
         loadJobs(),
         getJson("/v1/devices"),
         loadSweeps(),
+        loadReservations(),
       ]);
       ui.jobs = jobs;
       renderQueue(jobs);
       renderSweeps();
+      renderReservations();
       await pollSweep();
       const g = renderGpus(devices);
       const running = [...jobs.values()].filter((j) => j.state === "running").length;

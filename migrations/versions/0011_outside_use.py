@@ -1,7 +1,7 @@
 """outside use: intervals of GPU use by processes in no ddpq job, per account and GPU
 
 Revision ID: 0012u
-Revises: 0009c
+Revises: 0012m
 Create Date: 2026-12-09 10:00:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012u"
-down_revision = "0009c"
+down_revision = "0012m"
 branch_labels = None
 depends_on = None
 
