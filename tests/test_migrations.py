@@ -188,10 +188,9 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
         # The copy of the jobs table that the foreign key needed kept its CHECK.
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
             conn.execute("UPDATE jobs SET state = 'runing'")
-    db = Database(path)
-    with db.read() as s:
-        assert [get_job(s, i).sweep_index for i in members] == [0, 1]
-    db.dispose()
+    with sqlite3.connect(path) as conn:  # not the ORM: its model is the head's, not 0005s's
+        query = "SELECT sweep_index FROM jobs WHERE id IN (?, ?) ORDER BY id"
+        assert [i for (i,) in conn.execute(query, members)] == [0, 1]
     command.downgrade(alembic_config(path), "0004")
     with sqlite3.connect(path) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
@@ -209,3 +208,34 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
     migrate(path)  # and up again
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM sweeps").fetchone() == (0,)
+
+
+def test_sessions_upgrade_keeps_jobs_as_batch_jobs_and_downgrade_keeps_sessions_as_jobs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0005s")
+    with sqlite3.connect(path) as conn:
+        batch = _insert_job(conn, "running")
+    _at(path, "0016i")
+    with sqlite3.connect(path) as conn:
+        row = conn.execute(
+            "SELECT interactive, idle_s, idle_since, idle_warned_at FROM jobs WHERE id = ?",
+            (batch,),
+        ).fetchone()
+        assert row == (0, None, None, None)
+        session = _insert_job(conn, "running")
+        conn.execute(
+            "UPDATE jobs SET interactive = 1, idle_s = 1800, idle_since = 5.0 WHERE id = ?",
+            (session,),
+        )
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
+            conn.execute("UPDATE jobs SET state = 'runing'")
+    command.downgrade(alembic_config(path), "0005s")
+    with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        states = dict(conn.execute("SELECT id, state FROM jobs"))
+        assert "CHECK" in _table_sql(conn, "jobs")
+    assert not {"interactive", "idle_s", "idle_since", "idle_warned_at"} & columns
+    assert states == {batch: "running", session: "running"}
+    migrate(path)  # and up again

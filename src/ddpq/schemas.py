@@ -18,6 +18,7 @@ from pydantic import (
 from ddpq.core import jobenv
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.gpus import GpuProcess
+from ddpq.core.interactive import uses_port
 
 # Defined where the CLI reads them without pydantic; still importable from here.
 from ddpq.core.jobenv import ENV_KEY_RE as ENV_KEY_RE
@@ -161,6 +162,19 @@ class JobSubmit(BaseModel):
         description="an http(s) URL to POST a JSON message to when the job ends (Slack and "
         "Mattermost webhooks show its `text`); default: the daemon's --notify-url",
     )
+    interactive: bool = Field(
+        default=False,
+        description="a session (`ddpq shell`): the command runs on a terminal its shim holds, "
+        "which `ddpq attach` relays; `{port}` in the command is the leased port",
+    )
+    idle_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=365 * 24 * 3600,
+        allow_inf_nan=False,
+        description="a session whose GPUs stay unused this long is warned, then ended "
+        "(reason idle); default: the daemon's --idle, at most its --idle-max",
+    )
 
     @field_validator("notify")
     @classmethod
@@ -232,6 +246,25 @@ class JobSubmit(BaseModel):
             raise ValueError(
                 f"{field}: {size // 1024} KiB of variables, more than {MAX_ENV_BYTES // 1024} KiB"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _session(self) -> JobSubmit:
+        if not self.interactive:
+            if self.idle_s is not None:
+                raise ValueError("idle_s: only an interactive session is ended when idle")
+            return self
+        refused = [
+            (self.workload is not None, "workload", "a session runs a command, not a workload"),
+            (self.torchrun, "torchrun", "a session is not run under torchrun"),
+            (self.preemptible, "preemptible", "a session cannot be preempted"),
+            (self.retries > 0, "retries", "a session is not retried"),
+        ]
+        for wrong, field, why in refused:
+            if wrong:
+                raise ValueError(f"{field}: {why}")
+        if self.gpus == 0 and uses_port(self.command):
+            raise ValueError("command: {port} needs a leased port, which only jobs on GPUs get")
         return self
 
     @model_validator(mode="after")
@@ -341,6 +374,8 @@ class SweepSubmit(BaseModel):
 
     @model_validator(mode="after")
     def _members(self) -> SweepSubmit:
+        if self.template.interactive:
+            raise ValueError("template.interactive: a sweep's members are not sessions")
         # Cheap checks first: a hostile size is refused before anything is built.
         if self.array is not None and self.params:
             raise ValueError("give params or an array, not both")
@@ -487,6 +522,16 @@ class JobOut(BaseModel):
     after_sweeps: list[int] = Field(default_factory=list)
     sweep_id: int | None = Field(default=None, description="the sweep this job is a member of")
     sweep_index: int | None = Field(default=None, description="its index in that sweep")
+    interactive: bool = Field(default=False, description="a session (`ddpq shell`)")
+    idle_s: float | None = Field(default=None, description="a session's idle limit")
+    idle_since: datetime | None = Field(
+        default=None, description="running on GPUs: since when they are unused (null: in use)"
+    )
+    attach: str | None = Field(
+        default=None,
+        description="a running session: the Unix socket its terminal is relayed on (on the "
+        "daemon's host; its owner's account alone may open it)",
+    )
 
 
 class NotificationOut(BaseModel):
@@ -531,6 +576,12 @@ class DeviceOut(BaseModel):
     since: datetime | None = None
     # The core's record of a GPU process: the same fields on the wire.
     external_processes: list[GpuProcess] = Field(default_factory=list)
+    idle_since: datetime | None = Field(
+        default=None, description="leased: since when the job's GPUs are unused (null: in use)"
+    )
+    idle_long: bool = Field(
+        default=False, description="unused longer than the daemon's --idle (any job)"
+    )
 
 
 class DeviceList(BaseModel):

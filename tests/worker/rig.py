@@ -16,6 +16,7 @@ from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store.db import Database, migrate
+from ddpq.worker.idle import Sampler
 from ddpq.worker.loop import Worker
 
 
@@ -57,6 +58,7 @@ class Rig:
     api: Database  # the API's side of the database: submissions, cancels
     worker: Worker
     retired: list[Worker] = field(default_factory=list)
+    gpu_use: Sampler | None = None  # what the worker's look at the GPUs' use finds
 
     def submit(self, **kw: Any) -> int:
         fields: dict[str, Any] = {
@@ -106,7 +108,7 @@ class Rig:
         the attempts it started keep "running" there."""
         self.worker.close()
         self.retired.append(self.worker)
-        self.worker = new_worker(self.settings, self.host, self.clock)
+        self.worker = new_worker(self.settings, self.host, self.clock, self.gpu_use)
         return self.worker
 
     def close(self) -> None:
@@ -114,14 +116,16 @@ class Rig:
         self.api.dispose()
 
 
-def new_worker(settings: Settings, host: FakeHost, clock: Clock) -> Worker:
-    worker = Worker(settings, FakeExecutor(host), clock=clock, listen=False)
+def new_worker(
+    settings: Settings, host: FakeHost, clock: Clock, gpu_use: Sampler | None = None
+) -> Worker:
+    worker = Worker(settings, FakeExecutor(host), clock=clock, listen=False, gpu_use=gpu_use)
     worker.scheduler.port_free = lambda port: True  # no real sockets: a pure pass
     worker.reconcile()
     return worker
 
 
-def make_rig(home: Path, **settings: Any) -> Rig:
+def make_rig(home: Path, gpu_use: Sampler | None = None, **settings: Any) -> Rig:
     options: dict[str, Any] = {
         "home": home,
         "fake_gpus": 2,
@@ -133,4 +137,5 @@ def make_rig(home: Path, **settings: Any) -> Rig:
     migrate(cfg.db_path)
     clock = Clock()
     host = FakeHost(clock=clock)
-    return Rig(cfg, clock, host, Database(cfg.db_path), new_worker(cfg, host, clock))
+    worker = new_worker(cfg, host, clock, gpu_use)
+    return Rig(cfg, clock, host, Database(cfg.db_path), worker, gpu_use=gpu_use)

@@ -23,6 +23,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from ddpq.client import sessions
 from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi, find_token
 from ddpq.client.coercion import QuickCommand, QuickGroup
 from ddpq.client.draw import console, gpu_table, jobs_table, render_env, render_job
@@ -326,6 +327,9 @@ def watch(
                 time.sleep(interval)
         except KeyboardInterrupt:
             return
+
+
+sessions.register(app)  # shell, attach
 
 
 @app.command(cls=QuickCommand)

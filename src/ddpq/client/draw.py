@@ -85,7 +85,7 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
     ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
     from rich.text import Text
 
-    from ddpq.client.format import plain, progress_line, sanitize, when
+    from ddpq.client.format import age, plain, progress_line, sanitize, when
     from ddpq.core.units import human_duration
 
     j = as_data(job)
@@ -117,6 +117,15 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
     )
     if leases["port"]:
         line(f"  port       {leases['port']}")
+    if j.get("interactive"):
+        limit = j.get("idle_s")
+        line(
+            "  session    interactive, "
+            + (f"ended once its GPUs are unused {human_duration(limit)}" if limit else "never idle")
+            + (f"; `ddpq attach {j['id']}`" if j.get("attach") else "")
+        )
+    if j.get("idle_since"):
+        line(f"  idle       its GPUs unused for {age(j['idle_since'])}")
     line(f"  priority   {j['priority']}")
     if j["time_limit_s"]:
         line(f"  time limit {human_duration(j['time_limit_s'])}")
@@ -176,7 +185,8 @@ def gpu_table(devices: Data | Dumps) -> Any:
     devs = as_data(devices)
     # JSON object keys are strings: "29600" -> job 1.
     port_of = {job: port for port, job in devs["ports_leased"].items()}
-    columns = ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "MEMORY", "OUTSIDE")
+    columns = ["GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "IDLE", "MEMORY"]
+    columns.append("OUTSIDE")
     table = new_table(*columns, wrap="")
     colour = {"free": "green", "leased": "cyan", "external": "red"}
     for d in devs["items"]:
@@ -193,7 +203,13 @@ def gpu_table(devices: Data | Dumps) -> Any:
             plain(text(d.get("owner"))),
             plain(str(port_of.get(job_id, "")) if job_id else ""),
             plain(age(d["since"]) if d.get("since") else ""),
+            # How long the job holding it has left its GPUs unused; long: past --idle.
+            plain(age(d["idle_since"]) if d.get("idle_since") else "", idle_style(d)),
             plain(f"{d['memory_used_mb']}/{d['memory_total_mb']} MiB"),
             plain(outside),
         )
     return table
+
+
+def idle_style(device: Data) -> str:
+    return "bold red" if device.get("idle_long") else ""

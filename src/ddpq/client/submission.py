@@ -28,6 +28,7 @@ OPTION_OF = {
     "exported_env": "--export",
     "torchrun": "--torchrun",
     "cwd": "--cwd",
+    "idle_s": "--idle",
 }
 # Fields whose problems name a variable (``env.KEY: ...``): the name is kept.
 KEYED = {"env", "exported_env"}

@@ -149,6 +149,22 @@ NotifyLoopbackOpt = Annotated[
         "local services no user should drive)",
     ),
 ]
+IdleOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="an interactive session (ddpq shell) whose GPUs stay unused this long is warned, "
+        "then ended (reason idle) after --idle-grace, unless it asked for another limit "
+        "('off': only those that ask are)"
+    ),
+]
+IdleMaxOpt = Annotated[
+    str | None,
+    typer.Option(help="the longest idle limit a session may ask for ('off': no maximum)"),
+]
+IdleGraceOpt = Annotated[
+    str | None,
+    typer.Option(help="time between an idle session's warning and its end"),
+]
 
 
 def _run_daemon(*, api: bool, worker: bool, config: Path | None, flags: dict[str, Any]) -> None:
@@ -188,6 +204,9 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         keep_finished: KeepFinishedOpt = None,
         jobs_budget: JobsBudgetOpt = None,
         prune_rows: PruneRowsOpt = None,
+        idle: IdleOpt = None,
+        idle_max: IdleMaxOpt = None,
+        idle_grace: IdleGraceOpt = None,
     ) -> None:
         flags = {k: v for k, v in locals().items() if k not in ("config", "with_worker")}
         _run_daemon(api=True, worker=with_worker, config=config, flags=flags)
@@ -229,6 +248,9 @@ def worker(
     keep_finished: KeepFinishedOpt = None,
     jobs_budget: JobsBudgetOpt = None,
     prune_rows: PruneRowsOpt = None,
+    idle: IdleOpt = None,
+    idle_max: IdleMaxOpt = None,
+    idle_grace: IdleGraceOpt = None,
 ) -> None:
     """Run only the worker loop (launches and watches jobs, sends notifications); --auth as
     the API has it."""

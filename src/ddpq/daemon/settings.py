@@ -49,6 +49,9 @@ PUBLIC_NAMES: dict[str, str] = {
     "keep_finished": "keep_finished_s",
     "jobs_budget": "jobs_budget_bytes",
     "prune_rows": "prune_rows",
+    "idle": "idle_default_s",
+    "idle_max": "idle_max_s",
+    "idle_grace": "idle_grace_s",
 }
 _NAME_OF = {field: name for name, field in PUBLIC_NAMES.items()}
 
@@ -80,7 +83,7 @@ def written_defaults() -> dict[str, object]:
         if info.default_factory is not None or info.default is None:
             continue  # home (a rule, which the help tells) and fake_gpus (none)
         value = info.default
-        if field == "grace_s":
+        if field in ("grace_s", "idle_default_s", "idle_max_s", "idle_grace_s"):
             value = human_duration(value)
         elif field == "log_cap_bytes":
             value = human_size(value)

@@ -70,6 +70,7 @@ class Leased:
     port: int | None
     job_dir: str
     preempt_signal: str | None = None  # preemptible: the signal that tells it to checkpoint
+    interactive: bool = False  # a session: its shim holds a terminal (ddpq shell)
 
 
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
@@ -92,6 +93,7 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
             Job.env,
             Job.preemptible,
             Job.preempt_signal,
+            Job.interactive,
         ).where(Job.id.in_(list(by_id)), Job.state == JobState.QUEUED)
     ).all()
     lease_store.acquire_many(session, [(p.job_id, p.gpus, p.port) for p in placed], now)
@@ -135,6 +137,7 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 p.port,
                 p.job_dir,
                 row.preempt_signal if row.preemptible else None,
+                bool(row.interactive),
             )
         )
     if job_rows:
@@ -153,6 +156,8 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 stop_request=None,
                 stop_sent_at=None,
                 not_before=None,
+                idle_since=None,
+                idle_warned_at=None,
                 job_dir=bindparam("dir"),
                 sched_latency_s=bindparam("latency"),
             ),

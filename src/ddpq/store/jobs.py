@@ -48,6 +48,8 @@ class NewJob:
     notify_url: str | None = None
     preemptible: bool = False
     preempt_signal: str = "USR1"
+    interactive: bool = False  # a session (ddpq shell): its shim holds a terminal
+    idle_s: float | None = None  # a session's idle limit (core.interactive); None: never
 
 
 def _record(
@@ -100,6 +102,8 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "preemptible": spec.preemptible,
         "preempt_signal": spec.preempt_signal,
         "preemptions": 0,
+        "interactive": spec.interactive,
+        "idle_s": spec.idle_s,
     }
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None

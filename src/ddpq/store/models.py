@@ -93,6 +93,15 @@ class Job(Base):
     sweep_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     sweep_params: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
 
+    # An interactive session (``ddpq shell``): its shim holds a terminal, and it is ended
+    # once its GPUs have been unused for idle_s (None: never). idle_since: when the worker
+    # first saw its GPUs idle (any job on GPUs; None while in use); idle_warned_at: when
+    # its terminal was told it will be ended (core.interactive).
+    interactive: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    idle_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle_warned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),
         # The notifier's question, every second: which ended jobs still owe a message.

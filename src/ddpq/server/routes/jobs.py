@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import jobenv
+from ddpq.core.interactive import idle_limit
 from ddpq.core.states import TERMINAL, JobState
 from ddpq.schemas import (
     USER_PRIORITY_MAX,
@@ -78,6 +79,12 @@ def job_spec(
         check_cwd(settings, db, body.cwd, owner)
     cwd = body.cwd or str(settings.home)
     name = body.name or derive_name(body.workload or command[0])
+    idle_s = None
+    if body.interactive:
+        try:
+            idle_s = idle_limit(body.idle_s, settings.idle_default_s, settings.idle_max_s)
+        except ValueError as exc:
+            raise ApiError(422, "invalid", f"idle_s: {exc}") from None
     return job_store.NewJob(
         name=name,
         owner=owner,
@@ -97,6 +104,8 @@ def job_spec(
         notify_url=body.notify or settings.notify_url,
         preemptible=body.preemptible,
         preempt_signal=body.preempt_signal,
+        interactive=body.interactive,
+        idle_s=idle_s,
     )
 
 

@@ -67,9 +67,9 @@ def job_states() -> StatesOut:
 # Public, no token, like most exporters: a Prometheus scraper has no ddpq account, and the
 # counts here name no user, job or command.
 @router.get("/metrics", include_in_schema=False)
-def metrics(db: DatabaseDep) -> Response:
+def metrics(db: DatabaseDep, settings: SettingsDep) -> Response:
     with db.read() as s:
-        body, content_type = prometheus.render(s, time.time())
+        body, content_type = prometheus.render(s, time.time(), settings.idle_long_s)
     return Response(body, media_type=content_type)
 
 
