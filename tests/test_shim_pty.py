@@ -319,3 +319,54 @@ def test_a_long_paste_is_typed_in_whole(sessions: list[ShimSession], tmp_path: P
     for _ in range(size // 50_000):
         c.type("x" * 50_000)
     c.expect(rf"read {size}\b")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        b"\x1b[6n",  # where is the cursor? (vim, readline's ambiwidth checks)
+        b"\x1b[5n",
+        b"\x1b[c",  # device attributes
+        b"\x1b[>c",
+        b"\x1b[=0c",
+        b"\x1b[?12$p",  # DECRQM
+        b"\x1b]11;?\x07",  # the background colour
+        b"\x1b]10;?\x1b\\",
+        b"\x1b]4;1;?\x07",
+        b"\x1bP$qm\x1b\\",  # DECRQSS
+        b"\x1bP+q544e\x1b\\",  # XTGETTCAP
+        b"\x1b[14t",  # the window's size in pixels
+        b"\x1b[?u",  # the keyboard protocol
+        b"\x1b[>0q",  # XTVERSION
+    ],
+)
+def test_a_replay_leaves_out_what_would_make_the_terminal_answer(query: bytes) -> None:
+    assert shim_pty.replayable(b"before" + query + b"after") == b"beforeafter"
+
+
+@pytest.mark.parametrize(
+    "drawing",
+    [
+        b"\x1b[31mred\x1b[0m",
+        b"\x1b[2J\x1b[H",
+        b"\x1b[?1049h\x1b[?25l",
+        b"\x1b]0;a title\x07",
+        b"\x1b[10;20H\x1b[K",
+        b"\x1b]8;;https://example.org/\x1b\\link\x1b]8;;\x1b\\",
+        "caf\u00e9 \u2014 \u4e2d\u6587".encode(),
+    ],
+)
+def test_a_replay_keeps_what_draws(drawing: bytes) -> None:
+    assert shim_pty.replayable(drawing) == drawing
+
+
+def test_a_client_that_attaches_gets_no_query_replayed(
+    sessions: list[ShimSession], tmp_path: Path
+) -> None:
+    s = start(sessions, tmp_path / "job")
+    first = s.client()
+    first.type("printf 'ask\\033[6nend\\n'\r")
+    first.expect("ask\x1b\\[6nend")  # live, the program's query reaches the terminal
+    second = s.client()
+    second.expect(r"askend")
+    assert b"\x1b[6n" not in second.seen

@@ -196,7 +196,7 @@ def _wait_to_run(c: Any, job_id: int) -> dict[str, Any]:
         # Said when it changes; a job that starts at once has nothing to say.
         quiet = not reason and time.monotonic() - since < QUIET_S
         now = f"{state}: {reason or 'waiting for the scheduler'}"
-        if now != shown and state != "running" and not quiet:
+        if now != shown and state in ("queued", "held") and not quiet:
             say(f"job {job_id} {now}")
             shown = now
         time.sleep(POLL_S)

@@ -84,6 +84,27 @@ def listen(path: str) -> socket.socket:
     return sock
 
 
+# What a program asks the terminal (cursor position, device attributes, colours, modes...):
+# a terminal answers by typing the answer in. Live, the program reads it; replayed to a
+# client that attaches later, the answer would land in the shell as keys ("2RR" at the
+# prompt). So a replay leaves these out; everything else is drawn as it was.
+_QUERIES = (
+    rb"\x1b\[[?>=]?[0-9;]*[cn]"  # device attributes (DA), status and cursor reports (DSR)
+    rb"|\x1b\[[?]?[0-9;]*\$p"  # DECRQM: is this mode set?
+    rb"|\x1b\[[0-9;]*t"  # window reports (and moves: not for a replay either)
+    rb"|\x1b\[[?>=<][0-9;]*[qu]"  # XTVERSION, the keyboard protocol's query and stack
+    rb"|\x1b\][^\x07\x1b]*\?[^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC colour queries ("11;?")
+    rb"|\x1bP[$+]q.*?\x1b\\"  # DECRQSS, XTGETTCAP
+)
+
+
+def replayable(data: bytes) -> bytes:
+    """``data`` without the sequences that make a terminal answer (see ``_QUERIES``)."""
+    import re  # only when a client attaches: a batch job's start imports nothing of it
+
+    return re.sub(_QUERIES, b"", data, flags=re.DOTALL)
+
+
 def peer_uid(conn: socket.socket) -> int:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[1])
@@ -257,6 +278,7 @@ class Terminal:
             replay = bytes(self.scrollback)
             if self.trimmed and b"\n" in replay:
                 replay = replay[replay.index(b"\n") + 1 :]  # from a line's start
+            replay = replayable(replay)
             if replay:
                 self._send(client, frame(OUTPUT, replay))
 
