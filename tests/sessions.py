@@ -30,10 +30,16 @@ QUIET_ENV = {"PS1": "$ ", "TERM": "dumb", "HISTFILE": "/dev/null"}
 class ShimSession:
     """``shim.py --pty 1`` started as the worker would, in a folder of the test's."""
 
-    def __init__(self, folder: Path, cmd: list[str] | None = None, grace: float = 1.0) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        cmd: list[str] | None = None,
+        grace: float = 1.0,
+        cwd: Path | None = None,
+    ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.dir = JobDir(folder)
-        argv = shim_argv(sys.executable, self.dir, str(folder), grace, 1 << 20)
+        argv = shim_argv(sys.executable, self.dir, str(cwd or folder), grace, 1 << 20)
         at = argv.index("--")
         pty = ["--pty", "1", "--socket", str(self.dir.tty_socket), "--notice"]
         argv[at:at] = [*pty, str(self.dir.notice)]
@@ -45,7 +51,17 @@ class ShimSession:
         wait_for(lambda: served() or self.proc.poll() is not None, 30, "the session's socket")
 
     def client(self) -> Client:
-        return Client(relay.connect(str(self.dir.tty_socket)))
+        # The socket's name is there from its bind, a moment before it listens (then a
+        # connection is refused): as `ddpq attach` does, try again while it may be coming.
+        def connected() -> socket.socket | None:
+            try:
+                return relay.connect(str(self.dir.tty_socket))
+            except relay.CannotAttach as exc:
+                if not exc.waiting or self.proc.poll() is not None:
+                    raise
+                return None
+
+        return Client(wait_for(connected, 30, "the session's socket to listen"))
 
     def wait(self, timeout: float = 30) -> dict[str, object]:
         assert self.proc.wait(timeout) == 0, self.proc.stderr.read() if self.proc.stderr else ""

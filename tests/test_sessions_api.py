@@ -100,3 +100,37 @@ def test_idle_gpus_show_in_devices_and_metrics(tmp_path: Path) -> None:
             assert devices[session]["idle_since"] and not devices[session]["idle_long"]
     finally:
         rig.close()
+
+
+@pytest.mark.parametrize(
+    ("interactive", "submitted", "term"),
+    [
+        (True, {"TERM": "screen-256color"}, "screen-256color"),  # the type `ddpq shell` sent
+        (True, {}, "xterm-256color"),  # none sent: a common one
+        (False, {"TERM": "vt100"}, None),  # a terminal's variable: left out of a batch job
+        (False, {}, None),  # a batch job runs on no terminal: it is given none
+    ],
+)
+def test_a_session_runs_with_a_terminal_type(
+    tmp_path: Path, interactive: bool, submitted: dict[str, str], term: str | None
+) -> None:
+    from ddpq.core import jobenv
+    from ddpq.executors.base import Launch
+    from ddpq.executors.contract import job_env
+
+    launch = Launch(
+        job_id=1,
+        attempt=1,
+        job_dir=tmp_path,
+        command=["bash"],
+        launcher="plain",
+        gpus=(0,),
+        port=29500,
+        cwd=str(tmp_path),
+        env=jobenv.pack({"HOME": str(tmp_path)}, submitted),  # as `ddpq shell` sends
+        owner="someone",
+        unix_account=None,
+        interactive=interactive,
+    )
+    env = job_env(launch, {"TERM": "daemon-terminal", "PATH": "/bin"}, 1)
+    assert env.get("TERM") == term

@@ -11,7 +11,7 @@ A job's environment, from first to last (a later one wins):
 3. the submission's ``env``;
 4. the contract itself: ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``MASTER_ADDR``,
    ``MASTER_PORT``, ``DDPQ_JOB_ID``, ``DDPQ_JOB_DIR``, ``DDPQ_ATTEMPT``,
-   ``PYTHONUNBUFFERED`` (and, for a session that was given none, ``TERM``).
+   ``PYTHONUNBUFFERED``; for a session, ``TERM`` (the one it was given, or a common one).
 
 A session's command (``Launch.interactive``) has ``{port}`` replaced by its leased port.
 

@@ -270,6 +270,8 @@ def main(argv: list[str]) -> int:
         # would have let the job in).
         os.chdir(opts.cwd)
     except OSError as exc:
+        if term is not None:
+            term.abandon()
         return shim_record.failed_to_start(
             record_path,
             started_at,

@@ -31,6 +31,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import struct
 import termios
 import time
@@ -190,6 +191,7 @@ class Terminal:
             groups.add(os.tcgetpgrp(self.master))
         except OSError:
             pass
+        groups.discard(os.getpgrp())  # the terminal's until the job took it: ours
         for group in groups:
             try:
                 os.killpg(group, signal.SIGHUP)
@@ -244,7 +246,11 @@ class Terminal:
         except OSError:
             return
         try:
-            text = os.read(fd, NOTICE_MAX).decode(errors="replace")
+            # The job's folder: whatever is there may be the job's (a FIFO, say), not ours.
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            text = os.read(fd, NOTICE_MAX).decode(errors="replace") if regular else ""
+        except OSError:
+            text = ""
         finally:
             os.close(fd)
         try:
@@ -325,7 +331,9 @@ class Terminal:
             # Same size, so no SIGWINCH from the kernel: a full-screen program (vim, htop)
             # redraws for the client that just attached only when asked.
             try:
-                os.killpg(os.tcgetpgrp(self.master), signal.SIGWINCH)
+                group = os.tcgetpgrp(self.master)
+                if group != os.getpgrp():
+                    os.killpg(group, signal.SIGWINCH)
             except OSError:
                 pass
 

@@ -248,7 +248,8 @@ class Spawner:
         folder.path.mkdir(parents=True, exist_ok=True)
         folder.path.chmod(0o700)  # its owner's (and the daemon's) alone
         folder.exit_record.unlink(missing_ok=True)  # an earlier attempt's
-        folder.notice.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a session's last notice: the worker writes anew
+            folder.notice.unlink(missing_ok=True)
         if account is not None:
             os.chown(folder.path, account.uid, account.gid)
 
