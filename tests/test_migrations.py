@@ -188,9 +188,12 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
         # The copy of the jobs table that the foreign key needed kept its CHECK.
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
             conn.execute("UPDATE jobs SET state = 'runing'")
-    with sqlite3.connect(path) as conn:  # not the ORM: its model is the head's, not 0005s's
-        query = "SELECT sweep_index FROM jobs WHERE id IN (?, ?) ORDER BY id"
-        assert [i for (i,) in conn.execute(query, members)] == [0, 1]
+    with sqlite3.connect(path) as conn:
+        indices = [
+            conn.execute("SELECT sweep_index FROM jobs WHERE id = ?", (i,)).fetchone()[0]
+            for i in members
+        ]
+        assert indices == [0, 1]
     command.downgrade(alembic_config(path), "0004")
     with sqlite3.connect(path) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
@@ -210,11 +213,34 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
         assert conn.execute("SELECT count(*) FROM sweeps").fetchone() == (0,)
 
 
-def test_sessions_upgrade_keeps_jobs_as_batch_jobs_and_downgrade_keeps_sessions_as_jobs(
+def test_cluster_columns_upgrade_as_one_node_jobs_and_downgrade_keeps_the_jobs(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "ddpq.db"
     _at(path, "0005s")
+    with sqlite3.connect(path) as conn:
+        job_id = _insert_job(conn, "running")
+    _at(path, "0009c")
+    with sqlite3.connect(path) as conn:
+        row = conn.execute(
+            "SELECT nodes, gpus_per_node, partition, slurm_options FROM jobs WHERE id = ?",
+            (job_id,),
+        ).fetchone()
+        assert row == (1, None, None, None)
+        conn.execute("UPDATE jobs SET nodes = 2, gpus_per_node = 4, partition = 'gpu'")
+        assert "CHECK" in _table_sql(conn, "jobs")
+    command.downgrade(alembic_config(path), "0005s")
+    with sqlite3.connect(path) as conn:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+        assert not {"nodes", "gpus_per_node", "partition", "slurm_options"} & columns
+        assert conn.execute("SELECT state FROM jobs").fetchall() == [("running",)]
+
+
+def test_sessions_upgrade_keeps_jobs_as_batch_jobs_and_downgrade_keeps_sessions_as_jobs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0009c")
     with sqlite3.connect(path) as conn:
         batch = _insert_job(conn, "running")
     _at(path, "0016i")
@@ -231,7 +257,7 @@ def test_sessions_upgrade_keeps_jobs_as_batch_jobs_and_downgrade_keeps_sessions_
         )
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
             conn.execute("UPDATE jobs SET state = 'runing'")
-    command.downgrade(alembic_config(path), "0005s")
+    command.downgrade(alembic_config(path), "0009c")
     with sqlite3.connect(path) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
         states = dict(conn.execute("SELECT id, state FROM jobs"))

@@ -134,3 +134,26 @@ def test_a_session_runs_with_a_terminal_type(
     )
     env = job_env(launch, {"TERM": "daemon-terminal", "PATH": "/bin"}, 1)
     assert env.get("TERM") == term
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"command": ["jupyter", "lab", "--port", "{port}"], "gpus": 1},
+        {"idle_s": 600},
+        {"gpus": 0},
+    ],
+)
+def test_a_slurm_daemon_refuses_a_session_with_the_reason(
+    tmp_path: Path, fields: dict[str, Any]
+) -> None:
+    """On Slurm a session's shim (and its terminal's socket) is on a node that nothing relays
+    yet: refused at the door, not queued for a terminal no one can reach."""
+    with make_client(tmp_path / "home", executor="slurm") as c:
+        r = c.post("/v1/jobs", json={**SESSION, "hold": True, **fields})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"].startswith("interactive: this daemon runs jobs on Slurm")
+        assert c.get("/v1/jobs").json()["total"] == 0
+        batch = c.post("/v1/jobs", json={"command": ["true"], "hold": True, "gpus": 0})
+        assert batch.status_code == 201, batch.text  # a batch job is still taken

@@ -18,7 +18,8 @@ from ddpq.store.db import Database, migrate
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = (ROOT / "docs" / "interactive.md").read_text()
 README = (ROOT / "README.md").read_text()
-SECTION = README[README.index("### Interactive sessions") : README.index("### Crashes")]
+_AT = README.index("### Interactive sessions")
+SECTION = README[_AT : README.index("\n### ", _AT + 1)]  # to the next section
 
 
 def commands(text: str) -> list[list[str]]:

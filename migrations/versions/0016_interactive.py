@@ -1,7 +1,7 @@
 """interactive sessions: the flag, the idle limit, and since when a job's GPUs are idle
 
 Revision ID: 0016i
-Revises: 0005s
+Revises: 0009c
 Create Date: 2026-12-03 10:00:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016i"
-down_revision = "0005s"
+down_revision = "0009c"
 branch_labels = None
 depends_on = None
 

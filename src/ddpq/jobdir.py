@@ -41,6 +41,11 @@ SHIM_ERRORS = "shim.err"
 # a line the worker has for it (the idle warning), which the shim writes into the terminal.
 TTY_SOCKET = "tty.sock"
 NOTICE = "notice"
+# The Slurm executor's batch script for the latest attempt, as ddpq rendered and submitted it.
+SBATCH_SCRIPT = "job.sbatch"
+# What Slurm itself writes for the batch step (its own notices, the shim's complaints): the
+# job's output goes to LOG through the shim, which rewrites LOG under its cap.
+SLURM_OUTPUT = "slurm.out"
 
 # The records: ddpq's and the job's account of what happened. All else is checkpoints.
 RECORDS = frozenset({LOG, EXIT_RECORD, METRICS, SHIM_ERRORS, TTY_SOCKET, NOTICE})
@@ -99,6 +104,14 @@ class JobDir:
         except OSError:
             tmp.unlink(missing_ok=True)
             raise
+
+    @property
+    def sbatch_script(self) -> Path:
+        return self.path / SBATCH_SCRIPT
+
+    @property
+    def slurm_output(self) -> Path:
+        return self.path / SLURM_OUTPUT
 
     def read_exit_record(self, attempt: int) -> ExitRecord | None:
         return read_exit_record(self.path, attempt)

@@ -41,6 +41,12 @@ class Launch:
     # A session (ddpq shell): the command runs on a terminal the executor relays to its
     # owner (the local one: a pseudo-terminal and a Unix socket in the job's folder).
     interactive: bool = False
+    # What only a cluster executor (Slurm) uses; the local one runs every job on this host.
+    nodes: int = 1  # hosts the job spans: torchrun runs once on each
+    gpus_per_node: int | None = None  # None: all of ``gpus`` on one node
+    time_limit_s: float | None = None  # the job's --time-limit, for the cluster's own limit
+    partition: str | None = None  # the job's own, over the daemon's --slurm-partition
+    slurm_options: tuple[str, ...] = ()  # the job's own #SBATCH options, after the daemon's
 
 
 class LaunchFailed(Exception):
@@ -108,6 +114,11 @@ class Executor(Protocol):
     def tell(self, job_id: int, message: str) -> bool:
         """Write ``message`` (one line) into a watched session's terminal, where its owner
         sees it (the idle warning); False if the job is not watched or not a session."""
+        ...
+
+    def waiting(self) -> dict[int, str]:
+        """Watched jobs that were started but wait where they run (in a cluster's own
+        queue), each with the reason in words; the local executor's never wait."""
         ...
 
     def job_pids(self) -> set[int]:

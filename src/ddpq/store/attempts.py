@@ -71,6 +71,12 @@ class Leased:
     job_dir: str
     preempt_signal: str | None = None  # preemptible: the signal that tells it to checkpoint
     interactive: bool = False  # a session: its shim holds a terminal (ddpq shell)
+    # What a cluster executor also needs (the local one runs nodes=1 and its own limits).
+    time_limit_s: float | None = None
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    slurm_options: tuple[str, ...] = ()
 
 
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
@@ -94,6 +100,11 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
             Job.preemptible,
             Job.preempt_signal,
             Job.interactive,
+            Job.time_limit_s,
+            Job.nodes,
+            Job.gpus_per_node,
+            Job.partition,
+            Job.slurm_options,
         ).where(Job.id.in_(list(by_id)), Job.state == JobState.QUEUED)
     ).all()
     lease_store.acquire_many(session, [(p.job_id, p.gpus, p.port) for p in placed], now)
@@ -137,7 +148,13 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 p.port,
                 p.job_dir,
                 row.preempt_signal if row.preemptible else None,
-                bool(row.interactive),
+                # By name: two branches added fields here, and a bool passes for a float.
+                interactive=bool(row.interactive),
+                time_limit_s=row.time_limit_s,
+                nodes=row.nodes,
+                gpus_per_node=row.gpus_per_node,
+                partition=row.partition,
+                slurm_options=tuple(row.slurm_options or ()),
             )
         )
     if job_rows:

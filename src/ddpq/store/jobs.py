@@ -50,6 +50,10 @@ class NewJob:
     preempt_signal: str = "USR1"
     interactive: bool = False  # a session (ddpq shell): its shim holds a terminal
     idle_s: float | None = None  # a session's idle limit (core.interactive); None: never
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    slurm_options: tuple[str, ...] = ()
 
 
 def _record(
@@ -104,6 +108,10 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "preemptions": 0,
         "interactive": spec.interactive,
         "idle_s": spec.idle_s,
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.gpus_per_node,
+        "partition": spec.partition,
+        "slurm_options": list(spec.slurm_options) or None,
     }
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None

@@ -70,6 +70,27 @@ def job_spec(
             "forbidden",
             f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
         )
+    if settings.executor != "slurm":
+        cluster_only = [
+            f for f in ("nodes", "gpus_per_node", "partition", "slurm_options")
+            if getattr(body, f) != JobSubmit.model_fields[f].get_default(call_default_factory=True)
+        ]  # fmt: skip
+        if cluster_only:
+            raise ApiError(
+                422,
+                "invalid",
+                f"{cluster_only[0]}: this daemon runs jobs on this host, not on Slurm "
+                "(only --executor slurm takes nodes, partitions and #SBATCH options)",
+            )
+    if settings.executor == "slurm" and body.interactive:
+        # Its shim would run on a Slurm node, with its terminal's socket in a folder there:
+        # nothing relays that yet, so the user would wait for a session they cannot reach.
+        raise ApiError(
+            422,
+            "invalid",
+            "interactive: this daemon runs jobs on Slurm, where ddpq cannot relay a "
+            "session's terminal yet (use salloc/srun --pty, or a daemon with --executor local)",
+        )
     launcher = "torchrun" if body.torchrun or body.workload is not None else "plain"
     if command is None:
         command = body.command
@@ -106,6 +127,10 @@ def job_spec(
         preempt_signal=body.preempt_signal,
         interactive=body.interactive,
         idle_s=idle_s,
+        nodes=body.nodes,
+        gpus_per_node=body.gpus_per_node,
+        partition=body.partition,
+        slurm_options=tuple(body.slurm_options),
     )
 
 
