@@ -110,15 +110,24 @@ RULES = [
         "the shim starts in milliseconds: standard library only",
         # The shim, the two modules beside it, and the fork server that runs it: each is
         # found as a top-level module when run by its path with python -S.
-        applies_to=("*.shim", "*.shim_log", "*.shim_procs", "*.shim_record", "*.forkserver"),
+        applies_to=(
+            "*.shim",
+            "*.shim_log",
+            "*.shim_procs",
+            "*.shim_pty",
+            "*.shim_record",
+            "*.forkserver",
+        ),
         only=(
             STDLIB,
             "shim",
             "shim_log",
             "shim_procs",
+            "shim_pty",
             "shim_record",
             "ddpq.executors.local.shim_log",
             "ddpq.executors.local.shim_procs",
+            "ddpq.executors.local.shim_pty",
             "ddpq.executors.local.shim_record",
         ),
     ),

@@ -259,3 +259,34 @@ def test_outside_use_upgrade_and_downgrade_keep_the_jobs(tmp_path: Path) -> None
     migrate(path)  # and up again, empty
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM outside_use").fetchone() == (0,)
+
+
+def test_sessions_upgrade_keeps_jobs_as_batch_jobs_and_downgrade_keeps_sessions_as_jobs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0009c")
+    with sqlite3.connect(path) as conn:
+        batch = _insert_job(conn, "running")
+    _at(path, "0016i")
+    with sqlite3.connect(path) as conn:
+        row = conn.execute(
+            "SELECT interactive, idle_s, idle_since, idle_warned_at FROM jobs WHERE id = ?",
+            (batch,),
+        ).fetchone()
+        assert row == (0, None, None, None)
+        session = _insert_job(conn, "running")
+        conn.execute(
+            "UPDATE jobs SET interactive = 1, idle_s = 1800, idle_since = 5.0 WHERE id = ?",
+            (session,),
+        )
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
+            conn.execute("UPDATE jobs SET state = 'runing'")
+    command.downgrade(alembic_config(path), "0009c")
+    with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        states = dict(conn.execute("SELECT id, state FROM jobs"))
+        assert "CHECK" in _table_sql(conn, "jobs")
+    assert not {"interactive", "idle_s", "idle_since", "idle_warned_at"} & columns
+    assert states == {batch: "running", session: "running"}
+    migrate(path)  # and up again

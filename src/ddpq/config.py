@@ -201,6 +201,11 @@ KeepFor = Annotated[
 Budget = Annotated[
     Annotated[int, Field(gt=0)] | None, BeforeValidator(_or_never("unlimited", parse_size))
 ]
+# An interactive session's idle limit: "off" (None) is no reclaim at all.
+IdleLimit = Annotated[
+    Annotated[float, Field(gt=0, allow_inf_nan=False)] | None,
+    BeforeValidator(_or_never("off", parse_duration)),
+]
 PortRange = Annotated[tuple[int, int], BeforeValidator(_ports), AfterValidator(_check_ports)]
 # A size that may be none at all (a headroom of 0).
 AnySize = Annotated[int, BeforeValidator(_size), Field(ge=0)]
@@ -295,6 +300,13 @@ class Settings(BaseSettings):
     notify_allow_loopback: bool = False
     notify_timeout_s: float = notify.TIMEOUT_S
     notify_retry_s: tuple[float, ...] = notify.RETRY_DELAYS_S
+    # Interactive sessions (``ddpq shell``, core.interactive): one whose GPUs stay unused
+    # this long is warned in its terminal, then ended (reason "idle") after the grace. A
+    # session may ask for less, or more up to the maximum ("off": no maximum; a default
+    # of "off" needs that). Batch jobs idle longer than the default are shown, not ended.
+    idle_default_s: IdleLimit = 30 * 60.0
+    idle_max_s: IdleLimit = 4 * 3600.0
+    idle_grace_s: Seconds = 5 * 60.0
 
     @classmethod
     def settings_customise_sources(
@@ -338,6 +350,12 @@ class Settings(BaseSettings):
         return self.outside_use == "count" and self.samples_outside_use
 
     @property
+    def idle_long_s(self) -> float:
+        """When a job's GPUs count as idle long (``ddpq gpus``, the page, ``/metrics``): the
+        default idle limit, or 30 minutes where sessions are never reclaimed."""
+        return self.idle_default_s or 30 * 60.0
+
+    @property
     def ports_per_user(self) -> int:
         lo, hi = self.port_range
         return self.max_user_ports or max(1, (hi - lo + 1) // 4)
@@ -365,6 +383,12 @@ class Settings(BaseSettings):
                 ephemeral = None
         if ephemeral is not None:
             check_port_range(self.port_range, ephemeral)
+        maximum, default = self.idle_max_s, self.idle_default_s
+        if maximum is not None and (default is None or default > maximum):
+            # Checked here, not per source: a flag may raise the maximum a file's default needs.
+            raise ConfigError(
+                "--idle must be at most --idle-max (a default of 'off' needs --idle-max off)"
+            )
         if listens and not self.auth and not is_loopback(self.host):
             raise ConfigError(
                 f"refusing to listen on {self.host} without --auth: anyone on the network "

@@ -37,6 +37,10 @@ EXIT_RECORD = "exit.json"
 METRICS = "metrics.jsonl"
 # The shim's own complaints (it cannot write the log, say), for an admin to read.
 SHIM_ERRORS = "shim.err"
+# An interactive session's terminal, which its shim serves on this Unix socket (0600), and
+# a line the worker has for it (the idle warning), which the shim writes into the terminal.
+TTY_SOCKET = "tty.sock"
+NOTICE = "notice"
 # The Slurm executor's batch script for the latest attempt, as ddpq rendered and submitted it.
 SBATCH_SCRIPT = "job.sbatch"
 # What Slurm itself writes for the batch step (its own notices, the shim's complaints): the
@@ -44,7 +48,8 @@ SBATCH_SCRIPT = "job.sbatch"
 SLURM_OUTPUT = "slurm.out"
 
 # The records: ddpq's and the job's account of what happened. All else is checkpoints.
-RECORDS = frozenset({LOG, EXIT_RECORD, METRICS, SHIM_ERRORS})
+RECORDS = frozenset({LOG, EXIT_RECORD, METRICS, SHIM_ERRORS, TTY_SOCKET, NOTICE})
+NOTICE_MAX = 4096
 
 EXIT_RECORD_MAX = 64 * 1024
 PROGRESS_TAIL = 16 * 1024
@@ -73,6 +78,32 @@ class JobDir:
     @property
     def shim_errors(self) -> Path:
         return self.path / SHIM_ERRORS
+
+    @property
+    def tty_socket(self) -> Path:
+        return self.path / TTY_SOCKET
+
+    @property
+    def notice(self) -> Path:
+        return self.path / NOTICE
+
+    def write_notice(self, text: str) -> None:
+        """Leave ``text`` for the session's shim to write into its terminal (it is told with
+        a signal). The job owns this folder: written to a new file of a name no one can
+        foresee (O_EXCL, no link followed) and renamed over whatever is there, so a root
+        worker writes nothing but its own new file. Raises OSError."""
+        data = text.encode()[:NOTICE_MAX]
+        tmp = self.path / f".{NOTICE}.{os.urandom(8).hex()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        try:
+            os.replace(tmp, self.notice)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
 
     @property
     def sbatch_script(self) -> Path:

@@ -19,6 +19,7 @@ from ddpq.core import jobenv, sharing
 from ddpq.core import slurm as core_slurm
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.gpus import GpuProcess
+from ddpq.core.interactive import uses_port
 
 # Defined where the CLI reads them without pydantic; still importable from here.
 from ddpq.core.jobenv import ENV_KEY_RE as ENV_KEY_RE
@@ -179,6 +180,19 @@ class JobSubmit(BaseModel):
         description="with gpu_mem: at most this many jobs on a GPU this job is on",
     )
 
+    interactive: bool = Field(
+        default=False,
+        description="a session (`ddpq shell`): the command runs on a terminal its shim holds, "
+        "which `ddpq attach` relays; `{port}` in the command is the leased port",
+    )
+    idle_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=365 * 24 * 3600,
+        allow_inf_nan=False,
+        description="a session whose GPUs stay unused this long is warned, then ended "
+        "(reason idle); default: the daemon's --idle, at most its --idle-max",
+    )
     # Only where the daemon runs jobs on Slurm (`--executor slurm`, docs/slurm.md).
     nodes: int = Field(
         default=1, ge=1, le=MAX_NODES, description="hosts it spans (with gpus_per_node)"
@@ -335,6 +349,25 @@ class JobSubmit(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _session(self) -> JobSubmit:
+        if not self.interactive:
+            if self.idle_s is not None:
+                raise ValueError("idle_s: only an interactive session is ended when idle")
+            return self
+        refused = [
+            (self.workload is not None, "workload", "a session runs a command, not a workload"),
+            (self.torchrun, "torchrun", "a session is not run under torchrun"),
+            (self.preemptible, "preemptible", "a session cannot be preempted"),
+            (self.retries > 0, "retries", "a session is not retried"),
+        ]
+        for wrong, field, why in refused:
+            if wrong:
+                raise ValueError(f"{field}: {why}")
+        if self.gpus == 0 and uses_port(self.command):
+            raise ValueError("command: {port} needs a leased port, which only jobs on GPUs get")
+        return self
+
+    @model_validator(mode="after")
     def _command_or_workload(self) -> JobSubmit:
         if self.workload is None:
             if not self.command:
@@ -441,6 +474,8 @@ class SweepSubmit(BaseModel):
 
     @model_validator(mode="after")
     def _members(self) -> SweepSubmit:
+        if self.template.interactive:
+            raise ValueError("template.interactive: a sweep's members are not sessions")
         # Cheap checks first: a hostile size is refused before anything is built.
         if self.array is not None and self.params:
             raise ValueError("give params or an array, not both")
@@ -610,6 +645,16 @@ class JobOut(BaseModel):
     peak_mem: int | None = Field(
         default=None, description="its latest attempt's peak GPU memory in bytes (see attempts)"
     )
+    interactive: bool = Field(default=False, description="a session (`ddpq shell`)")
+    idle_s: float | None = Field(default=None, description="a session's idle limit")
+    idle_since: datetime | None = Field(
+        default=None, description="running on GPUs: since when they are unused (null: in use)"
+    )
+    attach: str | None = Field(
+        default=None,
+        description="a running session: the Unix socket its terminal is relayed on (on the "
+        "daemon's host; its owner's account alone may open it)",
+    )
 
 
 class NotificationOut(BaseModel):
@@ -665,6 +710,12 @@ class DeviceOut(BaseModel):
     external_processes: list[GpuProcess] = Field(default_factory=list)
     shares: list[DeviceShare] = Field(
         default_factory=list, description="the jobs sharing it by memory (status shared)"
+    )
+    idle_since: datetime | None = Field(
+        default=None, description="leased: since when the job's GPUs are unused (null: in use)"
+    )
+    idle_long: bool = Field(
+        default=False, description="unused longer than the daemon's --idle (any job)"
     )
 
 

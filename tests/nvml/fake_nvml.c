@@ -15,6 +15,7 @@
  *   FAKE_NVML_PROCS=gpu:pid:mb,...    compute processes; mb "na" = not available
  *   FAKE_NVML_FAIL=1|init             nvmlInit fails: driver not loaded
  *   FAKE_NVML_FAIL=procs              the process query fails: GPU is lost
+ *   FAKE_NVML_UTIL_FILE=path          compute utilisation (see the block at the end)
  * An unreadable FAKE_NVML_FILE, or a line of it that is not NAME=VALUE, fails nvmlInit.
  * Build with -DFAKE_NVML_NO_V3 to drop nvmlDeviceGetComputeRunningProcesses_v3,
  * like drivers older than 510.
@@ -234,3 +235,31 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned in
     return running_processes(d, count, infos);
 }
 #endif
+
+/* ---- Utilisation (interactive sessions' idle reclaim) ----------------------
+ * nvmlDeviceGetUtilizationRates reads FAKE_NVML_UTIL_FILE at every call, so a
+ * test can change it while a daemon runs: one number per GPU, in index order,
+ * separated by spaces, commas or newlines ("0 35" = GPU 0 idle, GPU 1 at 35%).
+ * No file, or no number for a GPU: 0%. The name "na" for a GPU: not supported.
+ */
+#define NVML_ERROR_NOT_SUPPORTED 3
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u) {
+    CHECK_DEVICE(d);
+    if (!u) return NVML_ERROR_INVALID_ARGUMENT;
+    u->gpu = u->memory = 0;
+    const char *path = env_or("FAKE_NVML_UTIL_FILE", "");
+    FILE *f = *path ? fopen(path, "r") : NULL;
+    if (!f) return NVML_SUCCESS;
+    char word[32];
+    nvmlReturn_t r = NVML_SUCCESS;
+    for (unsigned int i = 0; fscanf(f, " %31[^ ,\n]%*[ ,\n]", word) == 1; i++) {
+        if (i != d->index) continue;
+        if (strcmp(word, "na") == 0) r = NVML_ERROR_NOT_SUPPORTED;
+        else u->gpu = (unsigned int)strtoul(word, NULL, 10);
+        break;
+    }
+    fclose(f);
+    return r;
+}

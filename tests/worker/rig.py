@@ -18,6 +18,7 @@ from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store.db import Database, migrate
+from ddpq.worker.idle import Sampler
 from ddpq.worker.loop import Worker
 
 
@@ -60,6 +61,7 @@ class Rig:
     worker: Worker
     retired: list[Worker] = field(default_factory=list)
     look: Callable[[], list[Gpu]] | None = None  # the GPUs as NVML would show them
+    gpu_use: Sampler | None = None  # what the worker's look at the GPUs' use finds
 
     def submit(self, **kw: Any) -> int:
         fields: dict[str, Any] = {
@@ -109,7 +111,7 @@ class Rig:
         the attempts it started keep "running" there."""
         self.worker.close()
         self.retired.append(self.worker)
-        self.worker = new_worker(self.settings, self.host, self.clock, self.look)
+        self.worker = new_worker(self.settings, self.host, self.clock, self.look, self.gpu_use)
         return self.worker
 
     def close(self) -> None:
@@ -118,15 +120,26 @@ class Rig:
 
 
 def new_worker(
-    settings: Settings, host: FakeHost, clock: Clock, look: Callable[[], list[Gpu]] | None = None
+    settings: Settings,
+    host: FakeHost,
+    clock: Clock,
+    look: Callable[[], list[Gpu]] | None = None,
+    gpu_use: Sampler | None = None,
 ) -> Worker:
-    worker = Worker(settings, FakeExecutor(host), clock=clock, listen=False, look=look)
+    worker = Worker(
+        settings, FakeExecutor(host), clock=clock, listen=False, look=look, gpu_use=gpu_use
+    )
     worker.scheduler.port_free = lambda port: True  # no real sockets: a pure pass
     worker.reconcile()
     return worker
 
 
-def make_rig(home: Path, look: Callable[[], list[Gpu]] | None = None, **settings: Any) -> Rig:
+def make_rig(
+    home: Path,
+    look: Callable[[], list[Gpu]] | None = None,
+    gpu_use: Sampler | None = None,
+    **settings: Any,
+) -> Rig:
     options: dict[str, Any] = {
         "home": home,
         "fake_gpus": 2,
@@ -138,5 +151,5 @@ def make_rig(home: Path, look: Callable[[], list[Gpu]] | None = None, **settings
     migrate(cfg.db_path)
     clock = Clock()
     host = FakeHost(clock=clock)
-    worker = new_worker(cfg, host, clock, look)
-    return Rig(cfg, clock, host, Database(cfg.db_path), worker, look=look)
+    worker = new_worker(cfg, host, clock, look, gpu_use)
+    return Rig(cfg, clock, host, Database(cfg.db_path), worker, look=look, gpu_use=gpu_use)

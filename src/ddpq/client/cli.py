@@ -23,7 +23,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from ddpq.client import sharing, usage
+from ddpq.client import sessions, sharing, usage
 from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi, find_token
 from ddpq.client.coercion import QuickCommand, QuickGroup
 from ddpq.client.draw import console, gpu_table, jobs_table, render_env, render_job
@@ -447,6 +447,7 @@ def watch(
 
 
 app.command("usage", cls=QuickCommand)(usage.usage)
+sessions.register(app)  # shell, attach
 
 
 @app.command(cls=QuickCommand)

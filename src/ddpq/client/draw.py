@@ -88,7 +88,7 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
     ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
     from rich.text import Text
 
-    from ddpq.client.format import plain, progress_line, sanitize, when
+    from ddpq.client.format import age, plain, progress_line, sanitize, when
     from ddpq.client.sharing import attempt_memory, memory_lines
     from ddpq.core.units import human_duration
 
@@ -123,6 +123,15 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
         line(memory)
     if leases["port"]:
         line(f"  port       {leases['port']}")
+    if j.get("interactive"):
+        limit = j.get("idle_s")
+        line(
+            "  session    interactive, "
+            + (f"ended once its GPUs are unused {human_duration(limit)}" if limit else "never idle")
+            + (f"; `ddpq attach {j['id']}`" if j.get("attach") else "")
+        )
+    if j.get("idle_since"):
+        line(f"  idle       its GPUs unused for {age(j['idle_since'])}")
     line(f"  priority   {j['priority']}")
     if j["time_limit_s"]:
         line(f"  time limit {human_duration(j['time_limit_s'])}")
@@ -184,9 +193,9 @@ def gpu_table(devices: Data | Dumps) -> Any:
     devs = as_data(devices)
     # JSON object keys are strings: "29600" -> job 1.
     port_of = {job: port for port, job in devs["ports_leased"].items()}
-    columns = ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "MEMORY", "OUTSIDE")
+    columns = ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "IDLE", "MEMORY")
     # Who is on a GPU outside the queue wraps rather than being cut off.
-    table = new_table(*columns, wrap="OUTSIDE")
+    table = new_table(*columns, "OUTSIDE", wrap="OUTSIDE")
     colour = {"free": "green", "leased": "cyan", "shared": "blue", "external": "red"}
     for d in devs["items"]:
         outside = outside_text(d.get("external_processes") or [])
@@ -207,6 +216,8 @@ def gpu_table(devices: Data | Dumps) -> Any:
             plain(owners),
             plain(str(port_of.get(job_id, "")) if job_id else ""),
             plain(age(d["since"]) if d.get("since") else ""),
+            # How long the job holding it has left its GPUs unused; long: past --idle.
+            plain(age(d["idle_since"]) if d.get("idle_since") else "", idle_style(d)),
             plain(memory),
             plain(outside),
         )
@@ -229,3 +240,7 @@ def outside_text(procs: Iterable[Data]) -> str:
     for p in procs:
         by_person.setdefault(person(p), []).append(text(p.get("pid")))
     return "; ".join(f"{who}: pid {', '.join(pids)}" for who, pids in by_person.items())
+
+
+def idle_style(device: Data) -> str:
+    return "bold red" if device.get("idle_long") else ""

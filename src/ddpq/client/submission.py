@@ -28,6 +28,7 @@ OPTION_OF = {
     "exported_env": "--export",
     "torchrun": "--torchrun",
     "cwd": "--cwd",
+    "idle_s": "--idle",
     "notify": "--notify",
     "preemptible": "--preemptible",
     "preempt_signal": "--preempt-signal",

@@ -92,7 +92,7 @@ def after_exit(
         preempted = after_preemption(record, job, preempt_grace_s, checkpointed)
         if preempted is not None:
             return preempted
-    outcome = outcome_of(record, job.stop, grace_s)
+    outcome = outcome_of(record, job.stop, grace_s, job.stop_reason)
     failed = outcome.state is JobState.FAILED
     if failed and job.port_retries < max_port_retries and port_clash():
         tries = job.port_retries + 1

@@ -15,6 +15,7 @@ class StopRequest(StrEnum):
     CANCEL = "cancel"
     TIMEOUT = "timeout"
     PREEMPT = "preempt"  # checkpoint and go back to the queue (an admin, or the policy)
+    IDLE = "idle"  # an interactive session whose GPUs stayed unused (core.interactive)
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,11 @@ def describe_exit(record: ExitRecord) -> str:
     return f"exit code {record.exit_code}"
 
 
-def outcome_of(record: ExitRecord, stop: StopRequest | None, grace_s: float) -> Outcome:
-    """The final state of one attempt, given how it ended and whether ddpq stopped it."""
+def outcome_of(
+    record: ExitRecord, stop: StopRequest | None, grace_s: float, stop_reason: str | None = None
+) -> Outcome:
+    """The final state of one attempt, given how it ended and whether ddpq stopped it
+    (``stop_reason``: the words the stop was asked for with, "idle: ...")."""
     how = describe_exit(record)
     if stop is StopRequest.CANCEL:
         return Outcome(
@@ -89,6 +93,10 @@ def outcome_of(record: ExitRecord, stop: StopRequest | None, grace_s: float) -> 
             JobState.TIMED_OUT,
             f"time limit reached (SIGTERM, SIGKILL after {grace_s:g}s); {how}",
         )
+    if stop is StopRequest.IDLE:
+        # A limit as a time limit is, so the same end; the reason says which ("idle: ...").
+        why = stop_reason or "idle"
+        return Outcome(JobState.TIMED_OUT, f"{why} (SIGTERM, SIGKILL after {grace_s:g}s); {how}")
     if record.error is None and record.signal is None and record.exit_code == 0:
         return Outcome(JobState.SUCCEEDED, how)
     return Outcome(JobState.FAILED, how)

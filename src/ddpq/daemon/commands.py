@@ -171,6 +171,22 @@ NotifyLoopbackOpt = Annotated[
         "local services no user should drive)",
     ),
 ]
+IdleOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="an interactive session (ddpq shell) whose GPUs stay unused this long is warned, "
+        "then ended (reason idle) after --idle-grace, unless it asked for another limit "
+        "('off': only those that ask are)"
+    ),
+]
+IdleMaxOpt = Annotated[
+    str | None,
+    typer.Option(help="the longest idle limit a session may ask for ('off': no maximum)"),
+]
+IdleGraceOpt = Annotated[
+    str | None,
+    typer.Option(help="time between an idle session's warning and its end"),
+]
 
 ExecutorOpt = Annotated[
     str | None,
@@ -238,6 +254,9 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         keep_finished: KeepFinishedOpt = None,
         jobs_budget: JobsBudgetOpt = None,
         prune_rows: PruneRowsOpt = None,
+        idle: IdleOpt = None,
+        idle_max: IdleMaxOpt = None,
+        idle_grace: IdleGraceOpt = None,
         executor: ExecutorOpt = None,
         slurm_partition: SlurmPartitionOpt = None,
         slurm_account: SlurmAccountOpt = None,
@@ -288,6 +307,9 @@ def worker(
     keep_finished: KeepFinishedOpt = None,
     jobs_budget: JobsBudgetOpt = None,
     prune_rows: PruneRowsOpt = None,
+    idle: IdleOpt = None,
+    idle_max: IdleMaxOpt = None,
+    idle_grace: IdleGraceOpt = None,
     executor: ExecutorOpt = None,
     slurm_partition: SlurmPartitionOpt = None,
     slurm_account: SlurmAccountOpt = None,

@@ -52,6 +52,9 @@ PUBLIC_NAMES: dict[str, str] = {
     "keep_finished": "keep_finished_s",
     "jobs_budget": "jobs_budget_bytes",
     "prune_rows": "prune_rows",
+    "idle": "idle_default_s",
+    "idle_max": "idle_max_s",
+    "idle_grace": "idle_grace_s",
     "executor": "executor",
     "slurm_partition": "slurm_partition",
     "slurm_account": "slurm_account",
@@ -91,7 +94,7 @@ def written_defaults() -> dict[str, object]:
         if info.default_factory is not None or info.default is None:
             continue  # home (a rule, which the help tells) and fake_gpus (none)
         value = info.default
-        if field == "grace_s":
+        if field in ("grace_s", "idle_default_s", "idle_max_s", "idle_grace_s"):
             value = human_duration(value)
         elif field in ("log_cap_bytes", "gpu_mem_headroom_bytes"):
             value = human_size(value)

@@ -38,6 +38,9 @@ class Launch:
     unix_account: str | None  # the Unix account the owner is mapped to, if any
     # Preemptible: the signal that tells it to checkpoint (e.g. "USR1"); None: it is not.
     preempt_signal: str | None = None
+    # A session (ddpq shell): the command runs on a terminal the executor relays to its
+    # owner (the local one: a pseudo-terminal and a Unix socket in the job's folder).
+    interactive: bool = False
     # What only a cluster executor (Slurm) uses; the local one runs every job on this host.
     nodes: int = 1  # hosts the job spans: torchrun runs once on each
     gpus_per_node: int | None = None  # None: all of ``gpus`` on one node
@@ -108,6 +111,11 @@ class Executor(Protocol):
         """Ask a watched job to stop: a signal now, a kill after the grace period. With
         ``preempt``, first its preemption signal and the time to checkpoint (then a stop as
         above). False if the job is not watched (it ended meanwhile: ``ended`` reports it)."""
+        ...
+
+    def tell(self, job_id: int, message: str) -> bool:
+        """Write ``message`` (one line) into a watched session's terminal, where its owner
+        sees it (the idle warning); False if the job is not watched or not a session."""
         ...
 
     def waiting(self) -> dict[int, str]:

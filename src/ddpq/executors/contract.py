@@ -11,7 +11,10 @@ A job's environment, from first to last (a later one wins):
 3. the submission's ``env``;
 4. the contract itself: ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``MASTER_ADDR``,
    ``MASTER_PORT``, ``DDPQ_JOB_ID``, ``DDPQ_JOB_DIR``, ``DDPQ_ATTEMPT``,
-   ``PYTHONUNBUFFERED``; ``DDPQ_GPU_MEM`` for a job that shares its GPUs.
+   ``PYTHONUNBUFFERED``; ``DDPQ_GPU_MEM`` for a job that shares its GPUs; for a session,
+   ``TERM`` (the one it was given, or a common one).
+
+A session's command (``Launch.interactive``) has ``{port}`` replaced by its leased port.
 
 The submission's variables arrive in one stored mapping (``core.jobenv.pack``).
 """
@@ -24,8 +27,11 @@ from collections.abc import Mapping
 
 from ddpq.core import jobenv
 from ddpq.core.disposition import REQUEUE_EXIT
+from ddpq.core.interactive import fill_port
 from ddpq.core.sweeps import MEMBER_ENV_NAMES
 from ddpq.executors.base import Launch
+
+SESSION_TERM = "xterm-256color"
 
 
 def threads_per_rank(cpu_count: int, total_gpus: int) -> int:
@@ -84,6 +90,10 @@ def job_env(
     if launch.gpu_mem_bytes is not None:
         # Its share of each GPU (bytes): e.g. for torch.cuda.set_per_process_memory_fraction.
         env["DDPQ_GPU_MEM"] = str(launch.gpu_mem_bytes)
+    if launch.interactive:
+        # It runs on a terminal: the type `ddpq shell` sends in `env` (an exported
+        # environment never carries one, so a TERM stored is that one), or a common one.
+        env["TERM"] = jobenv.unpack(launch.env)[1].get("TERM") or SESSION_TERM
     if launch.preempt_signal is not None:
         # docs/preemption.md: checkpoint on this signal, exit REQUEUE_EXIT within the grace.
         env["DDPQ_PREEMPT_SIGNAL"] = launch.preempt_signal
@@ -93,7 +103,10 @@ def job_env(
 
 
 def job_argv(launch: Launch, python: str) -> list[str]:
-    """The job's command line: as submitted, or under torchrun on its leased GPUs and port."""
+    """The job's command line: as submitted (a session's with its leased port for
+    ``{port}``), or under torchrun on its leased GPUs and port."""
+    if launch.interactive:
+        return fill_port(launch.command, launch.port)
     if launch.launcher != "torchrun":
         return list(launch.command)
     assert launch.port is not None

@@ -27,6 +27,7 @@ class FakeAttempt:
     record: ExitRecord | None = None  # set once it has ended
     stops: int = 0  # how often the worker asked it to stop
     preempts: int = 0  # how often the worker asked it to checkpoint and go
+    told: list[str] = field(default_factory=list)  # lines written into its terminal
 
 
 @dataclass
@@ -141,6 +142,13 @@ class FakeExecutor:
         attempt.stops += 1
         if self.host.stop_ends_with_signal is not None and attempt.record is None:
             self.host.finish(job_id, None, self.host.stop_ends_with_signal)
+        return True
+
+    def tell(self, job_id: int, message: str) -> bool:
+        handle = self.watched.get(job_id)
+        if handle is None or not self.host.attempts[handle].launch.interactive:
+            return False
+        self.host.attempts[handle].told.append(message)
         return True
 
     def waiting(self) -> dict[int, str]:

@@ -25,6 +25,7 @@ from ddpq import __version__
 from ddpq.core import usage
 from ddpq.core.states import JobState
 from ddpq.store import devices as device_store
+from ddpq.store import idle as idle_store
 from ddpq.store import retention, stats
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
@@ -58,10 +59,17 @@ def _le(bound: float) -> str:
 class StoreCollector(Collector):
     """Reads the store through one session; used for one scrape and thrown away."""
 
-    def __init__(self, session: Session, now: float, names_are_users: bool = False) -> None:
+    def __init__(
+        self,
+        session: Session,
+        now: float,
+        names_are_users: bool = False,
+        idle_long_s: float = 1800.0,
+    ) -> None:
         self.session = session
         self.now = now
         self.names_are_users = names_are_users  # core.usage.attribute
+        self.idle_long_s = idle_long_s
 
     def collect(self) -> Iterator[Metric]:
         s = self.session
@@ -105,6 +113,7 @@ class StoreCollector(Collector):
         yield from _outside(s, self.names_are_users)
         yield from _retention(s)
         yield from _memory(s)
+        yield from _idle(s, self.now, self.idle_long_s)
 
         yield _histogram(
             "ddpq_job_duration_seconds",
@@ -245,8 +254,43 @@ def _retention(s: Session) -> Iterator[Metric]:
         )
 
 
-def render(session: Session, now: float, names_are_users: bool = False) -> tuple[bytes, str]:
+def _idle(s: Session, now: float, idle_long_s: float) -> Iterator[Metric]:
+    """Running jobs whose GPUs are unused now, and the sessions ended for it: counts only,
+    as everything here (``ddpq gpus`` names the jobs, to those with a token)."""
+    idle = idle_store.idle_now(s)
+    now_idle = GaugeMetricFamily(
+        "ddpq_jobs_gpus_idle",
+        "Running jobs whose GPUs are unused now (no compute, no memory growth), by kind.",
+        labels=["interactive"],
+    )
+    long_idle = GaugeMetricFamily(
+        "ddpq_jobs_gpus_idle_long",
+        "Running jobs whose GPUs have been unused longer than the daemon's --idle, by kind.",
+        labels=["interactive"],
+    )
+    for kind in (True, False):
+        jobs = [j for j in idle.values() if j.interactive is kind]
+        label = [str(kind).lower()]
+        now_idle.add_metric(label, len(jobs))
+        long_idle.add_metric(label, sum(1 for j in jobs if now - j.idle_since >= idle_long_s))
+    yield now_idle
+    yield long_idle
+    yield GaugeMetricFamily(
+        "ddpq_gpus_idle_long",
+        "GPUs leased to jobs that have left them unused longer than the daemon's --idle.",
+        value=sum(j.gpus for j in idle.values() if now - j.idle_since >= idle_long_s),
+    )
+    yield CounterMetricFamily(
+        "ddpq_sessions_reclaimed_idle",
+        "Interactive sessions ended because their GPUs stayed unused.",
+        value=idle_store.reclaimed(s),
+    )
+
+
+def render(
+    session: Session, now: float, names_are_users: bool = False, idle_long_s: float = 1800.0
+) -> tuple[bytes, str]:
     """The exposition text and its content type."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(session, now, names_are_users))
+    registry.register(StoreCollector(session, now, names_are_users, idle_long_s))
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ddpq.core.states import JobState
 from ddpq.core.untrusted import clean_text
+from ddpq.jobdir import JobDir
 from ddpq.schemas import (
     AttemptOut,
     EventOut,
@@ -101,7 +103,18 @@ def job_out(
         gpu_mem_auto=job.gpu_mem_auto,
         gpu_share=job.gpu_share,
         peak_mem=peak_mem,
+        interactive=job.interactive,
+        idle_s=job.idle_s,
+        idle_since=ts(job.idle_since),
+        attach=attach_socket(job),
     )
+
+
+def attach_socket(job: Job) -> str | None:
+    """Where a running session's terminal is served (its shim makes it once it starts)."""
+    if not job.interactive or job.state is not JobState.RUNNING or job.job_dir is None:
+        return None
+    return servable(str(JobDir(Path(job.job_dir)).tty_socket))
 
 
 def jobs_out(session: Session, jobs: list[Job]) -> list[JobOut]:

@@ -73,6 +73,7 @@ class Leased:
     port: int | None
     job_dir: str
     preempt_signal: str | None = None  # preemptible: the signal that tells it to checkpoint
+    interactive: bool = False  # a session: its shim holds a terminal (ddpq shell)
     # What a cluster executor also needs (the local one runs nodes=1 and its own limits).
     time_limit_s: float | None = None
     nodes: int = 1
@@ -102,6 +103,7 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
             Job.env,
             Job.preemptible,
             Job.preempt_signal,
+            Job.interactive,
             Job.time_limit_s,
             Job.nodes,
             Job.gpus_per_node,
@@ -157,11 +159,13 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 p.port,
                 p.job_dir,
                 row.preempt_signal if row.preemptible else None,
-                row.time_limit_s,
-                row.nodes,
-                row.gpus_per_node,
-                row.partition,
-                tuple(row.slurm_options or ()),
+                # By name: several branches added fields here, and a bool passes for a float.
+                interactive=bool(row.interactive),
+                time_limit_s=row.time_limit_s,
+                nodes=row.nodes,
+                gpus_per_node=row.gpus_per_node,
+                partition=row.partition,
+                slurm_options=tuple(row.slurm_options or ()),
                 gpu_mem_bytes=p.mem_bytes,
             )
         )
@@ -181,6 +185,8 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 stop_request=None,
                 stop_sent_at=None,
                 not_before=None,
+                idle_since=None,
+                idle_warned_at=None,
                 job_dir=bindparam("dir"),
                 sched_latency_s=bindparam("latency"),
             ),

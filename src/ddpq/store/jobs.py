@@ -48,6 +48,8 @@ class NewJob:
     notify_url: str | None = None
     preemptible: bool = False
     preempt_signal: str = "USR1"
+    interactive: bool = False  # a session (ddpq shell): its shim holds a terminal
+    idle_s: float | None = None  # a session's idle limit (core.interactive); None: never
     nodes: int = 1
     gpus_per_node: int | None = None
     partition: str | None = None
@@ -108,6 +110,8 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "preemptible": spec.preemptible,
         "preempt_signal": spec.preempt_signal,
         "preemptions": 0,
+        "interactive": spec.interactive,
+        "idle_s": spec.idle_s,
         "nodes": spec.nodes,
         "gpus_per_node": spec.gpus_per_node,
         "partition": spec.partition,

@@ -120,6 +120,14 @@ class Job(Base):
     # Which earlier jobs are "the same job" for ``auto``: "name:<name>" when it was given
     # one, else "cmd:<hash of its command>" (a derived name such as "python" says little).
     mem_key: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    # An interactive session (``ddpq shell``): its shim holds a terminal, and it is ended
+    # once its GPUs have been unused for idle_s (None: never). idle_since: when the worker
+    # first saw its GPUs idle (any job on GPUs; None while in use); idle_warned_at: when
+    # its terminal was told it will be ended (core.interactive).
+    interactive: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    idle_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle_warned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),

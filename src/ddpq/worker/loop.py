@@ -33,6 +33,8 @@ from ddpq.store import waits as wait_store
 from ddpq.store.db import Database, storage_fault
 from ddpq.worker.devices import discover
 from ddpq.worker.exits import record_exits
+from ddpq.worker.gpu_use import GpuSampler
+from ddpq.worker.idle import IdleWatch, Sampler
 from ddpq.worker.inventory import Inventory
 from ddpq.worker.scheduling import Scheduler
 
@@ -53,11 +55,13 @@ class Worker:
         clock: Callable[[], float] = time.time,
         listen: bool = True,
         look: Callable[[], list[Gpu]] | None = None,
+        gpu_use: Sampler | None = None,
     ) -> None:
         """``executor`` defaults to the local shim executor; ``clock`` is the time every
         decision is made at; ``listen`` opens the wake socket (off in in-process tests,
         which call ``step`` themselves); ``look`` looks at the GPUs again (default: NVML,
-        unless ``fake_gpus``)."""
+        unless ``fake_gpus``); ``gpu_use`` samples the GPUs' use (default: NVML's, none
+        with fake GPUs)."""
         self.settings = settings
         self.clock = clock
         self.db = Database(settings.db_path, durable=False)
@@ -71,6 +75,13 @@ class Worker:
 
             executor = LocalExecutor(settings, gpu_count=len(self.inventory.devices))
         self.executor = executor
+        # On Slurm a job's "GPUs" are slots of a budget, not this host's devices: NVML here
+        # says nothing of them, so no job there is judged idle.
+        local = settings.executor == "local"
+        self._sampler = (
+            GpuSampler(settings.fake_gpus is not None) if gpu_use is None and local else None
+        )
+        self.idle = IdleWatch(settings, executor, gpu_use or self._sampler or (lambda _: None))
         self.scheduler = Scheduler(settings)
         self._sock = wake.listen(settings.wake_socket) if listen else None
         self._stop = threading.Event()
@@ -111,6 +122,8 @@ class Worker:
         wake.nudge(self.settings.wake_socket)
 
     def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
         self.executor.close()
         if self._sock is not None:
             self._sock.close()
@@ -131,6 +144,8 @@ class Worker:
         """One pass. Each phase runs even when another failed: a broken progress file or
         a failing stop must not keep the queue from being scheduled."""
         self._guarded("gathering exits", self._gather)
+        # Before the stops: a session found idle through its grace is stopped this pass.
+        self._guarded("watching idle GPUs", lambda: self.idle.look(self.db, self.clock()))
         self._guarded("enforcing stops", self._enforce_stops)
         self._guarded("refreshing devices", self._refresh_devices)
         # Also records the exits gathered above, in the same transaction.
@@ -283,6 +298,7 @@ class Worker:
                 owner=job.owner,
                 unix_account=mapped.get(job.owner),
                 preempt_signal=job.preempt_signal,
+                interactive=job.interactive,
                 nodes=job.nodes,
                 gpus_per_node=job.gpus_per_node,
                 time_limit_s=job.time_limit_s,

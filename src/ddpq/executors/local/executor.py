@@ -231,6 +231,19 @@ class LocalExecutor:
         # SIGUSR1 it sends the job its preemption signal first and waits its checkpoint grace.
         return procs.send(w.ident.pid, signal.SIGUSR1 if preempt else signal.SIGTERM)
 
+    def tell(self, job_id: int, message: str) -> bool:
+        """A line into a session's terminal: left in its folder, then its shim is told with
+        SIGUSR2 (only a session's shim is: a batch shim of an older release would die of it)."""
+        w = self._watched.get(job_id)
+        if w is None or not procs.is_alive(w.ident):
+            return False
+        try:
+            w.folder.write_notice(message)
+        except OSError as exc:
+            log.warning("job %s: cannot leave its terminal a notice: %s", job_id, exc)
+            return False
+        return procs.send(w.ident.pid, signal.SIGUSR2)
+
     def waiting(self) -> dict[int, str]:
         return {}  # a shim runs its job at once
 

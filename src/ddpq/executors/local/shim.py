@@ -19,6 +19,10 @@ worker starts it as the leader of a new session; it then
   gone, and only then writes the exit record R atomically (temp file and
   rename). The record does not depend on the worker being alive or being the
   parent, so a restarted worker can finalise jobs that ended while it was down.
+
+With ``--pty 1 --socket S --notice N`` it runs an interactive session instead: CMD on
+a pseudo-terminal whose output is the log, relayed to its owner over the Unix socket S
+(``shim_pty``); SIGUSR2 says the worker left a line in N for the terminal.
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ else:
     import shim_log  # type: ignore[import-not-found,no-redef]
     import shim_procs  # type: ignore[import-not-found,no-redef]
     import shim_record  # type: ignore[import-not-found,no-redef]
+# A session's terminal (shim_pty) is imported by the sessions alone: its modules (socket,
+# termios, json) would cost every batch job's start milliseconds.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ddpq.executors.local import shim_pty
 
 PR_SET_CHILD_SUBREAPER = 36
 NOT_LAUNCHED: dict[str, object] = {
@@ -66,6 +75,11 @@ class Options:
         # The job's first process is a launcher (torchrun): it must not act on the signal,
         # only the ranks it starts, which install their own handlers.
         self.preempt_shield = False
+        # An interactive session: the job on a terminal, served on this socket; the file
+        # where the worker leaves a line for that terminal.
+        self.pty = False
+        self.socket = ""
+        self.notice = ""
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -92,11 +106,19 @@ def parse_args(argv: list[str]) -> Options:
             opts.preempt_grace = float(value)
         elif flag == "--preempt-shield":
             opts.preempt_shield = value == "1"
+        elif flag == "--pty":
+            opts.pty = value == "1"
+        elif flag == "--socket":
+            opts.socket = value
+        elif flag == "--notice":
+            opts.notice = value
         else:
             raise SystemExit(f"shim: unknown option {flag}")
         i += 2
     opts.cmd = argv[i + 1 :]
     given = opts.job_dir and opts.log and opts.record and opts.cwd and opts.cmd
+    if opts.pty and not (opts.socket and opts.notice):
+        raise SystemExit("shim: --pty 1 needs --socket S and --notice N")
     if not given or opts.grace < 0 or opts.cap < 0:
         raise SystemExit(
             "shim: usage: shim.py --job-dir D --log L --record R --cwd W --grace S --log-cap B "
@@ -182,6 +204,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGHUP, on_stop)
     signal.signal(signal.SIGUSR1, on_preempt)
+    # The worker left a line for a session's terminal; a batch job has none to show.
+    signal.signal(signal.SIGUSR2, lambda *_: stop_requested.__setitem__("notice", 1.0))
     preempt_with = (
         getattr(signal, f"SIG{opts.preempt_signal}", None) if opts.preempt_signal else None
     )
@@ -227,18 +251,35 @@ def main(argv: list[str]) -> int:
         return shim_record.failed_to_start(
             record_path, started_at, shim_record.disk_error("opening its log", exc)
         )
+    term = None
+    if opts.pty:
+        if __package__:
+            from ddpq.executors.local import shim_pty
+        else:
+            import shim_pty  # type: ignore[import-not-found,no-redef]
+        try:
+            listener = shim_pty.listen(opts.socket)
+        except OSError as exc:
+            return shim_record.failed_to_start(
+                record_path, started_at, f"cannot serve its terminal on {opts.socket}: {exc}"
+            )
+        term = shim_pty.Terminal(opts.socket, listener, log, opts.notice, stop_requested, wake_r)
     try:
         # Here, not in the worker: the shim already runs as the job's account, so a
         # folder that account may not enter stays closed to it (a root worker's chdir
         # would have let the job in).
         os.chdir(opts.cwd)
     except OSError as exc:
+        if term is not None:
+            term.abandon()
         return shim_record.failed_to_start(
             record_path,
             started_at,
             f"cannot enter its working directory {opts.cwd}: {exc.strerror}",
         )
 
+    if term is not None:
+        return run_session(opts, term, sid, marker, since, started_at)
     out_r, out_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the job
@@ -351,6 +392,47 @@ def main(argv: list[str]) -> int:
             status = shim_procs.MAIN.get("status")
     shim_procs.kill_everything(sid, marker, since)
     assert status is not None
+    return finish(record_path, log, status, started_at, error)
+
+
+# What the job gets back to their defaults: the shim handles these, and Python ignores
+# SIGPIPE and SIGXFSZ for itself (an ignored signal stays ignored across exec, and
+# `yes | head` in a job would then never end).
+JOB_SIGNALS = [
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGCHLD,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+]
+
+
+def run_session(
+    opts: Options, term: shim_pty.Terminal, sid: int, marker: bytes, since: int, started_at: float
+) -> int:
+    """An interactive session (``--pty 1``): the job on a terminal relayed over the socket."""
+    try:
+        pid = term.start(opts.cmd, JOB_SIGNALS)
+    except OSError as exc:
+        term.abandon()
+        return shim_record.failed_to_start(
+            opts.record, started_at, f"cannot open its terminal: {exc.strerror or exc}"
+        )
+    shim_procs.MAIN["pid"] = pid
+    become_subreaper()
+    status = term.run(sid, marker, since, opts.grace)
+    shim_procs.kill_everything(sid, marker, since)
+    term.close(status)
+    return finish(opts.record, term.log, status, started_at, term.error)
+
+
+def finish(
+    record_path: str, log: shim_log.CappedLog, status: int, started_at: float, error: str | None
+) -> int:
+    """Write the exit record of a job whose processes are all gone."""
     ended_at = time.time()
     try:
         log.close()

@@ -147,6 +147,10 @@ class Spawner:
             shield = "1" if launch.launcher == "torchrun" else "0"
             preempt = ["--preempt-signal", launch.preempt_signal, "--preempt-shield", shield]
             args[at:at] = [*preempt, "--preempt-grace", repr(cfg.preempt_grace_s)]
+        if launch.interactive:
+            at = args.index("--")
+            term = ["--pty", "1", "--socket", str(folder.tty_socket), "--notice"]
+            args[at:at] = [*term, str(folder.notice)]
         args += job_argv(launch, cfg.python)
         # The shim waits on this pipe before it starts the job: until the worker has stored
         # its handle (so a restarted worker finds it), and until it is in its cgroup and
@@ -244,6 +248,8 @@ class Spawner:
         folder.path.mkdir(parents=True, exist_ok=True)
         folder.path.chmod(0o700)  # its owner's (and the daemon's) alone
         folder.exit_record.unlink(missing_ok=True)  # an earlier attempt's
+        with contextlib.suppress(OSError):  # a session's last notice: the worker writes anew
+            folder.notice.unlink(missing_ok=True)
         if account is not None:
             os.chown(folder.path, account.uid, account.gid)
 

@@ -286,6 +286,10 @@ class SlurmExecutor:
                 reasons[job_id] = why
         return reasons
 
+    def tell(self, job_id: int, message: str) -> bool:
+        """No sessions run on Slurm (the API refuses them): no terminal to write into."""
+        return False
+
     # ---- stop, processes, descriptors -----------------------------------------------
 
     def stop(self, job_id: int, preempt: bool = False) -> bool:

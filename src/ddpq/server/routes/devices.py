@@ -4,6 +4,7 @@ the ddpq user it maps to)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from fastapi import APIRouter
@@ -13,6 +14,7 @@ from ddpq.schemas import DeviceList, DeviceOut, DeviceShare
 from ddpq.server import views
 from ddpq.server.deps import Auth, DatabaseDep, SettingsDep
 from ddpq.store import devices as device_store
+from ddpq.store import idle as idle_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import usage as usage_store
@@ -22,6 +24,7 @@ router = APIRouter(prefix="/v1/devices", tags=["devices"])
 
 @router.get("", response_model=DeviceList)
 def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
+    now = time.time()
     with db.read() as s:
         snapshot = device_store.all_devices(s)
         live = lease_store.live(s)
@@ -30,6 +33,7 @@ def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
         }
         accounts = {p.account for d in snapshot for p in d.processes if p.account}
         people = usage_store.people(s, accounts, names_are_users=not settings.auth)
+        idle = idle_store.idle_now(s)
     gpu_holder = {x.resource: x for x in live if x.kind == lease_store.GPU}
     ports = {x.resource: x.job_id for x in live if x.kind == lease_store.PORT}
     shared: dict[int, list[DeviceShare]] = {}
@@ -45,6 +49,7 @@ def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
     items = []
     for d in snapshot:
         lease = gpu_holder.get(d.index)
+        since = idle[lease.job_id].idle_since if lease and lease.job_id in idle else None
         status = "leased" if lease else ("external" if d.processes else "free")
         if d.index in shared:
             status = "shared"
@@ -64,6 +69,8 @@ def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
                     replace(p, user=people.get(p.account or "")) for p in d.processes
                 ],
                 shares=shared.get(d.index, []),
+                idle_since=views.ts(since),
+                idle_long=since is not None and now - since >= settings.idle_long_s,
             )
         )
     return DeviceList(items=items, ports_leased=ports)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import jobenv
+from ddpq.core.interactive import idle_limit
 from ddpq.core.sharing import AUTO, MIB, GpuMemory
 from ddpq.core.states import TERMINAL, JobState
 from ddpq.core.units import size_for_people
@@ -93,6 +94,15 @@ def job_spec(
             "gpu_mem: this daemon runs jobs on Slurm, which gives jobs whole GPUs; "
             "sharing GPUs by memory needs the local executor",
         )
+    if settings.executor == "slurm" and body.interactive:
+        # Its shim would run on a Slurm node, with its terminal's socket in a folder there:
+        # nothing relays that yet, so the user would wait for a session they cannot reach.
+        raise ApiError(
+            422,
+            "invalid",
+            "interactive: this daemon runs jobs on Slurm, where ddpq cannot relay a "
+            "session's terminal yet (use salloc/srun --pty, or a daemon with --executor local)",
+        )
     launcher = "torchrun" if body.torchrun or body.workload is not None else "plain"
     if command is None:
         command = body.command
@@ -102,6 +112,12 @@ def job_spec(
         check_cwd(settings, db, body.cwd, owner)
     cwd = body.cwd or str(settings.home)
     name = body.name or derive_name(body.workload or command[0])
+    idle_s = None
+    if body.interactive:
+        try:
+            idle_s = idle_limit(body.idle_s, settings.idle_default_s, settings.idle_max_s)
+        except ValueError as exc:
+            raise ApiError(422, "invalid", f"idle_s: {exc}") from None
     return job_store.NewJob(
         name=name,
         owner=owner,
@@ -125,6 +141,8 @@ def job_spec(
         gpu_mem_auto=body.gpu_mem == AUTO,
         gpu_share=body.gpu_share,
         mem_key=memory_store.mem_key(body.name, command),
+        interactive=body.interactive,
+        idle_s=idle_s,
         nodes=body.nodes,
         gpus_per_node=body.gpus_per_node,
         partition=body.partition,

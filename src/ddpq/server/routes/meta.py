@@ -70,7 +70,9 @@ def job_states() -> StatesOut:
 @router.get("/metrics", include_in_schema=False)
 def metrics(db: DatabaseDep, settings: SettingsDep) -> Response:
     with db.read() as s:
-        body, content_type = prometheus.render(s, time.time(), not settings.auth)
+        body, content_type = prometheus.render(
+            s, time.time(), not settings.auth, settings.idle_long_s
+        )
     return Response(body, media_type=content_type)
 
 

@@ -250,6 +250,14 @@ function renderGpus(devices) {
     if (d.job_id !== null) {
       lines.push(el("div", { text: `job ${d.job_id} · ${d.owner ?? "?"}` }));
       if (portOf.has(d.job_id)) lines.push(el("div", { text: "port " + portOf.get(d.job_id) }));
+      if (d.idle_since) {
+        // Its job has left its GPUs unused this long (long: past the daemon's --idle).
+        const idle = (Date.now() - Date.parse(d.idle_since)) / 1000;
+        lines.push(el("div", {
+          class: d.idle_long ? "gpu-idle long" : "gpu-idle",
+          text: "idle " + duration(Math.max(0, idle)),
+        }));
+      }
     } else if (d.shares && d.shares.length) {
       for (const s of d.shares) {
         const share = el("div", {
