@@ -17,11 +17,19 @@ from ddpq.config import Settings
 from ddpq.server.errors import ERRORS, HANDLERS
 from ddpq.server.faults import StorageFaults
 from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
-from ddpq.server.routes import devices, jobs, logs, meta, progress, sweeps
+from ddpq.server.routes import devices, jobs, logs, meta, progress, sweeps, tokens
 from ddpq.store.db import Database
 
 # In this order in the OpenAPI document.
-ROUTERS = (meta.router, jobs.router, logs.router, progress.router, sweeps.router, devices.router)
+ROUTERS = (
+    meta.router,
+    jobs.router,
+    logs.router,
+    progress.router,
+    sweeps.router,
+    devices.router,
+    tokens.router,
+)
 
 
 @asynccontextmanager

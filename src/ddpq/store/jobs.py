@@ -48,6 +48,7 @@ class NewJob:
     notify_url: str | None = None
     preemptible: bool = False
     preempt_signal: str = "USR1"
+    run_as: str | None = None  # the Unix account the submission proved (models.Job.run_as)
 
 
 def _record(
@@ -100,6 +101,7 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "preemptible": spec.preemptible,
         "preempt_signal": spec.preempt_signal,
         "preemptions": 0,
+        "run_as": spec.run_as,
     }
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None
@@ -447,3 +449,15 @@ def set_progress(session: Session, job: Job, progress: dict[str, Any]) -> None:
 def count_by_state(session: Session) -> dict[JobState, int]:
     rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
     return {state: n for state, n in rows}
+
+
+def run_as_accounts(session: Session, job_ids: Iterable[int]) -> dict[int, str]:
+    """job id -> the Unix account its submission proved (``Job.run_as``), for those that have
+    one; the others run as their owner's mapped account."""
+    ids = list(job_ids)
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(Job.id, Job.run_as).where(Job.id.in_(ids), Job.run_as.is_not(None))
+    )
+    return {job_id: account for job_id, account in rows if account}
