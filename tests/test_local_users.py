@@ -23,7 +23,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -244,15 +243,12 @@ def test_a_token_made_on_the_socket_works_over_tcp_until_revoked_or_expired(
     assert "expired" in wait_for(expired, 15, "the token to expire")
 
 
-def test_the_ddpq_command_of_a_local_user_needs_no_setup(
-    daemon: Daemon, accounts: Accounts, tmp_path: Path
-) -> None:
-    """`ddpq whoami` and `ddpq submit` as the account, through the real command line: no
-    token, no URL; the socket found where $DDPQ_SOCKET says (the system's is
-    /run/ddpq/ddpq.sock, which a test cannot take)."""
-    d = daemon
-    entry = pwd.getpwnam(accounts.bob)
-    env = {
+def command_as(name: str, d: Daemon) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """The real `ddpq` command as the account ``name``, with no URL and no token: the
+    socket found where $DDPQ_SOCKET says (the system's, /run/ddpq/ddpq.sock, is no test's
+    to take); ``env`` adds to that."""
+    entry = pwd.getpwnam(name)
+    base = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         # Absolute: the command runs in / (a relative PYTHONPATH, as CI's, would not hold).
         "PYTHONPATH": os.pathsep.join(
@@ -262,17 +258,27 @@ def test_the_ddpq_command_of_a_local_user_needs_no_setup(
         "HOME": "/nonexistent",
     }
 
-    def ddpq(*args: str) -> subprocess.CompletedProcess[str]:
+    def ddpq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         setpriv = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups"]
         return subprocess.run(
             [*setpriv, sys.executable, "-m", "ddpq", *args],
             capture_output=True,
             text=True,
-            env=env,
+            env={**base, **env},
             cwd="/",
             timeout=60,
         )
 
+    return ddpq
+
+
+def test_the_ddpq_command_of_a_local_user_needs_no_setup(
+    daemon: Daemon, accounts: Accounts
+) -> None:
+    """`ddpq whoami`, `ddpq submit` and `ddpq cancel` as the account, through the real
+    command line: no token, no URL."""
+    d = daemon
+    ddpq = command_as(accounts.bob, d)
     who = ddpq("whoami")
     assert who.returncode == 0, who.stderr
     first, second, third = who.stdout.splitlines()
@@ -284,6 +290,35 @@ def test_the_ddpq_command_of_a_local_user_needs_no_setup(
     watcher = DdpqClient(sock(d))
     done = wait_done(watcher, int(submitted.stdout))
     assert done.owner == accounts.bob and done.state == "succeeded", done.reason
-    assert watcher.log_tail(done.id).decode().split()[-1] == str(entry.pw_uid)
-    cancel_other = ddpq("cancel", "--mine")
-    assert cancel_other.returncode == 2  # nothing of bob's is left to cancel
+    assert watcher.log_tail(done.id).decode().split()[-1] == str(pwd.getpwnam(accounts.bob).pw_uid)
+    held = ddpq("submit", "--hold", "--", "true")
+    cancelled = ddpq("cancel", "--mine")
+    assert cancelled.returncode == 0 and cancelled.stdout.startswith(held.stdout.strip() + ":")
+
+
+def test_a_users_token_commands_from_making_to_revoking(daemon: Daemon, accounts: Accounts) -> None:
+    d = daemon
+    ddpq = command_as(accounts.alice, d)
+    made = ddpq("token", "create", "--expires", "1h", "--note", "laptop")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert token.startswith("ddpq_") and "token 1 of " + accounts.alice in made.stderr
+    listed = ddpq("token", "ls").stdout.splitlines()
+    assert listed[0].split() == ["ID", "NOTE", "MADE", "WORKS", "UNTIL"]
+    assert listed[1].split()[:2] == ["1", "laptop"]
+    # Elsewhere (here: over TCP), with the token and no socket.
+    remote = {"DDPQ_URL": d.url, "DDPQ_TOKEN": token, "DDPQ_SOCKET": ""}
+    who = ddpq("whoami", **remote)
+    assert who.returncode == 0, who.stderr
+    assert who.stdout.splitlines()[0] == accounts.alice
+    assert "by your token 1 (works until" in who.stdout and f"over {d.url}" in who.stdout
+    again = ddpq("token", "create", **remote)  # a token cannot make another
+    assert again.returncode == 2 and "through the daemon's Unix socket" in again.stderr
+    refused = ddpq("submit", "--", "true", **remote)
+    assert refused.returncode == 5 and "remote_accounts" in refused.stderr
+    assert ddpq("token", "revoke", "1", **remote).stdout.strip() == "token 1 revoked"
+    gone = ddpq("whoami", **remote)
+    assert gone.returncode == 5 and "unknown token" in gone.stderr
+    assert "no tokens" in ddpq("token", "ls").stderr
+    missing = ddpq("token", "revoke", "1", "99")
+    assert missing.returncode == 4 and "you have no token 99" in missing.stderr
