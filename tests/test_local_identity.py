@@ -367,3 +367,19 @@ def test_peer_of_reads_only_what_the_protocol_put_there() -> None:
     assert peer_of({"type": "http", "extensions": None}) is None
     # A look-alike is not credentials (nothing but the protocol makes PeerCredentials).
     assert peer_of({"type": "http", "extensions": {"ddpq.peer_credentials": (1, 0, 0)}}) is None
+
+
+def test_a_proven_account_runs_jobs_only_under_a_portable_name(tmp_path: Path) -> None:
+    from ddpq.server.deps import Caller, proven_account
+    from ddpq.server.errors import ApiError
+
+    auth = Settings(home=tmp_path, auth=True)
+    for name in ("Alice", "al.ice", "9lives"):
+        who = Caller(name, False, via="socket", account=name, uid=1001)
+        with pytest.raises(ApiError) as refused:
+            proven_account(who, auth)
+        assert refused.value.status == 403 and "portable names" in refused.value.detail
+        # Without --auth no job switches accounts: nothing to refuse.
+        assert proven_account(who, Settings(home=tmp_path)) == name
+    assert proven_account(Caller("alice", False, "socket", "alice", 1001), auth) == "alice"
+    assert proven_account(Caller("alice", False, "user_token"), auth) is None

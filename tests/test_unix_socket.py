@@ -13,7 +13,6 @@ import os
 import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,10 +111,12 @@ def test_a_socket_setting_must_be_an_absolute_path(bad: str, tmp_path: Path) -> 
     assert r.returncode == 2 and "--socket" in r.stderr and "absolute path" in r.stderr
 
 
-def test_a_folder_made_for_the_socket_lets_others_pass(make_daemon: Callable[..., Daemon]) -> None:
-    where = Path(tempfile.mkdtemp(prefix="ddpq-run-")) / "ddpq"
+def test_a_folder_made_for_the_socket_lets_others_pass(
+    make_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    where = tmp_path / "run" / "ddpq"
     d = make_daemon("--fake-gpus", "1", "--socket", str(where / "ddpq.sock"))
-    assert stat.S_IMODE(where.stat().st_mode) == 0o755
+    assert stat.S_IMODE(where.stat().st_mode) == stat.S_IMODE(where.parent.stat().st_mode) == 0o755
     who = cli(d.home, "whoami", DDPQ_SOCKET=str(where / "ddpq.sock"))
     assert "known from the socket" in who.stdout, who.stderr
 

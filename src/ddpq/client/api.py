@@ -58,7 +58,7 @@ def check_token(token: str) -> str:
     if not TOKEN_RE.fullmatch(token):
         raise DdpqError(
             "that is not a token (a token is one word of visible ASCII characters, "
-            "as `ddpq admin user add` printed it)",
+            "as `ddpq token create` or `ddpq admin user add` printed it)",
             exit_code=2,
         )
     return token

@@ -339,8 +339,9 @@ def login(
     token: Annotated[
         str | None,
         typer.Argument(
-            help="the token `ddpq admin user add` printed; better left out: an argument shows "
-            "in `ps` and your shell history, so paste it at the prompt or pipe it in"
+            help="the token `ddpq token create` (or the admin) printed; better left out: an "
+            "argument shows in `ps` and your shell history, so paste it at the prompt or pipe "
+            "it in"
         ),
     ] = None,
 ) -> None:

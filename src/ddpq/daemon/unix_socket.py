@@ -37,9 +37,13 @@ class UnixListener:
 
 def listen_unix(path: Path) -> UnixListener:
     """A listening socket at ``path``, mode 0666; ``ConfigError`` if that cannot be."""
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.parent.chmod(0o755)  # made under the daemon's umask 077: others must pass
+    missing = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
+    try:
+        for folder in reversed(missing):
+            folder.mkdir(exist_ok=True)
+            folder.chmod(0o755)  # made under the daemon's umask 077: others must pass
+    except OSError as exc:
+        raise ConfigError(f"cannot make {exc.filename} for the socket: {exc.strerror}") from None
     _clear_stale(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from ddpq.config import Settings
+from ddpq.core.names import UNIX_NAME
 from ddpq.schemas import NAME_PATTERN, NAME_RE, NAME_RULE
 from ddpq.server import identity
 from ddpq.server.errors import ApiError
@@ -140,12 +141,18 @@ def proven_account(who: Caller, settings: Settings) -> str | None:
     where the admin allows it (``remote_accounts``): a token that leaked would otherwise
     run programs as its account from anywhere the API is reachable.
     """
-    if who.via == "socket":
+    if who.via == "socket" or (who.via == "account_token" and settings.remote_accounts):
+        if settings.auth and who.account is not None and not UNIX_NAME.match(who.account):
+            # The launch switches only to portable names (executors.accounts): say so now.
+            raise ApiError(
+                403,
+                "forbidden",
+                f"account {who.account!r}: jobs run only as accounts with portable names "
+                "(lower-case letters, digits, '_', '-'); ask the admin for a ddpq user",
+            )
         return who.account
     if who.via != "account_token":
         return None
-    if settings.remote_accounts:
-        return who.account
     if settings.auth and not settings.shared_account:
         raise ApiError(
             403,
