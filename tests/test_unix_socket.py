@@ -161,7 +161,7 @@ def test_a_client_on_the_socket_sends_neither_its_name_nor_a_token() -> None:
 
 
 def test_a_command_over_the_socket_imports_nothing_heavier(daemon: Daemon) -> None:
-    for args in (["ls"], ["whoami"], ["submit", "--hold", "--", "true"]):
+    for args in (["ls"], ["whoami"], ["token", "ls"], ["submit", "--hold", "--", "true"]):
         r = cli(daemon.home, *args, python=("-X", "importtime"))
         assert r.returncode == 0, r.stderr[-2000:]
         names = {
