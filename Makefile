@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo check lint typecheck test test-long bench browser systemd clean
+.PHONY: setup demo check lint typecheck test test-long bench browser systemd slurm clean
 
 setup: $(STAMP)
 
@@ -46,7 +46,17 @@ systemd:
 	      || echo "note: could not install systemd; the unit's check will be skipped"; \
 	  else echo "note: systemd-analyze not installed; the unit's check will be skipped"; fi; }
 
-test: setup browser systemd
+# The Slurm tests start a real Slurm on loopback (tests/slurm/cluster.py): Debian's
+# slurm-wlm and munge, installed here when we may (root + apt). The daemons are not
+# started as services; the tests run their own and stop them.
+slurm:
+	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; } \
+	      || echo "note: could not install slurm-wlm and munge; the Slurm tests will be skipped"; \
+	  else echo "note: Slurm not installed; the Slurm tests will be skipped"; fi; }
+
+test: setup browser systemd slurm
 	$(PY) -m pytest -q -p no:cacheprovider
 
 check: lint typecheck test

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main demo: a daemon on a temporary home, two ResNet18 DDP jobs submitted
-# at once, each on its own GPUs and rendezvous port, watched to the end.
+# The main demo: a daemon on a temporary home, a two-point learning-rate sweep of ResNet18
+# DDP jobs submitted in one call, each on its own GPUs and rendezvous port, watched to the
+# end, then the sweep's table with the better run first.
 # Uses the real GPUs when NVML finds some, else 4 fake GPUs (jobs on the CPU).
 set -euo pipefail
 
@@ -41,31 +42,27 @@ until ddpq ls >/dev/null 2>&1; do
   sleep 0.2
 done
 
-echo "== ddpq submit resnet18 --gpus 2 (twice, at the same moment) ${data_flags[*]}"
+echo "== ddpq submit --sweep lr=0.05,0.2 resnet18 --gpus 2 ${data_flags[*]}"
 echo "   (${DDPQ_DEMO_EPOCHS:-3} epochs each; a few minutes on a 2-core CPU)"
-# A two-point learning-rate sweep: same model and data, each run on its own GPUs and port.
-common=(--gpus 2 --epochs "$epochs" --batch-size 32 "${data_flags[@]}")
-a=$(ddpq submit resnet18 --name resnet-lr0.05 --lr 0.05 "${common[@]}")
-b=$(ddpq submit resnet18 --name resnet-lr0.2 --lr 0.2 "${common[@]}")
-echo "submitted jobs $a and $b"
+# Same model and data, two learning rates: one sweep, each job on its own GPUs and port.
+sweep=$(ddpq submit --sweep lr=0.05,0.2 --name resnet-lr resnet18 --gpus 2 \
+  --epochs "$epochs" --batch-size 32 "${data_flags[@]}")
+echo "submitted sweep $sweep"
 
 deadline=$((SECONDS + ${DDPQ_DEMO_TIMEOUT:-900}))
 while :; do
   states=$(ddpq ls --all --json | python3 -c 'import json,sys; print(" ".join(j["state"] for j in json.load(sys.stdin)))')
-  echo; echo "== $(date +%T)"; ddpq ls --all; echo; ddpq gpus
+  echo; echo "== $(date +%T)"; ddpq ls --all --expand; echo; ddpq gpus
   case "$states" in *queued*|*starting*|*running*|*held*) ;; *) break ;; esac
   if [ $SECONDS -gt $deadline ]; then echo "demo timed out"; exit 1; fi
   sleep 5
 done
 
 echo
-for job in "$a" "$b"; do ddpq show "$job"; echo; done
-ddpq ls --all --json | python3 -c '
+echo "== ddpq show $sweep --sort -test_acc"
+ddpq show "$sweep" --sort -test_acc
+ddpq show "$sweep" --json | python3 -c '
 import json, sys
-jobs = json.load(sys.stdin)
-for j in jobs:
-    acc = (j.get("progress") or {}).get("test_acc")
-    shown = "%.1f%%" % (acc * 100) if isinstance(acc, (int, float)) else "n/a"
-    print("job %s %s: %s, final test accuracy %s" % (j["id"], j["name"], j["state"], shown))
-sys.exit(0 if all(j["state"] == "succeeded" for j in jobs) else 1)
+sweep = json.load(sys.stdin)
+sys.exit(0 if sweep["counts"] == {"succeeded": sweep["size"]} else 1)
 '

@@ -86,9 +86,10 @@ def test_the_probe_sees_a_command_that_does_import_pydantic(daemon: Daemon) -> N
 def test_bad_option_values_are_still_usage_errors(daemon: Daemon) -> None:
     # The client's options are converted without Typer's pydantic adapters.
     for args, shown in (
-        (["show", "seven"], "'seven' is not a whole number"),
+        (["show", "seven"], "'seven' is not a job id (12) or a sweep (s3)"),
         (["submit", "--gpus", "2.5", "--", "true"], "'2.5' is not a whole number"),
-        (["cancel", "1", "x"], "'x' is not a whole number"),
+        (["cancel", "1", "x"], "'x' is not a job id (12) or a sweep (s3)"),
+        (["preempt", "x"], "'x' is not a whole number"),
         (["watch", "--interval", "nan"], "'nan' is not a finite number"),
     ):
         r = daemon.cli(*args, check=False)

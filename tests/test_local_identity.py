@@ -383,3 +383,38 @@ def test_a_proven_account_runs_jobs_only_under_a_portable_name(tmp_path: Path) -
         assert proven_account(who, Settings(home=tmp_path)) == name
     assert proven_account(Caller("alice", False, "socket", "alice", 1001), auth) == "alice"
     assert proven_account(Caller("alice", False, "user_token"), auth) is None
+
+
+@pytest.mark.parametrize("executor", ["slurm", "local"])
+def test_on_slurm_root_from_the_socket_is_refused_at_submission_and_others_run_as_themselves(
+    make: Make, tmp_path: Path, executor: str
+) -> None:
+    """The Slurm executor submits each job as the account it runs as, never as root (Slurm
+    would run it as root on every node): root's own submission is refused with the reason
+    now, not failed at launch; any other account's is stored to be submitted as it."""
+    c = make(auth=True, shared_account=True, executor=executor)
+    refused = submit(c, as_uid(0))
+    me = c.get("/v1/whoami", headers=as_uid(0)).json()
+    if executor == "slurm":
+        assert refused.status_code == 403, refused.text
+        assert "never submits a Slurm job as root" in refused.json()["detail"]
+        assert me["runs_as"] is None and "as root" in me["runs_no_job"]
+    else:
+        assert refused.status_code == 201, refused.text  # a local job may run as root
+        assert "runs_no_job" not in me
+    r = submit(c, as_uid(NOBODY.pw_uid))
+    assert r.status_code == 201, r.text
+    assert run_as_of(tmp_path / "home", r.json()["id"]) == "nobody"
+    assert c.get("/v1/whoami", headers=as_uid(NOBODY.pw_uid)).json()["runs_as"] in (
+        "nobody",
+        pwd.getpwuid(os.geteuid()).pw_name,  # a daemon not run as root runs all as itself
+    )
+
+
+def test_whoami_gives_the_reason_a_job_would_not_run_before_any_mapping() -> None:
+    from ddpq.client.whoami import describe
+
+    me = {"name": "root", "admin": True, "via": "socket", "account": "root", "uid": 0}
+    lines = describe({**me, "runs_as": None, "runs_no_job": "never as root\x1b[2J"}, "unix:/s")
+    assert lines[-1] == "jobs would not run: never as root\\x1b[2J"  # made printable
+    assert describe({**me, "runs_as": "root"}, "unix:/s")[-1] == "jobs run as root"

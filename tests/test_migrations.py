@@ -188,12 +188,12 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
         # The copy of the jobs table that the foreign key needed kept its CHECK.
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
             conn.execute("UPDATE jobs SET state = 'runing'")
-    with sqlite3.connect(path) as conn:  # the ORM's model is that of the head revision
-        indexes = [
+    with sqlite3.connect(path) as conn:
+        indices = [
             conn.execute("SELECT sweep_index FROM jobs WHERE id = ?", (i,)).fetchone()[0]
             for i in members
         ]
-    assert indexes == [0, 1]
+        assert indices == [0, 1]
     command.downgrade(alembic_config(path), "0004")
     with sqlite3.connect(path) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
@@ -215,7 +215,7 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
 
 def test_tokens_upgrade_keeps_jobs_and_downgrade_drops_tokens_and_run_as(tmp_path: Path) -> None:
     path = tmp_path / "ddpq.db"
-    _at(path, "0005s")
+    _at(path, "0009c")
     with sqlite3.connect(path) as conn:
         queued = _insert_job(conn, "queued")
     _at(path, "0017t")
@@ -236,13 +236,37 @@ def test_tokens_upgrade_keeps_jobs_and_downgrade_drops_tokens_and_run_as(tmp_pat
     with db.read() as s:
         assert get_job(s, queued).run_as == "alice"
     db.dispose()
-    command.downgrade(alembic_config(path), "0005s")
+    command.downgrade(alembic_config(path), "0009c")
     with sqlite3.connect(path) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         assert conn.execute("SELECT id, state FROM jobs").fetchall() == [(queued, "queued")]
         assert "CHECK" in _table_sql(conn, "jobs")
     assert "run_as" not in columns and "tokens" not in tables
+    assert "nodes" in columns  # the revision below is left as it was
     migrate(path)  # and up again
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM tokens").fetchone() == (0,)
+
+
+def test_cluster_columns_upgrade_as_one_node_jobs_and_downgrade_keeps_the_jobs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0005s")
+    with sqlite3.connect(path) as conn:
+        job_id = _insert_job(conn, "running")
+    _at(path, "0009c")
+    with sqlite3.connect(path) as conn:
+        row = conn.execute(
+            "SELECT nodes, gpus_per_node, partition, slurm_options FROM jobs WHERE id = ?",
+            (job_id,),
+        ).fetchone()
+        assert row == (1, None, None, None)
+        conn.execute("UPDATE jobs SET nodes = 2, gpus_per_node = 4, partition = 'gpu'")
+        assert "CHECK" in _table_sql(conn, "jobs")
+    command.downgrade(alembic_config(path), "0005s")
+    with sqlite3.connect(path) as conn:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+        assert not {"nodes", "gpus_per_node", "partition", "slurm_options"} & columns
+        assert conn.execute("SELECT state FROM jobs").fetchall() == [("running",)]

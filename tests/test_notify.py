@@ -168,7 +168,8 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     r = make_rig(
         tmp_path / "home",
         notify_allow_loopback=True,
-        notify_timeout_s=0.5,
+        # Room for a loaded machine's local receiver to answer (a hang waits this long).
+        notify_timeout_s=5.0,
         notify_retry_s=(0.1, 0.1),
     )
     yield r

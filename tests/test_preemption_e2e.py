@@ -3,6 +3,7 @@ comes back; a job that ignores the signal is stopped after its grace period."""
 
 from __future__ import annotations
 
+import getpass
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -38,12 +39,12 @@ def test_a_preempted_job_resumes_from_what_it_saved(make_daemon: Callable[..., D
     c = d.client()
     job = c.submit(JobSubmit(command=[sys.executable, "-c", JOB, "60"], gpus=1, preemptible=True))
     wait_for(lambda: b"attempt 1 from 0" in c.log_tail(job.id), what="the first attempt")
-    r = preempt(d, job.id)
-    assert r.status_code == 200, r.text
+    assert d.cli("preempt", str(job.id)).stdout.startswith(f"{job.id}: running")
     done = wait_done(c, job.id, timeout=60)
     assert done.state == "succeeded" and done.attempt == 2 and done.preemptions == 1
     assert done.attempts[0].state == "preempted"
-    assert done.attempts[0].reason == "preempted by anonymous: checkpointed"
+    # The CLI names its user (without --auth the daemon believes it).
+    assert done.attempts[0].reason == f"preempted by {getpass.getuser()}: checkpointed"
     log = (Path(str(done.job_dir)) / "output.log").read_text()
     resumed_from = int(log.split("attempt 2 from ")[1].split()[0])
     assert 0 < resumed_from < 60 and "finished at 60" in log
@@ -55,9 +56,13 @@ def test_a_job_that_ignores_the_signal_is_stopped_after_its_grace(
 ) -> None:
     d = make_daemon("--fake-gpus", "1", "--preempt-grace", "1s", "--grace", "1s")
     c = d.client()
-    stubborn = "import signal, time; signal.signal(signal.SIGUSR1, signal.SIG_IGN); time.sleep(60)"
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGUSR1, signal.SIG_IGN); "
+        "print('ignoring', flush=True); time.sleep(60)"
+    )
     job = c.submit(JobSubmit(command=[sys.executable, "-c", stubborn], preemptible=True))
-    wait_state(c, job.id, "running")
+    # Only once it ignores the signal: before that, USR1's default action ends it at once.
+    wait_for(lambda: b"ignoring" in c.log_tail(job.id), what="the job to ignore SIGUSR1")
     assert preempt(d, job.id).status_code == 200
     wait_for(lambda: (j := c.show(job.id)).attempt == 2 and j, timeout=30, what="a second attempt")
     first = c.show(job.id).attempts[0]

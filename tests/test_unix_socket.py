@@ -9,7 +9,9 @@ process) and tests/test_local_users.py (real accounts, as root).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -178,3 +180,36 @@ def test_a_job_submitted_on_the_socket_runs(daemon: Daemon) -> None:
         job = c.json.submit({"command": ["true"], "cwd": "/"})
         assert wait_done(c, job["id"]).state == "succeeded"
         wait_for(lambda: c.health()["ok"], 5, "health over the socket")
+
+
+def _over_the_socket(path: Path, request: bytes, body: bytes = b"") -> bytes:
+    """The daemon's raw answer to REQUEST (then BODY, which it may stop reading) on PATH."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(str(path))
+        conn.sendall(request)
+        # The daemon may answer and close before reading all of it.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.sendall(body)
+        reply = b""
+        while b"too_large" not in reply and (chunk := conn.recv(4096)):
+            reply += chunk
+    return reply
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
+def test_a_body_over_the_limit_is_refused_on_the_socket_too(daemon: Daemon, chunked: bool) -> None:
+    head = b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+    if chunked:  # no length to judge by: counted as it arrives
+        piece = b" " * (1 << 20)
+        frame = b"%x\r\n" % len(piece) + piece + b"\r\n"
+        reply = _over_the_socket(
+            daemon.home / "ddpq.sock", head + b"Transfer-Encoding: chunked\r\n\r\n", frame * 9
+        )
+    else:
+        reply = _over_the_socket(
+            daemon.home / "ddpq.sock", head + b"Content-Length: 1000000000\r\n\r\n"
+        )
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert b"too_large" in reply
+    assert cli(daemon.home, "ls", "--all", "--json").stdout.strip() == "[]"  # nothing queued

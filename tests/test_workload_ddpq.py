@@ -8,7 +8,6 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
 from ddpq.executors.local import procs
@@ -75,9 +74,10 @@ def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
 def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
     make_daemon: Callable[..., Daemon],
 ) -> None:
-    """Through ddpq, as an admin would: the job is preempted mid-epoch, requeued without a
+    """Through ddpq, as a lab would: a higher-priority job submitted with the CLI preempts
+    it mid-epoch (the LAS policy, guards lowered for the test); it is requeued without a
     retry, resumes at the step it saved, and ends with the loss of an uninterrupted run."""
-    d = make_daemon("--fake-gpus", "2", "--preempt-grace", "30s")
+    d = make_daemon("--fake-gpus", "2", "--preempt-grace", "30s", "--preempt-min-run", "0s")
     c = d.client()
     args = [*TINY, "--max-steps-per-epoch", "12", "--epochs", "2", "--deterministic"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, preemptible=True))
@@ -90,9 +90,12 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
         return any(r.get("epoch") == 1 and r.get("step", 0) >= 2 for r in steps)
 
     wait_for(mid_epoch, timeout=240, what="a few steps of the first epoch")
-    r = httpx.post(f"{d.url}/v1/jobs/{job.id}/preempt", json={})
-    assert r.status_code == 200, r.text
+    urgent = int(d.cli("submit", "--priority", "5", "--gpus", "2", "--", "true").stdout)
+    assert wait_done(c, urgent, timeout=120).state == "succeeded"
     done = wait_done(c, job.id, timeout=400)
+    assert done.preemptions == 1 and done.attempts[0].reason.startswith(
+        f"preempted for job {urgent}"
+    ), done.attempts[0].reason
     assert done.state == "succeeded", c.log_tail(job.id).decode()
     assert [a.state for a in done.attempts] == ["preempted", "succeeded"]
     assert done.attempts[0].reason.endswith("checkpointed")  # torchrun exits 1: the record says

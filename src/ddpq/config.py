@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from ddpq.core import notify
 from ddpq.core.names import MAX_SOCKET_PATH, SOCKET_FILE, state_folder
 from ddpq.core.policy import DEFAULT_POLICY, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS
+from ddpq.core.slurm import SLURM_NAME, slurm_option_error
 from ddpq.core.units import parse_duration, parse_size
 from ddpq.schemas import DEFAULT_API_ADDRESS
 
@@ -181,6 +183,37 @@ def _group(value: object) -> object:
     return text
 
 
+EXECUTORS = ("local", "slurm")
+
+
+def _executor(value: str) -> str:
+    if value not in EXECUTORS:
+        raise ValueError("must be 'local' or 'slurm'")
+    return value
+
+
+def _slurm_name(value: str | None) -> str | None:
+    if value is not None and not SLURM_NAME.match(value):
+        raise ValueError("must be a Slurm name: letters, digits, '.', '_', '+', '-' (',' lists)")
+    return value
+
+
+def _slurm_options(value: object) -> object:
+    """Extra #SBATCH options: a list (TOML), or one string of them (a flag, a variable),
+    split as a shell splits words: "--qos=high --constraint='a100|h100'"."""
+    if isinstance(value, str):
+        try:
+            value = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split into options: {exc}") from None
+    if isinstance(value, list | tuple):
+        for option in value:
+            if isinstance(option, str) and (why := slurm_option_error(option)):
+                raise ValueError(f"{option!r}: {why}")
+        return tuple(value)
+    return value
+
+
 Seconds = Annotated[float, BeforeValidator(_duration), Field(ge=0, allow_inf_nan=False)]
 Bytes = Annotated[int, BeforeValidator(_size), AfterValidator(_at_least(MIN_LOG_CAP, " bytes"))]
 # Retention: how long a finished job's folder is kept, and how much all job folders may hold.
@@ -254,8 +287,17 @@ class Settings(BaseSettings):
     preempt_grace_s: Seconds = 60.0
     # The policy's guards against thrashing (core.preempt): a job runs this long between
     # preemptions, and is preempted at most this often.
-    preempt_min_run_s: float = DEFAULT_GUARDS.min_run_s
-    max_preemptions: int = DEFAULT_GUARDS.max_preemptions
+    preempt_min_run_s: Seconds = DEFAULT_GUARDS.min_run_s
+    max_preemptions: Annotated[int, Field(ge=0, le=1000)] = DEFAULT_GUARDS.max_preemptions
+    # Where jobs run: "local" (a shim on this host) or "slurm" (sbatch to a cluster, see
+    # docs/slurm.md). Then the partition and account every job is submitted to (Slurm's
+    # defaults if unset), extra #SBATCH options, and how many GPUs ddpq may hold in Slurm
+    # at once (unset: every GPU of the partition's nodes, as sinfo counts them).
+    executor: Annotated[str, AfterValidator(_executor)] = "local"
+    slurm_partition: Annotated[str | None, AfterValidator(_slurm_name)] = None
+    slurm_account: Annotated[str | None, AfterValidator(_slurm_name)] = None
+    slurm_options: Annotated[tuple[str, ...], BeforeValidator(_slurm_options)] = ()
+    slurm_gpus: Annotated[int | None, AfterValidator(_between(0, 1_000_000))] = None
     # Where every job's end is POSTed unless it names its own URL (set at submission).
     notify_url: Annotated[str | None, AfterValidator(_notify_url)] = None
     # Notifications may go to this host's own addresses (a relay here; tests).

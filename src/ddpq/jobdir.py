@@ -37,6 +37,11 @@ EXIT_RECORD = "exit.json"
 METRICS = "metrics.jsonl"
 # The shim's own complaints (it cannot write the log, say), for an admin to read.
 SHIM_ERRORS = "shim.err"
+# The Slurm executor's batch script for the latest attempt, as ddpq rendered and submitted it.
+SBATCH_SCRIPT = "job.sbatch"
+# What Slurm itself writes for the batch step (its own notices, the shim's complaints): the
+# job's output goes to LOG through the shim, which rewrites LOG under its cap.
+SLURM_OUTPUT = "slurm.out"
 
 # The records: ddpq's and the job's account of what happened. All else is checkpoints.
 RECORDS = frozenset({LOG, EXIT_RECORD, METRICS, SHIM_ERRORS})
@@ -68,6 +73,14 @@ class JobDir:
     @property
     def shim_errors(self) -> Path:
         return self.path / SHIM_ERRORS
+
+    @property
+    def sbatch_script(self) -> Path:
+        return self.path / SBATCH_SCRIPT
+
+    @property
+    def slurm_output(self) -> Path:
+        return self.path / SLURM_OUTPUT
 
     def read_exit_record(self, attempt: int) -> ExitRecord | None:
         return read_exit_record(self.path, attempt)

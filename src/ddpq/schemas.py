@@ -16,6 +16,7 @@ from pydantic import (
 )
 
 from ddpq.core import jobenv
+from ddpq.core import slurm as core_slurm
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.gpus import GpuProcess
 
@@ -33,6 +34,7 @@ from ddpq.core.notify import check_url
 from ddpq.core.states import JobState
 
 MAX_ARGS = 1024
+MAX_NODES = 64
 MAX_ARG_LEN = 4096
 MAX_COMMAND_BYTES = 64 * 1024
 CWD_PATTERN = "^/[^\\u0000]*$"
@@ -161,6 +163,55 @@ class JobSubmit(BaseModel):
         description="an http(s) URL to POST a JSON message to when the job ends (Slack and "
         "Mattermost webhooks show its `text`); default: the daemon's --notify-url",
     )
+    # Only where the daemon runs jobs on Slurm (`--executor slurm`, docs/slurm.md).
+    nodes: int = Field(
+        default=1, ge=1, le=MAX_NODES, description="hosts it spans (with gpus_per_node)"
+    )
+    gpus_per_node: int | None = Field(
+        default=None,
+        ge=0,
+        le=1024,
+        description="with nodes: the GPUs on each; gpus is then nodes x gpus_per_node",
+    )
+    partition: Text | None = Field(
+        default=None, description="the Slurm partition, over the daemon's --slurm-partition"
+    )
+    slurm_options: list[Text] = Field(
+        default_factory=list,
+        max_length=32,
+        description="extra #SBATCH options (--qos=high); those ddpq sets itself are refused",
+    )
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v: str | None) -> str | None:
+        if v is not None and not core_slurm.SLURM_NAME.match(v):
+            raise ValueError("a Slurm name: letters, digits, '.', '_', '+', '-' (',' lists)")
+        return v
+
+    @field_validator("slurm_options")
+    @classmethod
+    def _slurm_options(cls, v: list[str]) -> list[str]:
+        for option in v:
+            if len(option) > 1024:
+                raise ValueError("an option is at most 1024 characters")
+            if why := core_slurm.slurm_option_error(option):
+                raise ValueError(f"{option[:64]!r}: {why}")
+        return v
+
+    @model_validator(mode="after")
+    def _nodes(self) -> JobSubmit:
+        if self.gpus_per_node is not None:
+            total = self.nodes * self.gpus_per_node
+            if self.gpus not in (0, total):
+                raise ValueError(
+                    f"gpus: {self.gpus}, but {self.nodes} nodes of {self.gpus_per_node} GPUs "
+                    f"are {total}; give one or the other"
+                )
+            self.gpus = total
+        elif self.nodes > 1:
+            raise ValueError("gpus_per_node: a job on several nodes says how many GPUs on each")
+        return self
 
     @field_validator("notify")
     @classmethod
@@ -481,6 +532,10 @@ class JobOut(BaseModel):
     hold: bool
     preemptible: bool = False
     preemptions: int = 0
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    slurm_options: list[str] = Field(default_factory=list)
     leases: LeaseOut
     progress: dict[str, Any] | None
     job_dir: str | None

@@ -15,9 +15,11 @@ for _ in range(steps):
     dist.all_reduce(t)
     assert t[0].item() == world * (world + 1) / 2
     time.sleep(0.1)
-print(
+# One write per line: with PYTHONUNBUFFERED, print() writes the text and its newline apart,
+# and two ranks sharing one log could interleave between them.
+line = (
     f"rank {rank}/{world} CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']} "
-    f"MASTER_PORT={os.environ['MASTER_PORT']} ok",
-    flush=True,
+    f"MASTER_PORT={os.environ['MASTER_PORT']} ok\n"
 )
+os.write(1, line.encode())
 dist.destroy_process_group()

@@ -368,3 +368,28 @@ def test_progress_of_several_jobs_in_one_pass_is_recorded(rig: Rig) -> None:
     rig.clock.advance(1.0)
     rig.step()
     assert [rig.job(j).progress for j in jobs] == [{"step": 1}, {"step": 2}]
+
+
+def test_a_job_waiting_in_a_clusters_queue_shows_why_and_its_limit_starts_when_it_runs(
+    rig: Rig,
+) -> None:
+    rig.host.stop_ends_with_signal = None
+    job = rig.submit(time_limit_s=10.0)
+    rig.host.waiting[job] = "waiting in Slurm: Resources"
+    rig.step()
+    view = rig.job(job)
+    assert view.state is R and view.reason == "waiting in Slurm: Resources"
+    rig.clock.advance(60.0)  # far past its limit, but it has not run yet
+    rig.host.waiting[job] = "waiting in Slurm: Priority"
+    rig.step()
+    assert rig.host.attempt_of(job).stops == 0
+    assert rig.job(job).reason == "waiting in Slurm: Priority"
+    del rig.host.waiting[job]  # the cluster runs it now
+    rig.step()
+    assert rig.job(job).reason == "running" and rig.host.attempt_of(job).stops == 0
+    rig.clock.advance(9.9)
+    rig.step()
+    assert rig.host.attempt_of(job).stops == 0
+    rig.clock.advance(0.2)
+    rig.step()
+    assert rig.host.attempt_of(job).stops == 1 and rig.job(job).stop_request == "timeout"

@@ -174,6 +174,10 @@ def test_a_signal_during_evaluation_saves_that_epoch_end(
     assert state["ranks"] is None  # at an epoch's end every rank holds the same state
     assert "preempted (SIGUSR1): saved the end of epoch 1/3 to" in capsys.readouterr().out
     assert positions(records(job)) == [(1, 1), (1, 2)]
+    # The epoch's record, once, says it was saved: under torchrun (exit status 1, not 75) it
+    # is what tells ddpq the job checkpointed.
+    epoch_end = [r for r in records(job) if r["phase"] == "epoch"]
+    assert len(epoch_end) == 1 and epoch_end[0]["preempted"] is True
 
     # Resumed, and signalled again in the evaluation of the last epoch: it finishes instead.
     monkeypatch.setenv("DDPQ_ATTEMPT", "2")

@@ -14,7 +14,7 @@ import getpass
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +211,35 @@ class JsonApi:
     def hold(self, job_id: int, hold: bool = True) -> Data:
         verb = "hold" if hold else "release"
         data: Data = self._json("POST", f"/v1/jobs/{job_id}/{verb}")
+        return data
+
+    def preempt(self, job_id: int) -> Data:
+        data: Data = self._json("POST", f"/v1/jobs/{job_id}/preempt")
+        return data
+
+    def submit_sweep(self, sweep: Mapping[str, Any]) -> Data:
+        """Queue a sweep (``SweepSubmit``'s fields: a template and params or an array)."""
+        data: Data = self._json("POST", "/v1/sweeps", body=dict(sweep))
+        return data
+
+    def sweeps(self, ids: Iterable[int]) -> builtins.list[Data]:
+        """These sweeps, each with its members' counts by state."""
+        wanted = sorted(set(ids))
+        items: builtins.list[Data] = []
+        for start in range(0, len(wanted), 1000):
+            chunk = wanted[start : start + 1000]
+            page = self._json("GET", "/v1/sweeps", params={"id": chunk, "limit": 1000})
+            items += page["items"]
+        return items
+
+    def sweep(self, sweep_id: int, sort: str | None = None) -> Data:
+        params = {"sort": sort} if sort else {}
+        data: Data = self._json("GET", f"/v1/sweeps/{sweep_id}", params=params)
+        return data
+
+    def sweep_action(self, sweep_id: int, verb: str) -> Data:
+        """``cancel``, ``hold`` or ``release`` every member of a sweep."""
+        data: Data = self._json("POST", f"/v1/sweeps/{sweep_id}/{verb}")
         return data
 
     def devices(self) -> Data:

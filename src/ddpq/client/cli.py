@@ -90,7 +90,10 @@ def submit(
     time_limit: Annotated[str | None, typer.Option(help="e.g. 30m, 2h; then timed_out")] = None,
     retries: Annotated[int, typer.Option(help="requeue a failed job up to N times")] = 0,
     after: Annotated[
-        list[int] | None, typer.Option(help="start only after job ID succeeded (repeatable)")
+        list[str] | None,
+        typer.Option(
+            help="start only after job ID (or every member of sweep sN) succeeded (repeatable)"
+        ),
     ] = None,
     hold: Annotated[bool, typer.Option(help="queue it held until `ddpq release`")] = False,
     env: Annotated[
@@ -109,6 +112,38 @@ def submit(
         bool, typer.Option(help="run CMD (a script) under torchrun on the leased GPUs and port")
     ] = False,
     cwd: Annotated[Path | None, typer.Option(help="working directory (default: here)")] = None,
+    notify: Annotated[
+        str | None, typer.Option(metavar="URL", help="POST a JSON message here when it ends")
+    ] = None,
+    preemptible: Annotated[
+        bool, typer.Option(help="it may be asked to checkpoint and requeue (docs/preemption.md)")
+    ] = False,
+    preempt_signal: Annotated[
+        str | None, typer.Option(metavar="SIG", help="the signal that asks it (default USR1)")
+    ] = None,
+    sweep: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAME=V1,V2,...",
+            help="queue one job per combination (repeatable; {NAME} in a command)",
+        ),
+    ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(metavar="0-99[:STEP][%K]", help="an array of jobs ({index} in a command)"),
+    ] = None,
+    max_running: Annotated[
+        int | None, typer.Option(help="at most this many of the sweep's jobs at once")
+    ] = None,
+    nodes: Annotated[int | None, typer.Option(help="Slurm: hosts it spans")] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="Slurm: GPUs on each node (with --nodes)")
+    ] = None,
+    partition: Annotated[str | None, typer.Option(help="Slurm: the partition")] = None,
+    slurm_opt: Annotated[
+        list[str] | None,
+        typer.Option(metavar="--NAME=VALUE", help="Slurm: an extra #SBATCH option (repeatable)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the job as JSON")] = False,
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
@@ -116,8 +151,11 @@ def submit(
     The job runs with your environment (your venv's or conda env's python, PYTHONPATH,
     your variables; see --export) in this directory. Built-in workloads take their own
     options after the name, e.g. `ddpq submit resnet18 --gpus 2 --epochs 5 --synthetic 5000`.
+    With --sweep or --array it queues a sweep (printed as sN): `--sweep lr=0.05,0.1`
+    gives a workload `--lr 0.05` and `--lr 0.1`, a command `{lr}`.
     """
     from ddpq.client import submission
+    from ddpq.client import sweeps as sweep_cli
     from ddpq.client.format import sanitize
     from ddpq.core.units import parse_duration
 
@@ -127,7 +165,8 @@ def submit(
     try:
         env_map = submission.env_pairs(env or [])
         exported, undecodable = submission.exported_env(export, os.environ)
-    except submission.BadOption as exc:
+        waits = sweep_cli.parse_refs(after or [])
+    except (submission.BadOption, sweep_cli.BadRef) as exc:
         fail(sanitize(str(exc)), 2)
     if undecodable:
         typer.echo(
@@ -141,10 +180,18 @@ def submit(
         "name": name,
         "priority": priority,
         "retries": retries,
-        "after": after or [],
+        "after": [r.id for r in waits if not r.sweep],
+        "after_sweeps": [r.id for r in waits if r.sweep],
         "hold": hold,
         "env": env_map,
         "torchrun": torchrun,
+        "notify": notify,
+        "preemptible": preemptible,
+        "preempt_signal": preempt_signal,
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "partition": partition,
+        "slurm_options": slurm_opt or [],
     }
     fields = {k: v for k, v in fields.items() if v}
     fields["cwd"] = str((cwd or Path.cwd()).resolve())
@@ -165,9 +212,16 @@ def submit(
             fields["time_limit_s"] = parse_duration(time_limit)
         except ValueError as exc:
             fail(f"--time-limit: {sanitize(str(exc))}", 2)
+    many = bool(sweep) or array is not None
+    if max_running is not None and not many:
+        fail("--max-running: only with --sweep or --array", 2)
+    try:
+        body = sweep_cli.sweep_body(fields, sweep or [], array, max_running) if many else fields
+    except sweep_cli.BadRef as exc:
+        fail(sanitize(str(exc)), 2)
     with client() as c:
         try:
-            out = c.submit(fields)
+            out = c.submit_sweep(body) if many else c.submit(body)
         except DdpqError as exc:
             if exc.status != 422:
                 raise
@@ -176,7 +230,7 @@ def submit(
     if as_json:
         print_json(out)
     else:
-        typer.echo(out["id"])
+        typer.echo(f"{sweep_cli.SWEEP_PREFIX}{out['id']}" if many else out["id"])
 
 
 StateOpt = Annotated[list[str] | None, typer.Option("--state", "-s", help="only these states")]
@@ -188,24 +242,36 @@ def ls(
     user: Annotated[str | None, typer.Option("--user", "-u", help="only this owner's jobs")] = None,
     mine: Annotated[bool, typer.Option(help="only my jobs")] = False,
     all_: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
+    expand: Annotated[bool, typer.Option(help="list each sweep's jobs, not one line")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """The queue, oldest first (newest last, like squeue)."""
+    """The queue, oldest first (newest last, like squeue); a sweep is one line (sN)."""
+    from ddpq.client import sweeps as sweep_cli
+
     states = state or (None if all_ else ACTIVE_STATES)
     with client() as c:
         if mine:
             user = c.whoami()["name"]
         jobs = c.list_all(states=states, user=user)
+        plain, sweep_ids = (jobs, []) if expand or as_json else sweep_cli.fold(jobs)
+        sweeps = c.sweeps(sweep_ids) if sweep_ids else []
     if as_json:
         print_json(jobs)
         return
-    console().print(jobs_table(jobs))
+    if plain or not sweeps:  # the header alone says the queue is empty
+        console().print(jobs_table(plain))
+    if sweeps:
+        console().print(sweep_cli.sweeps_table(sweeps))
 
 
 @app.command(cls=QuickCommand)
 def show(
-    job_id: int,
+    ref: Annotated[str, typer.Argument(metavar="ID", help="a job id, or sN for a sweep")],
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    sort: Annotated[
+        str | None,
+        typer.Option(metavar="[-]METRIC", help="a sweep's jobs by a metric (-: highest first)"),
+    ] = None,
     env: Annotated[
         bool,
         typer.Option(
@@ -213,7 +279,13 @@ def show(
         ),
     ] = False,
 ) -> None:
-    """Everything about one job: state history, leases, attempts, progress, log tail."""
+    """Everything about one job (state history, leases, attempts, progress, log tail), or
+    about one sweep (each job's parameters, state and metrics)."""
+    target = _ref(ref)
+    if target.sweep:
+        _show_sweep(target.id, sort, as_json)
+        return
+    job_id = target.id
     with client() as c:
         if env:
             variables = c.env(job_id)
@@ -260,46 +332,87 @@ def _safe(value: object) -> str:
     return sanitize(text(value))
 
 
-@app.command(cls=QuickCommand)
-def cancel(
-    job_ids: Annotated[list[int] | None, typer.Argument(help="job IDs")] = None,
-    mine: Annotated[bool, typer.Option(help="cancel all my unfinished jobs")] = False,
-) -> None:
-    """Cancel jobs: queued ones end at once, running ones get SIGTERM then SIGKILL."""
+def _ref(value: str) -> Any:
+    from ddpq.client.sweeps import BadRef, parse_ref
+
+    try:
+        return parse_ref(value)
+    except BadRef as exc:
+        fail(_safe(str(exc)), 2)
+
+
+def _show_sweep(sweep_id: int, sort: str | None, as_json: bool) -> None:
+    from ddpq.client.sweeps import render_sweep
+
     with client() as c:
-        ids = list(job_ids or [])
-        if mine:
-            me = c.whoami()["name"]
-            ids += [j["id"] for j in c.list_all(states=ACTIVE_STATES, user=me)]
-        if not ids:
-            fail("no job to cancel: give job IDs or --mine", 2)
-        worst = 0
-        for job_id in ids:
+        sw = c.sweep(sweep_id, sort)
+    if as_json:
+        print_json(sw)
+    else:
+        render_sweep(sw)
+
+
+def _act(refs: list[str], on_job: Callable[[JsonApi, int], Any], verb: str) -> None:
+    """``verb`` each job or sweep; one line each, the worst failure's exit code at the end."""
+    from ddpq.client.sweeps import counts_text
+
+    targets = [_ref(r) for r in refs]
+    worst = 0
+    with client() as c:
+        for target in targets:
             try:
-                r = c.cancel(job_id)
+                if target.sweep:
+                    r = c.sweep_action(target.id, verb)
+                    line = f"s{r['id']}: {_safe(r['detail'])} ({counts_text(r['counts'])})"
+                else:
+                    r = on_job(c, target.id)
+                    line = f"{r['id']}: {_safe(r['state'])} ({_safe(r['reason'])})"
             except DdpqError as exc:
                 typer.echo(f"ddpq: {exc}", err=True)
                 worst = max(worst, exc.exit_code)
                 continue
-            typer.echo(f"{r['id']}: {_safe(r['state'])} ({_safe(r['reason'])})")
+            typer.echo(line)
     if worst:
         raise typer.Exit(worst)
 
 
+RefsArg = Annotated[list[str], typer.Argument(metavar="ID...", help="job ids, or sN for sweeps")]
+
+
+@app.command(cls=QuickCommand)
+def cancel(
+    refs: Annotated[
+        list[str] | None, typer.Argument(metavar="[ID...]", help="job ids, or sN for sweeps")
+    ] = None,
+    mine: Annotated[bool, typer.Option(help="cancel all my unfinished jobs")] = False,
+) -> None:
+    """Cancel jobs or sweeps: queued jobs end at once, running ones get SIGTERM then SIGKILL."""
+    targets = list(refs or [])
+    if mine:
+        with client() as c:
+            me = c.whoami()["name"]
+            targets += [str(j["id"]) for j in c.list_all(states=ACTIVE_STATES, user=me)]
+    if not targets:
+        fail("no job to cancel: give job IDs or --mine", 2)
+    _act(targets, lambda c, i: c.cancel(i), "cancel")
+
+
 @app.command("hold", cls=QuickCommand)
-def hold_cmd(job_id: int) -> None:
-    """Keep a queued job from starting until `ddpq release`."""
-    with client() as c:
-        j = c.hold(job_id, True)
-    typer.echo(f"{j['id']}: {_safe(j['state'])} ({_safe(j['reason'])})")
+def hold_cmd(refs: RefsArg) -> None:
+    """Keep queued jobs (or a sweep's) from starting until `ddpq release`."""
+    _act(refs, lambda c, i: c.hold(i, True), "hold")
 
 
 @app.command("release", cls=QuickCommand)
-def release_cmd(job_id: int) -> None:
-    """Let a held job start."""
-    with client() as c:
-        j = c.hold(job_id, False)
-    typer.echo(f"{j['id']}: {_safe(j['state'])} ({_safe(j['reason'])})")
+def release_cmd(refs: RefsArg) -> None:
+    """Let held jobs (or a sweep's) start."""
+    _act(refs, lambda c, i: c.hold(i, False), "release")
+
+
+@app.command(cls=QuickCommand)
+def preempt(job_ids: Annotated[list[int], typer.Argument(metavar="ID...")]) -> None:
+    """Ask running preemptible jobs to checkpoint and go back to the queue (admins)."""
+    _act([str(i) for i in job_ids], lambda c, i: c.preempt(i), "preempt")
 
 
 @app.command(cls=QuickCommand)

@@ -66,6 +66,7 @@ STATE_STYLE = {
     JobState.FAILED: "bold red",
     JobState.CANCELLED: "dim",
     JobState.TIMED_OUT: "red",
+    JobState.PREEMPTED: "blue",  # an attempt's end, not a job's
 }
 
 

@@ -28,6 +28,17 @@ OPTION_OF = {
     "exported_env": "--export",
     "torchrun": "--torchrun",
     "cwd": "--cwd",
+    "notify": "--notify",
+    "preemptible": "--preemptible",
+    "preempt_signal": "--preempt-signal",
+    "after_sweeps": "--after",
+    "nodes": "--nodes",
+    "gpus_per_node": "--gpus-per-node",
+    "partition": "--partition",
+    "slurm_options": "--slurm-opt",
+    "array": "--array",
+    "params": "--sweep",
+    "max_running": "--max-running",
 }
 # Fields whose problems name a variable (``env.KEY: ...``): the name is kept.
 KEYED = {"env", "exported_env"}

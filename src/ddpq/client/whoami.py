@@ -41,7 +41,9 @@ def describe(me: Mapping[str, Any], url: str) -> list[str]:
     else:
         lines.append(f"no name sent, over {path} (the daemon runs without --auth)")
     runs_as = me.get("runs_as")
-    if runs_as:
+    if me.get("runs_no_job"):
+        lines.append(f"jobs would not run: {sanitize(text(me.get('runs_no_job')))}")
+    elif runs_as:
         lines.append(f"jobs run as {sanitize(text(runs_as))}")
     elif via == "account_token":
         lines.append(

@@ -155,6 +155,14 @@ PreemptGraceOpt = Annotated[
     str | None,
     typer.Option(help="time a preemptible job has to checkpoint before it is stopped"),
 ]
+PreemptMinRunOpt = Annotated[
+    str | None,
+    typer.Option(help="the policy preempts a job only once it has run this long"),
+]
+MaxPreemptionsOpt = Annotated[
+    int | None,
+    typer.Option(help="the policy preempts one job at most this many times"),
+]
 NotifyUrlOpt = Annotated[
     str | None,
     typer.Option(help="POST every job's end here unless the job names its own --notify URL"),
@@ -165,6 +173,31 @@ NotifyLoopbackOpt = Annotated[
         "--notify-allow-loopback",
         help="let notifications go to this host's own addresses (refused: they could reach "
         "local services no user should drive)",
+    ),
+]
+
+ExecutorOpt = Annotated[
+    str | None,
+    typer.Option(help="where jobs run: local (this host) or slurm (sbatch; docs/slurm.md)"),
+]
+SlurmPartitionOpt = Annotated[
+    str | None, typer.Option(help="Slurm partition for every job  [default: Slurm's default]")
+]
+SlurmAccountOpt = Annotated[
+    str | None, typer.Option(help="Slurm account for every job  [default: the user's default]")
+]
+SlurmOptionsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="extra #SBATCH options for every job, as one string: "
+        '"--qos=high --cpus-per-gpu=8"  [default: none]'
+    ),
+]
+SlurmGpusOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="GPUs ddpq may hold in Slurm at once  [default: every GPU of the partition, "
+        "from sinfo]"
     ),
 ]
 
@@ -206,9 +239,16 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         notify_allow_loopback: NotifyLoopbackOpt = None,
         policy: PolicyOpt = None,
         preempt_grace: PreemptGraceOpt = None,
+        preempt_min_run: PreemptMinRunOpt = None,
+        max_preemptions: MaxPreemptionsOpt = None,
         keep_finished: KeepFinishedOpt = None,
         jobs_budget: JobsBudgetOpt = None,
         prune_rows: PruneRowsOpt = None,
+        executor: ExecutorOpt = None,
+        slurm_partition: SlurmPartitionOpt = None,
+        slurm_account: SlurmAccountOpt = None,
+        slurm_options: SlurmOptionsOpt = None,
+        slurm_gpus: SlurmGpusOpt = None,
     ) -> None:
         flags = {k: v for k, v in locals().items() if k not in ("config", "with_worker")}
         _run_daemon(api=True, worker=with_worker, config=config, flags=flags)
@@ -247,9 +287,16 @@ def worker(
     notify_allow_loopback: NotifyLoopbackOpt = None,
     policy: PolicyOpt = None,
     preempt_grace: PreemptGraceOpt = None,
+    preempt_min_run: PreemptMinRunOpt = None,
+    max_preemptions: MaxPreemptionsOpt = None,
     keep_finished: KeepFinishedOpt = None,
     jobs_budget: JobsBudgetOpt = None,
     prune_rows: PruneRowsOpt = None,
+    executor: ExecutorOpt = None,
+    slurm_partition: SlurmPartitionOpt = None,
+    slurm_account: SlurmAccountOpt = None,
+    slurm_options: SlurmOptionsOpt = None,
+    slurm_gpus: SlurmGpusOpt = None,
 ) -> None:
     """Run only the worker loop (launches and watches jobs, sends notifications); --auth as
     the API has it."""

@@ -52,12 +52,19 @@ def listen_socket(host: str, port: int) -> socket.socket:
 def _start_worker(settings: Settings) -> Worker:
     """The worker that ``run`` starts in a thread: its one construction, so that a change
     of the worker's interface touches only this function."""
+    from ddpq.executors.slurm.commands import SlurmUnavailable
     from ddpq.worker.devices import DevicesUnavailable
     from ddpq.worker.loop import Worker
 
     try:
+        if settings.executor == "slurm":
+            # Jobs go to Slurm; the worker's GPUs are the budget ddpq may hold there.
+            from ddpq.executors.slurm.budget import for_worker
+
+            executor, budget, worker_settings = for_worker(settings)
+            return Worker(worker_settings, executor=executor, devices=budget)
         return Worker(settings)
-    except DevicesUnavailable as exc:
+    except (DevicesUnavailable, SlurmUnavailable) as exc:
         raise ConfigError(str(exc)) from None
 
 
@@ -96,7 +103,7 @@ def _start_janitor(settings: Settings) -> tuple[Janitor, threading.Thread] | Non
 
 
 def _say_who_is_trusted(settings: Settings) -> None:
-    """The trust mode in the journal's first lines: whom the API believes, and why."""
+    """The trust mode, before the API listens: whom the API believes, and why."""
     if not settings.auth:
         log.warning(
             "no --auth: a mode for a single-user machine. Over TCP the API believes whatever "
@@ -120,11 +127,10 @@ def _say_who_is_trusted(settings: Settings) -> None:
         log.info("admins: root, members of the Unix group %r, users made with --admin", group)
 
 
-def _listen_unix(settings: Settings) -> UnixListener | None:
+def _say_where_the_socket_is(settings: Settings, listener: UnixListener | None) -> None:
     path = settings.socket_file
-    if path is None:
-        return None
-    listener = listen_unix(path)
+    if listener is None or path is None:
+        return
     shut = closed_to_others(path)
     if shut:
         log.warning(
@@ -136,7 +142,6 @@ def _listen_unix(settings: Settings) -> UnixListener | None:
         )
     how = "each caller is their Unix account, no token" if settings.auth else "no-auth"
     log.info("API on the Unix socket %s (%s)", path, how)
-    return listener
 
 
 def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
@@ -154,11 +159,9 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             "logs, and signal other jobs. Tokens only keep honest users apart.",
             getpass.getuser(),
         )
-    if api:
-        _say_who_is_trusted(settings)
     migrate(settings.db_path)
     sock = listen_socket(settings.host, settings.port) if api else None
-    unix = _listen_unix(settings) if api else None
+    unix = listen_unix(settings.socket_file) if api and settings.socket_file else None
     lock = worker_lock(settings.home) if worker else None
     agent: Worker | None = None
     thread: threading.Thread | None = None
@@ -173,6 +176,9 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             *settings.port_range,
         )
         log.info("worker: %s", agent.executor.describe())
+    if api:  # after the worker: a setting it refuses stays the only line of a failed start
+        _say_who_is_trusted(settings)
+        _say_where_the_socket_is(settings, unix)
     # Beside the worker, not in its pass: a receiver that hangs never delays scheduling.
     notifier = _start_notifier(settings) if worker else None
     janitor = _start_janitor(settings) if worker else None

@@ -47,11 +47,18 @@ PUBLIC_NAMES: dict[str, str] = {
     "ports_per_user": "max_user_ports",
     "policy": "policy",
     "preempt_grace": "preempt_grace_s",
+    "preempt_min_run": "preempt_min_run_s",
+    "max_preemptions": "max_preemptions",
     "notify_url": "notify_url",
     "notify_allow_loopback": "notify_allow_loopback",
     "keep_finished": "keep_finished_s",
     "jobs_budget": "jobs_budget_bytes",
     "prune_rows": "prune_rows",
+    "executor": "executor",
+    "slurm_partition": "slurm_partition",
+    "slurm_account": "slurm_account",
+    "slurm_options": "slurm_options",
+    "slurm_gpus": "slurm_gpus",
 }
 _NAME_OF = {field: name for name, field in PUBLIC_NAMES.items()}
 

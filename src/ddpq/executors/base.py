@@ -38,6 +38,12 @@ class Launch:
     unix_account: str | None  # the Unix account the owner is mapped to, if any
     # Preemptible: the signal that tells it to checkpoint (e.g. "USR1"); None: it is not.
     preempt_signal: str | None = None
+    # What only a cluster executor (Slurm) uses; the local one runs every job on this host.
+    nodes: int = 1  # hosts the job spans: torchrun runs once on each
+    gpus_per_node: int | None = None  # None: all of ``gpus`` on one node
+    time_limit_s: float | None = None  # the job's --time-limit, for the cluster's own limit
+    partition: str | None = None  # the job's own, over the daemon's --slurm-partition
+    slurm_options: tuple[str, ...] = ()  # the job's own #SBATCH options, after the daemon's
 
 
 class LaunchFailed(Exception):
@@ -100,6 +106,11 @@ class Executor(Protocol):
         """Ask a watched job to stop: a signal now, a kill after the grace period. With
         ``preempt``, first its preemption signal and the time to checkpoint (then a stop as
         above). False if the job is not watched (it ended meanwhile: ``ended`` reports it)."""
+        ...
+
+    def waiting(self) -> dict[int, str]:
+        """Watched jobs that were started but wait where they run (in a cluster's own
+        queue), each with the reason in words; the local executor's never wait."""
         ...
 
     def job_pids(self) -> set[int]:

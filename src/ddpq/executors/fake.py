@@ -39,6 +39,8 @@ class FakeHost:
     stop_ends_with_signal: int | None = 15
     # When set, an attempt asked to preempt itself exits at once with this status.
     preempt_ends_with: int | None = 75
+    # Started jobs still waiting where they run (a cluster's queue), with the reason.
+    waiting: dict[int, str] = field(default_factory=dict)
     clock: Callable[[], float] = time.time  # the time an exit record says the attempt ended
     _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -139,6 +141,9 @@ class FakeExecutor:
         if self.host.stop_ends_with_signal is not None and attempt.record is None:
             self.host.finish(job_id, None, self.host.stop_ends_with_signal)
         return True
+
+    def waiting(self) -> dict[int, str]:
+        return {i: why for i, why in self.host.waiting.items() if i in self.watched}
 
     def job_pids(self) -> set[int]:
         return set()

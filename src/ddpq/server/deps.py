@@ -6,6 +6,7 @@ reach for them any other way, so a route's signature says what it uses.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Annotated
@@ -150,6 +151,8 @@ def proven_account(who: Caller, settings: Settings) -> str | None:
                 f"account {who.account!r}: jobs run only as accounts with portable names "
                 "(lower-case letters, digits, '_', '-'); ask the admin for a ddpq user",
             )
+        if (why := slurm_refusal(who, settings)) is not None:
+            raise ApiError(403, "forbidden", why)
         return who.account
     if who.via != "account_token":
         return None
@@ -162,6 +165,23 @@ def proven_account(who: Caller, settings: Settings) -> str | None:
             "itself, where the Unix socket knows you",
         )
     return None  # every job runs as the daemon's one account anyway
+
+
+def slurm_refusal(who: Caller, settings: Settings) -> str | None:
+    """Why the Slurm executor would not run this proven account's jobs, or None.
+
+    A root daemon submits a job to Slurm as the account it runs as (``sbatch`` as that
+    user, executors/slurm/submit.py), and never as root: Slurm would run it as root on
+    every node. Root's own account, known from the socket, is refused here at submission
+    rather than failing at launch.
+    """
+    switches = settings.auth and os.geteuid() == 0  # else the daemon's account submits all
+    if settings.executor == "slurm" and switches and who.uid == 0:
+        return (
+            f"account {who.account or 'root'} (uid 0): ddpq never submits a Slurm job as "
+            "root; submit as your own account (e.g. `runuser -u NAME -- ddpq submit ...`)"
+        )
+    return None
 
 
 def may_touch(who: Caller, owner: str, job_id: int) -> None:

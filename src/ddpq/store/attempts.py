@@ -70,6 +70,12 @@ class Leased:
     port: int | None
     job_dir: str
     preempt_signal: str | None = None  # preemptible: the signal that tells it to checkpoint
+    # What a cluster executor also needs (the local one runs nodes=1 and its own limits).
+    time_limit_s: float | None = None
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    slurm_options: tuple[str, ...] = ()
 
 
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
@@ -92,6 +98,11 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
             Job.env,
             Job.preemptible,
             Job.preempt_signal,
+            Job.time_limit_s,
+            Job.nodes,
+            Job.gpus_per_node,
+            Job.partition,
+            Job.slurm_options,
         ).where(Job.id.in_(list(by_id)), Job.state == JobState.QUEUED)
     ).all()
     lease_store.acquire_many(session, [(p.job_id, p.gpus, p.port) for p in placed], now)
@@ -135,6 +146,11 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 p.port,
                 p.job_dir,
                 row.preempt_signal if row.preemptible else None,
+                row.time_limit_s,
+                row.nodes,
+                row.gpus_per_node,
+                row.partition,
+                tuple(row.slurm_options or ()),
             )
         )
     if job_rows:

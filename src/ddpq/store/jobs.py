@@ -49,6 +49,10 @@ class NewJob:
     preemptible: bool = False
     preempt_signal: str = "USR1"
     run_as: str | None = None  # the Unix account the submission proved (models.Job.run_as)
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    slurm_options: tuple[str, ...] = ()
 
 
 def _record(
@@ -102,6 +106,10 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "preempt_signal": spec.preempt_signal,
         "preemptions": 0,
         "run_as": spec.run_as,
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.gpus_per_node,
+        "partition": spec.partition,
+        "slurm_options": list(spec.slurm_options) or None,
     }
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None

@@ -59,6 +59,12 @@ class Job(Base):
     preemptible: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
     preempt_signal: Mapped[str] = mapped_column(String(8), default="USR1", server_default="USR1")
     preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Where jobs run on Slurm (docs/slurm.md): hosts, GPUs on each (None: all on one), the
+    # job's own partition and extra #SBATCH options. The local executor runs nodes=1 only.
+    nodes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    partition: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    slurm_options: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     # Who or what asked for the stop in stop_request ("preempted by alice").
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Launches cut short before the job ran, requeued for free (core.disposition bounds them).

@@ -106,6 +106,10 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
         "preempt_signal": job.preempt_signal,
         "preemptions": 0,
         "run_as": job.run_as,
+        "nodes": job.nodes,
+        "gpus_per_node": job.gpus_per_node,
+        "partition": job.partition,
+        "slurm_options": list(job.slurm_options) or None,
     }
     rows = [
         {
@@ -164,12 +168,20 @@ def get_sweep(session: Session, sweep_id: int) -> Sweep:
 
 
 def list_sweeps(
-    session: Session, *, owner: str | None = None, limit: int = 100, offset: int = 0
+    session: Session,
+    *,
+    owner: str | None = None,
+    ids: Iterable[int] | None = None,
+    limit: int = 100,
+    offset: int = 0,
 ) -> tuple[list[Sweep], int]:
-    """Sweeps oldest first (newest last, like the jobs), with the total before paging."""
+    """Sweeps oldest first (newest last, like the jobs), with the total before paging;
+    ``ids``: only these (``ddpq ls`` folds the members it lists into their sweeps)."""
     query = select(Sweep)
     if owner is not None:
         query = query.where(Sweep.owner == owner)
+    if ids is not None:
+        query = query.where(Sweep.id.in_(sorted(set(ids))))
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(query.order_by(Sweep.id).limit(limit).offset(offset)).all()
     return list(rows), total

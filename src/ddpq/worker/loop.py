@@ -28,6 +28,7 @@ from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
 from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
+from ddpq.store import waits as wait_store
 from ddpq.store.db import Database, storage_fault
 from ddpq.worker.devices import discover
 from ddpq.worker.exits import record_exits
@@ -75,6 +76,7 @@ class Worker:
         self._exits: list[Ended] = []
         self._progress: dict[int, dict[str, Any]] = {}  # as last written, per job
         self._progress_at = float("-inf")
+        self._waits: dict[int, str] = {}  # started jobs waiting in a cluster, as written
         self._woke_at = clock()
         self._failing: dict[str, str] = {}  # phase -> the failure last logged for it
 
@@ -130,6 +132,7 @@ class Worker:
         # Also records the exits gathered above, in the same transaction.
         self._guarded("scheduling", self._schedule)
         self._guarded("reading progress", self._read_progress)
+        self._guarded("reading waits", self._read_waits)
 
     def _guarded(self, phase: str, run: Callable[[], None]) -> None:
         """Run one phase; log a failure once per condition, not every pass.
@@ -212,7 +215,9 @@ class Worker:
         due = []
         for j in running:
             asked = StopRequest(j.stop_request) if j.stop_request else None
-            why = stop_due(asked, j.stop_sent_at, j.started_at, j.time_limit_s, now)
+            # A job still waiting in a cluster's queue has not started: no time limit yet.
+            limit = None if j.id in self._waits else j.time_limit_s
+            why = stop_due(asked, j.stop_sent_at, j.started_at, limit, now)
             if why is not None:
                 due.append((j.id, why))
         if not due:
@@ -264,6 +269,11 @@ class Worker:
                 # The account the submission proved (the socket's caller) comes first.
                 unix_account=proven.get(job.job_id) or mapped.get(job.owner),
                 preempt_signal=job.preempt_signal,
+                nodes=job.nodes,
+                gpus_per_node=job.gpus_per_node,
+                time_limit_s=job.time_limit_s,
+                partition=job.partition,
+                slurm_options=job.slurm_options,
             )
             try:
                 started.append((job.job_id, self.executor.start(launch)))
@@ -302,6 +312,19 @@ class Worker:
             with self.db.write() as s:
                 attempt_store.record_progress(s, fresh)
             self._progress.update(fresh)
+
+    def _read_waits(self) -> None:
+        """Jobs that wait where their executor runs them (Slurm's queue): their reason
+        while they wait, and their start (which their time limit counts from) when they
+        stop waiting. Written when it changes."""
+        now = self.clock()
+        waits = {i: why for i, why in self.executor.waiting().items() if i in self._running}
+        changed = {i: why for i, why in waits.items() if self._waits.get(i) != why}
+        began = [i for i in self._waits if i not in waits and i in self._running]
+        if changed or began:
+            with self.db.write() as s:
+                wait_store.record_waits(s, changed, began, now)
+        self._waits = waits
 
     def stop_all_jobs(self) -> None:
         """``--stop-jobs``: cancel every running job and wait (bounded) for them to end."""

@@ -848,12 +848,18 @@ class Trainer:
             if step
             else f"the end of epoch {epochs_done}/{epochs}"
         )
+        # The record of the point saved. At an epoch's end it is that epoch's record, which
+        # run() holds back so that it is written once, saying whether it was saved: the worker
+        # reads a checkpoint from it (torchrun's exit status 1 does not say 75).
+        boundary = self.last if cut is None else None
         if ckpt is None:
             log(
                 cl,
                 f"preempted ({cfg.name}) at {where}: nowhere to save (no --checkpoint-dir "
                 "or $DDPQ_JOB_DIR), so a rerun starts over",
             )
+            if boundary is not None:
+                self.metrics.write(boundary)
             return cfg.requeue_exit
         ranks = self.gather(self.local_state(step, cut.sums)) if cut is not None else None
         ok = False
@@ -867,13 +873,14 @@ class Trainer:
                 except OSError as exc:
                     log(cl, f"preempted ({cfg.name}) at {where}: cannot save {ckpt}: {exc}")
             if ok:
-                if cut is not None:
-                    self.metrics.write({**cut.record, "preempted": True})
+                self.metrics.write({**(cut.record if cut else boundary or {}), "preempted": True})
                 log(
                     cl,
                     f"preempted ({cfg.name}): saved {where} to {ckpt}; "
                     f"exit {cfg.requeue_exit} to be requeued",
                 )
+            elif boundary is not None:
+                self.metrics.write(boundary)
         # Every rank waits for rank 0's file (and its last words): torchrun stops the others
         # as soon as one rank exits, and the requeue status must mean "saved" on every rank.
         return cfg.requeue_exit if self.agree(ok) else EXIT_CRASH
@@ -907,26 +914,24 @@ class Trainer:
                 lr=self.optimizer.param_groups[0]["lr"],
                 epoch_s=round(time.perf_counter() - t0, 3),
             )
-            self.metrics.write(self.last)
             log(cl, format_epoch(self.last))
             due = bool(args.checkpoint_every) and (
                 (epoch + 1) % args.checkpoint_every == 0 or epoch + 1 == args.epochs
             )
             if due and ckpt is not None and cl.is_main:
                 save_checkpoint(ckpt, self.checkpoint_state(epoch + 1))
-            if not self.preemptible:
-                continue
-            if epoch + 1 == args.epochs:
-                if self.stop.preempt:
-                    log(
-                        cl,
-                        f"preemption signal ({self.preempt_cfg.name}) after the last "
-                        "epoch's training: finishing instead",
-                    )
-                continue
-            # A signal during this epoch's last steps or its evaluation: save this boundary.
-            if self.agree(self.stop.preempt):
+            # A signal during this epoch's last steps or its evaluation: save this boundary
+            # (requeue writes the epoch's record, marked once saved).
+            last = epoch + 1 == args.epochs
+            if self.preemptible and not last and self.agree(self.stop.preempt):
                 return self.requeue(ckpt, epoch + 1, None, saved=due)
+            self.metrics.write(self.last)
+            if self.preemptible and last and self.stop.preempt:
+                log(
+                    cl,
+                    f"preemption signal ({self.preempt_cfg.name}) after the last "
+                    "epoch's training: finishing instead",
+                )
         return EXIT_OK
 
 

@@ -231,6 +231,9 @@ class LocalExecutor:
         # SIGUSR1 it sends the job its preemption signal first and waits its checkpoint grace.
         return procs.send(w.ident.pid, signal.SIGUSR1 if preempt else signal.SIGTERM)
 
+    def waiting(self) -> dict[int, str]:
+        return {}  # a shim runs its job at once
+
     def job_pids(self) -> set[int]:
         pids: set[int] = set()
         for job_id, w in self._watched.items():

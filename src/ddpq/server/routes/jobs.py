@@ -72,6 +72,18 @@ def job_spec(
             "forbidden",
             f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
         )
+    if settings.executor != "slurm":
+        cluster_only = [
+            f for f in ("nodes", "gpus_per_node", "partition", "slurm_options")
+            if getattr(body, f) != JobSubmit.model_fields[f].get_default(call_default_factory=True)
+        ]  # fmt: skip
+        if cluster_only:
+            raise ApiError(
+                422,
+                "invalid",
+                f"{cluster_only[0]}: this daemon runs jobs on this host, not on Slurm "
+                "(only --executor slurm takes nodes, partitions and #SBATCH options)",
+            )
     launcher = "torchrun" if body.torchrun or body.workload is not None else "plain"
     if command is None:
         command = body.command
@@ -101,6 +113,10 @@ def job_spec(
         preemptible=body.preemptible,
         preempt_signal=body.preempt_signal,
         run_as=run_as,
+        nodes=body.nodes,
+        gpus_per_node=body.gpus_per_node,
+        partition=body.partition,
+        slurm_options=tuple(body.slurm_options),
     )
 
 

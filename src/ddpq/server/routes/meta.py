@@ -17,7 +17,7 @@ from ddpq.config import Settings
 from ddpq.core import states
 from ddpq.core.states import JobState
 from ddpq.server import metrics as prometheus
-from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep
+from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, slurm_refusal
 from ddpq.store import jobs as job_store
 from ddpq.store import tokens as token_store
 from ddpq.store import users as user_store
@@ -50,6 +50,8 @@ def whoami(who: Auth, settings: SettingsDep, db: DatabaseDep) -> dict[str, Any]:
         "uid": who.uid,
         "runs_as": runs_as(who, settings, db),
     }
+    if who.via == "socket" and (why := slurm_refusal(who, settings)) is not None:
+        out["runs_no_job"] = why  # whoami says why instead of blaming a mapping
     if who.token_id is not None:
         with db.read() as s:
             token = token_store.by_id(s, who.token_id)
@@ -62,7 +64,7 @@ def runs_as(who: Caller, settings: Settings, db: Database) -> str | None:
     if not settings.auth or os.geteuid() != 0:
         return _name_of(os.geteuid())  # jobs run as the daemon's own account
     if who.via == "socket" or (who.via == "account_token" and settings.remote_accounts):
-        return who.account
+        return None if slurm_refusal(who, settings) else who.account
     if who.via == "account_token":
         return None
     with db.read() as s:

@@ -93,12 +93,18 @@ def list_sweeps(
     _who: Auth,
     db: DatabaseDep,
     user: str | None = None,
+    sweep_id: Annotated[
+        list[Annotated[int, Query(ge=1, le=INT64_MAX)]] | None,
+        Query(alias="id", max_length=1000, description="only these sweeps (repeatable)"),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Offset = 0,
 ) -> SweepList:
     """Sweeps oldest first, each with its members' counts by state."""
     with db.read() as s:
-        rows, total = sweep_store.list_sweeps(s, owner=user, limit=limit, offset=offset)
+        rows, total = sweep_store.list_sweeps(
+            s, owner=user, ids=sweep_id, limit=limit, offset=offset
+        )
         counts = sweep_store.counts(s, [r.id for r in rows])
         items = [views.sweep_out(r, counts[r.id]) for r in rows]
     return SweepList(items=items, total=total, offset=offset, limit=limit)

@@ -2,7 +2,7 @@
 and the account a job runs as when its submission proved one
 
 Revision ID: 0017t
-Revises: 0005s
+Revises: 0009c
 Create Date: 2026-12-03 10:00:00
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017t"
-down_revision = "0005s"
+down_revision = "0009c"
 branch_labels = None
 depends_on = None
 

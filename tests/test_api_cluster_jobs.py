@@ -1,0 +1,95 @@
+"""A job's cluster fields at the door: nodes, GPUs per node, partition and #SBATCH options are
+for a Slurm daemon only, and checked as a Slurm site would need them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ddpq.core.gpus import Gpu
+from ddpq.store import devices as device_store
+from ddpq.store.db import Database
+from tests.inprocess import make_client
+
+
+def _client(home: Path, **settings: Any) -> Iterator[TestClient]:
+    with make_client(home, **settings) as c:
+        with Database(home / "ddpq.db").write() as s:
+            rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(8)]
+            device_store.replace_all(s, rows, time.time())
+        yield c
+
+
+@pytest.fixture
+def slurm_api(tmp_path: Path) -> Iterator[TestClient]:
+    yield from _client(tmp_path / "home", executor="slurm")
+
+
+@pytest.fixture
+def local_api(tmp_path: Path) -> Iterator[TestClient]:
+    yield from _client(tmp_path / "home")
+
+
+def submit(c: TestClient, **fields: Any) -> Any:
+    return c.post("/v1/jobs", json={"command": ["true"], "hold": True, **fields})
+
+
+def test_a_multi_node_job_is_stored_with_its_total_and_shown(slurm_api: TestClient) -> None:
+    r = submit(slurm_api, nodes=2, gpus_per_node=4, partition="gpu", slurm_options=["--qos=high"])
+    assert r.status_code == 201, r.text
+    job = slurm_api.get(f"/v1/jobs/{r.json()['id']}").json()
+    assert (job["gpus"], job["nodes"], job["gpus_per_node"]) == (8, 2, 4)
+    assert (job["partition"], job["slurm_options"]) == ("gpu", ["--qos=high"])
+    same = submit(slurm_api, nodes=2, gpus_per_node=4, gpus=8)  # consistent: fine
+    assert same.status_code == 201, same.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "shown"),
+    [
+        ({"nodes": 2}, "gpus_per_node: a job on several nodes"),
+        ({"nodes": 2, "gpus_per_node": 4, "gpus": 3}, "gpus: 3, but 2 nodes of 4 GPUs are 8"),
+        ({"nodes": 0, "gpus_per_node": 1}, "nodes"),
+        ({"nodes": 65, "gpus_per_node": 1}, "nodes"),
+        ({"nodes": 3, "gpus_per_node": 4}, "asked for 12 GPUs but this server has 8"),
+        ({"partition": "gpu;rm -rf /"}, "partition: a Slurm name"),
+        ({"partition": ""}, "partition"),
+        ({"slurm_options": ["--output=/etc/passwd"]}, "--output is set by ddpq"),
+        ({"slurm_options": ["--time=100"]}, "--time is set by ddpq"),
+        ({"slurm_options": ["-A", "other"]}, "-A is set by ddpq"),
+        ({"slurm_options": ["--qos=high\n#SBATCH --uid=0"]}, "must be one line"),
+        ({"slurm_options": ["qos=high"]}, "written as --name=value"),
+        ({"slurm_options": ["--x=" + "y" * 2000]}, "at most 1024"),
+        ({"slurm_options": ["--qos=a"] * 33}, "slurm_options"),
+        ({"slurm_options": "--qos=high"}, "slurm_options"),
+    ],
+)
+def test_bad_cluster_fields_are_422_with_the_field_named(
+    slurm_api: TestClient, fields: dict[str, Any], shown: str
+) -> None:
+    r = submit(slurm_api, **fields)
+    assert r.status_code == 422 and shown in r.json()["detail"], r.text
+    assert slurm_api.get("/v1/jobs").json()["total"] == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"nodes": 2, "gpus_per_node": 1},
+        {"gpus_per_node": 1},
+        {"partition": "gpu"},
+        {"slurm_options": ["--qos=high"]},
+    ],
+)
+def test_a_local_daemon_refuses_what_only_slurm_can_do(
+    local_api: TestClient, fields: dict[str, Any]
+) -> None:
+    r = submit(local_api, **fields)
+    assert r.status_code == 422 and "not on Slurm" in r.json()["detail"], r.text
+    # The defaults, sent explicitly, are no request for a cluster.
+    assert submit(local_api, nodes=1, slurm_options=[]).status_code == 201

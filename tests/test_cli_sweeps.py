@@ -1,0 +1,142 @@
+"""Sweeps, arrays and preemption as a user types them: `ddpq submit --sweep/--array`, `ls`
+folding a sweep into one line, `show sN --sort`, cancel/hold/release of a sweep, `--after sN`;
+and the class of bad input each takes (exit 2, one line, nothing queued)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddpq.client.sweeps import BadRef, fold, parse_ref, sweep_params
+from tests.helpers import Daemon, wait_done, wait_for
+
+# Each member writes its own metric, then waits for its gate file (the test holds it).
+SCRIPT = (
+    'echo "lr={lr} bs={bs} index=$DDPQ_SWEEP_INDEX"; '
+    'echo "{\\"epoch\\": 1, \\"test_acc\\": {lr}}" > "$DDPQ_JOB_DIR/metrics.jsonl"; '
+    "while [ ! -e {gate} ]; do sleep 0.05; done"
+)
+
+
+def sweep_detail(d: Daemon, ref: str, *args: str) -> dict[str, object]:
+    out: dict[str, object] = json.loads(d.cli("show", ref, "--json", *args).stdout)
+    return out
+
+
+def test_a_sweep_from_the_cli_is_one_line_in_ls_and_a_table_in_show(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    gate = tmp_path / "go"
+    script = SCRIPT.replace("{gate}", shlex.quote(str(gate)))
+    out = daemon.cli(
+        "submit",
+        "--sweep", "lr=0.3,0.1,0.2",
+        "--sweep", "bs=8,16",
+        "--max-running", "2",
+        "--", "sh", "-c", script,
+    ).stdout.strip()  # fmt: skip
+    assert out == "s1"
+    c = daemon.client()
+    jobs = c.list().items
+    assert len(jobs) == 6 and {j.sweep_id for j in jobs} == {1}
+    # The first --sweep varies slowest: members 0..5 are lr 0.3/8, 0.3/16, 0.1/8, ...
+    detail = sweep_detail(daemon, "s1")
+    members = detail["members"]
+    assert isinstance(members, list)
+    assert [(m["params"]["lr"], m["params"]["bs"]) for m in members] == [
+        ("0.3", "8"), ("0.3", "16"), ("0.1", "8"), ("0.1", "16"), ("0.2", "8"), ("0.2", "16"),
+    ]  # fmt: skip
+    wait_for(lambda: "2 running" in daemon.cli("ls").stdout, what="two members running")
+    listing = daemon.cli("ls").stdout
+    assert "s1" in listing and "6 (2 at once)" in listing and "4 queued" in listing
+    assert not any(line.startswith(str(j.id) + " ") for j in jobs for line in listing.splitlines())
+    expanded = daemon.cli("ls", "--expand").stdout
+    assert all(any(line.startswith(f"{j.id} ") for line in expanded.splitlines()) for j in jobs)
+    after = int(daemon.cli("submit", "--after", "s1", "--", "echo", "after").stdout)
+    assert c.show(after).state == "held"
+    gate.touch()
+    for j in jobs:
+        assert wait_done(c, j.id, timeout=90).state == "succeeded"
+    assert wait_done(c, after).state == "succeeded"
+    best_first = sweep_detail(daemon, "s1", "--sort", "-test_acc")["members"]
+    assert isinstance(best_first, list)
+    assert [m["params"]["lr"] for m in best_first] == ["0.3", "0.3", "0.2", "0.2", "0.1", "0.1"]
+    shown = daemon.cli("show", "s1", "--sort", "-test_acc").stdout
+    assert "6 succeeded" in shown and "TEST_ACC" in shown
+    log = c.log_tail(jobs[1].id).decode()
+    assert "lr=0.3 bs=16 index=1" in log
+
+
+def test_an_array_is_held_released_and_cancelled_as_one(daemon: Daemon) -> None:
+    assert daemon.cli("submit", "--hold", "--array", "0-9:3", "--", "echo", "{index}").stdout == (
+        "s1\n"
+    )
+    c = daemon.client()
+    ids = [j.id for j in c.list().items]
+    assert [c.show(i).sweep_index for i in ids] == [0, 3, 6, 9]
+    held = daemon.cli("hold", "s1").stdout
+    assert held.startswith("s1: ") and "4 held" in held
+    released = daemon.cli("release", "s1").stdout
+    assert "released" in released or "queued" in released, released
+    for i in ids:
+        assert wait_done(c, i).state == "succeeded"
+    assert b"9" in c.log_tail(ids[-1])
+    # Ended members are not cancelled again; a sweep that does not exist is exit 4.
+    assert "4 succeeded" in daemon.cli("cancel", "s1").stdout
+    missing = daemon.cli("cancel", "s9", check=False)
+    assert missing.returncode == 4 and "no sweep 9" in missing.stderr
+
+
+BAD_SUBMISSIONS = [
+    (["--sweep", "lr"], "--sweep 'lr': expected NAME=VALUE"),
+    (["--sweep", "=1,2"], "expected NAME=VALUE"),
+    (["--sweep", "lr=1", "--sweep", "lr=2"], "--sweep lr: given twice"),
+    (["--max-running", "2"], "--max-running: only with --sweep or --array"),
+    (["--after", "sx"], "'sx' is not a job id (12) or a sweep (s3)"),
+    (["--after", "s0"], "ids start at 1"),
+    (["--after", "٣"], "is not a job id"),  # a digit of another script
+    (["--array", "5-1"], "array"),  # the daemon's 422, said as the option
+    (["--sweep", "unused=1,2"], "unused"),  # a parameter the command never names
+    (["--after", "s7"], "sweep 7"),  # the daemon's 404 for an unknown sweep
+]
+
+
+@pytest.mark.parametrize(("options", "shown"), BAD_SUBMISSIONS, ids=lambda x: str(x)[:30])
+def test_bad_sweep_submissions_are_one_line_and_queue_nothing(
+    daemon: Daemon, options: list[str], shown: str
+) -> None:
+    r = daemon.cli("submit", *options, "--", "echo", "x", check=False)
+    assert r.returncode != 0 and shown in r.stderr, r
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert daemon.client().list().total == 0
+
+
+@pytest.mark.parametrize("command", [["show"], ["cancel"], ["hold"], ["release"]])
+@pytest.mark.parametrize("ref", ["x", "s", "s-1", "1.5", "ss2", "s 2", "0", "9" * 19])
+def test_bad_references_are_usage_errors(daemon: Daemon, command: list[str], ref: str) -> None:
+    r = daemon.cli(*command, ref, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r
+
+
+def test_references_parse_as_jobs_or_sweeps() -> None:
+    assert (parse_ref("12").id, parse_ref("12").sweep) == (12, False)
+    assert (parse_ref("s3").id, parse_ref("S3").sweep) == (3, True)
+    for bad in ("", "s", "-1", "s-1", "1e3", "0x1", "s٣"):
+        with pytest.raises(BadRef):
+            parse_ref(bad)
+    assert sweep_params(["a=1,2", "b="]) == {"a": ["1", "2"], "b": [""]}
+    jobs: list[dict[str, Any]] = [{"id": 1, "sweep_id": None}, {"id": 2, "sweep_id": 5}]
+    jobs.append({"id": 3, "sweep_id": 4})
+    assert fold([*jobs, {"id": 4, "sweep_id": 5}]) == ([jobs[0]], [5, 4])
+
+
+def test_an_admin_preempts_from_the_cli_and_refusals_are_one_line(daemon: Daemon) -> None:
+    job = int(daemon.cli("submit", "--hold", "--", "true").stdout)
+    r = daemon.cli("preempt", str(job), check=False)
+    assert r.returncode == 1 and "only a running job is preempted" in r.stderr, r
+    missing = daemon.cli("preempt", "999", check=False)
+    assert missing.returncode == 4, missing
