@@ -92,7 +92,9 @@ def test_cli_reads_a_0600_token_file_and_refuses_a_readable_one(
     path = Path(saved.stdout.split()[-1])
     assert path == config / "ddpq" / "token"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert as_alice("whoami").stdout.strip() == "alice"
+    said = as_alice("whoami").stdout.splitlines()
+    assert said[0] == "alice"  # the name first, alone: what scripts read
+    assert "by the token the admin gave you, over " + d.url in said[1]
     path.chmod(0o644)
     r = as_alice("whoami", check=False)
     assert r.returncode == 2 and "chmod 600" in r.stderr

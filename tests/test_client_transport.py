@@ -114,7 +114,16 @@ def test_a_path_prefix_in_the_url_is_kept(api: StubApi) -> None:
 def test_a_url_that_is_not_http_is_a_usage_error(url: str) -> None:
     with pytest.raises(DdpqError) as bad:
         JsonApi(url)
-    assert bad.value.exit_code == 2 and "not an http:// or https:// URL" in str(bad.value)
+    assert bad.value.exit_code == 2 and "not an http://, https:// or unix:/path URL" in str(
+        bad.value
+    )
+
+
+@pytest.mark.parametrize("url", ["unix:", "unix:ddpq.sock", "unix:./x.sock", "unix:/a\x00b"])
+def test_a_socket_url_must_name_an_absolute_path(url: str) -> None:
+    with pytest.raises(DdpqError) as bad:
+        JsonApi(url)
+    assert bad.value.exit_code == 2 and "absolute path" in str(bad.value)
 
 
 def serve_raw(reply: bytes | None) -> tuple[str, threading.Event]:

@@ -213,6 +213,42 @@ def test_sweeps_upgrade_keeps_jobs_and_downgrade_turns_members_into_plain_jobs(
         assert conn.execute("SELECT count(*) FROM sweeps").fetchone() == (0,)
 
 
+def test_tokens_upgrade_keeps_jobs_and_downgrade_drops_tokens_and_run_as(tmp_path: Path) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0009c")
+    with sqlite3.connect(path) as conn:
+        queued = _insert_job(conn, "queued")
+    _at(path, "0017t")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT id, state, run_as FROM jobs").fetchall() == [
+            (queued, "queued", None)
+        ]
+        conn.execute("UPDATE jobs SET run_as = 'alice' WHERE id = ?", (queued,))
+        row = "INSERT INTO tokens (owner, owner_uid, token_hash, note, created_at, expires_at) "
+        conn.execute(row + "VALUES ('alice', 1001, 'h1', NULL, 1.0, 2.0)")
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            conn.execute(row + "VALUES ('bob', 1002, 'h1', NULL, 1.0, 2.0)")
+        with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
+            conn.execute(row + "VALUES ('bob', 1002, 'h2', NULL, 1.0, NULL)")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
+            conn.execute("UPDATE jobs SET state = 'runing'")
+    db = Database(path)  # the head's model reads the row
+    with db.read() as s:
+        assert get_job(s, queued).run_as == "alice"
+    db.dispose()
+    command.downgrade(alembic_config(path), "0009c")
+    with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert conn.execute("SELECT id, state FROM jobs").fetchall() == [(queued, "queued")]
+        assert "CHECK" in _table_sql(conn, "jobs")
+    assert "run_as" not in columns and "tokens" not in tables
+    assert "nodes" in columns  # the revision below is left as it was
+    migrate(path)  # and up again
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM tokens").fetchone() == (0,)
+
+
 def test_cluster_columns_upgrade_as_one_node_jobs_and_downgrade_keeps_the_jobs(
     tmp_path: Path,
 ) -> None:

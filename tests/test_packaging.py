@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
+from ddpq.core.names import SYSTEM_SOCKET
 from ddpq.daemon.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,6 +158,10 @@ def test_the_unit_keeps_jobs_across_restarts_and_agrees_with_the_config_file(
     settings = load_settings({}, ROOT / "packaging" / "ddpq.toml")
     assert settings.home == Path("/var/lib") / one["StateDirectory"]
     assert settings.auth  # a root daemon without --auth refuses to start
+    # The socket every user's `ddpq` looks for, in the folder the unit has systemd make.
+    assert settings.socket_file == Path(SYSTEM_SOCKET)
+    assert Path(f"/run/{one['RuntimeDirectory']}") == Path(SYSTEM_SOCKET).parent
+    assert one["RuntimeDirectoryMode"] == "0755"  # others must pass through to the socket
 
 
 def systemd_analyze() -> str:

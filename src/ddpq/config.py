@@ -11,6 +11,7 @@ a TOML config file, then these defaults. Every value may be written as people wr
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ddpq.core import notify
+from ddpq.core.names import MAX_SOCKET_PATH, SOCKET_FILE, state_folder
 from ddpq.core.policy import DEFAULT_POLICY, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS
 from ddpq.core.slurm import SLURM_NAME, slurm_option_error
@@ -38,10 +40,7 @@ class ConfigError(ValueError):
 
 def default_home() -> Path:
     """Per-user state folder: $DDPQ_HOME, else $XDG_STATE_HOME/ddpq, else ~/.local/state/ddpq."""
-    if os.environ.get("DDPQ_HOME"):
-        return Path(os.environ["DDPQ_HOME"]).expanduser()
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "ddpq"
+    return Path(state_folder(os.environ, str(Path.home()))).expanduser()
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
@@ -160,6 +159,36 @@ def _absolute(path: Path) -> Path:
     return path.expanduser().resolve()
 
 
+NO_SOCKET = "none"
+# A group name as groupadd takes it (and the upper case some directories use).
+_GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+
+
+def _socket(value: object) -> object:
+    """A socket path (absolute once ``~`` is expanded), or "none" for no socket."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.lower() in (NO_SOCKET, "off", ""):
+        return NO_SOCKET
+    path = os.path.expanduser(text)
+    if not os.path.isabs(path) or "\x00" in path:
+        raise ValueError(f"{value!r} is not an absolute path (or 'none')")
+    return os.path.normpath(path)
+
+
+def _group(value: object) -> object:
+    """A Unix group's name, or None ("none", empty) for no admin group."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.lower() in ("none", ""):
+        return None
+    if not _GROUP.fullmatch(text):
+        raise ValueError(f"{value!r} is not a Unix group name")
+    return text
+
+
 EXECUTORS = ("local", "slurm")
 
 
@@ -250,6 +279,17 @@ class Settings(BaseSettings):
     # --auth without root: every job runs as the daemon's one account, so jobs can
     # read each other's files and the database. Only with the admin's explicit yes.
     shared_account: bool = False
+    # The Unix socket the API listens on beside TCP, mode 0666: a caller there is the
+    # Unix account the kernel says it is (SO_PEERCRED), with no token. None: SOCKET_FILE
+    # in the state folder; NO_SOCKET: none.
+    unix_socket: Annotated[str | None, BeforeValidator(_socket)] = None
+    # Members of this Unix group are admins when they come through the socket, or with a
+    # token they made there; root always is. None: root alone.
+    admin_group: Annotated[str | None, BeforeValidator(_group)] = "ddpq-admin"
+    # Whether a token a local user made for themselves (`ddpq token create`) may submit
+    # jobs over TCP, to run as that user's own Unix account. Off: such a token may watch,
+    # read and cancel, and submissions come through the socket.
+    remote_accounts: bool = False
     stop_jobs_on_exit: bool = False
     usage_window_s: float = 7 * 24 * 3600.0
     max_port_retries: int = 3
@@ -334,6 +374,13 @@ class Settings(BaseSettings):
         return self.home / "worker.sock"
 
     @property
+    def socket_file(self) -> Path | None:
+        """Where the API's Unix socket is, or None if it has none."""
+        if self.unix_socket == NO_SOCKET:
+            return None
+        return Path(self.unix_socket) if self.unix_socket else self.home / SOCKET_FILE
+
+    @property
     def trust_file(self) -> Path:
         return self.home / "trust-mode"
 
@@ -388,6 +435,13 @@ class Settings(BaseSettings):
             # Checked here, not per source: a flag may raise the maximum a file's default needs.
             raise ConfigError(
                 "--idle must be at most --idle-max (a default of 'off' needs --idle-max off)"
+            )
+        sock = self.socket_file
+        if listens and sock is not None and len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+            raise ConfigError(
+                f"the socket path {sock} is longer than the {MAX_SOCKET_PATH} bytes a Unix "
+                "socket's address may hold; choose a shorter one with --socket (or --home), "
+                "or --socket none"
             )
         if listens and not self.auth and not is_loopback(self.host):
             raise ConfigError(

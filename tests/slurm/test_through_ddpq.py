@@ -6,13 +6,16 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ddpq.client.api import DdpqClient, DdpqError, JsonApi
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
 from tests.slurm.cluster import GPUS_PER_NODE, NODES, SlurmCluster
 from tests.test_auth import add_user
+from tests.test_local_users import as_account
 
 REPO = Path(__file__).resolve().parents[2]
 DDP_TINY = str(REPO / "tests" / "jobs" / "ddp_tiny.py")
@@ -189,6 +192,32 @@ def test_with_auth_the_owners_account_submits_never_root(
     assert "nobody\n" in carol.log_tail(job.id).decode()
     refused = wait_done(dave, dave.submit(JobSubmit(command=["id"], cwd="/")).id)
     assert refused.state == "failed" and "never submits Slurm jobs as root" in refused.reason
+
+
+@ROOT_ONLY
+@pytest.mark.usefixtures("python_for_everyone")
+def test_on_the_socket_the_caller_submits_to_slurm_and_root_is_refused_with_the_reason(
+    slurm_daemons: Callable[..., Daemon], slurm: SlurmCluster
+) -> None:
+    d = slurm_daemons("--auth")
+    path = "unix:" + str(d.home / "ddpq.sock")
+    body = {"command": ["sh", "-c", "id -un; sleep 2"], "cwd": "/"}
+
+    def submit() -> dict[str, Any]:
+        with JsonApi(path) as api:
+            return api.submit(body)
+
+    job_id = int(as_account("nobody", submit)["id"])  # no token: the socket says who
+    root = DdpqClient(path)  # root on the socket: an admin, who reads every log
+    handle = wait_state(root, job_id, "running").attempts[-1].handle
+    user = slurm.run("squeue", "--noheader", "--states=all", f"--jobs={handle}", "--format=%u")
+    assert user.stdout.strip() == "nobody"
+    done = wait_done(root, job_id)
+    assert done.state == "succeeded", done.reason
+    assert "nobody\n" in root.log_tail(job_id).decode()
+    with pytest.raises(DdpqError, match="never submits a Slurm job as root") as refused:
+        submit()
+    assert refused.value.status == 403
 
 
 def test_a_two_node_job_from_the_cli_runs_one_rank_on_each_node(d: Daemon) -> None:

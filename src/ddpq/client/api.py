@@ -13,14 +13,21 @@ import builtins
 import getpass
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpq.client.errors import DdpqError as DdpqError
 from ddpq.client.errors import Unreachable as Unreachable
-from ddpq.client.transport import Transport
-from ddpq.core.names import DEFAULT_API_ADDRESS, NAME_RE
+from ddpq.client.transport import UNIX_SCHEME, Transport, unix_path
+from ddpq.core.names import (
+    DEFAULT_API_ADDRESS,
+    NAME_RE,
+    SOCKET_FILE,
+    SYSTEM_SOCKET,
+    state_folder,
+)
 
 if TYPE_CHECKING:
     from ddpq.schemas import (
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
     )
 
 DEFAULT_URL = "http://{}:{}".format(*DEFAULT_API_ADDRESS)
+SOCKET_ENV = "DDPQ_SOCKET"
 Data = dict[str, Any]
 
 # A token travels in an HTTP header: visible ASCII only (what `ddpq admin user add` prints
@@ -51,7 +59,7 @@ def check_token(token: str) -> str:
     if not TOKEN_RE.fullmatch(token):
         raise DdpqError(
             "that is not a token (a token is one word of visible ASCII characters, "
-            "as `ddpq admin user add` printed it)",
+            "as `ddpq token create` or `ddpq admin user add` printed it)",
             exit_code=2,
         )
     return token
@@ -86,6 +94,43 @@ def save_token(token: str) -> Path:
     return path
 
 
+def find_socket(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The daemon's Unix socket on this machine: $DDPQ_SOCKET if set, else the first that
+    exists of the one in the state folder a daemon of yours would use ($DDPQ_HOME, ...) and
+    the system's (``SYSTEM_SOCKET``, the systemd unit's)."""
+    if environ.get(SOCKET_ENV):
+        return environ[SOCKET_ENV]
+    candidates = []
+    try:
+        home = os.path.expanduser(state_folder(environ, str(Path.home())))
+        candidates.append(os.path.join(home, SOCKET_FILE))
+    except RuntimeError:  # no home folder to be found (no $HOME, no password entry)
+        pass
+    candidates.append(SYSTEM_SOCKET)
+    for path in candidates:
+        try:
+            if stat.S_ISSOCK(os.stat(path).st_mode):
+                return path
+        except OSError:
+            continue
+    return None
+
+
+def choose_url(url: str | None = None) -> str:
+    """Where to reach the daemon: ``url`` (--url), else $DDPQ_URL, else its Unix socket on
+    this machine if there is one (``unix:/path``: the daemon knows you from it, no token),
+    else ``DEFAULT_URL``."""
+    chosen = url or os.environ.get("DDPQ_URL")
+    if chosen:
+        return chosen.rstrip("/") if unix_path(chosen) is None else chosen
+    path = find_socket()
+    return UNIX_SCHEME + path if path else DEFAULT_URL
+
+
+def uses_socket(url: str) -> bool:
+    return unix_path(url) is not None
+
+
 class JsonApi:
     """The daemon's REST API as plain JSON data. Errors are ``DdpqError``s: 4 for no such
     job, 5 for a missing token or someone else's job, 3 when the daemon cannot be reached,
@@ -94,14 +139,17 @@ class JsonApi:
     def __init__(
         self, url: str | None = None, token: str | None = None, timeout: float = 30.0
     ) -> None:
-        self.url = (url or os.environ.get("DDPQ_URL") or DEFAULT_URL).rstrip("/")
+        self.url = choose_url(url)
         self.headers: dict[str, str] = {}
-        # Without --auth the daemon takes this name on trust (and refuses one that is not a
-        # valid ddpq name); a local account such as `_svc` then submits as "anonymous".
-        if NAME_RE.match(me := getpass.getuser()):
-            self.headers["X-Ddpq-User"] = me
-        if token:
-            self.headers["Authorization"] = f"Bearer {check_token(token)}"
+        # On the Unix socket the daemon knows who calls: no name, no token to send.
+        if not uses_socket(self.url):
+            # Without --auth the daemon takes this name on trust (and refuses one that is
+            # not a valid ddpq name); a local account such as `_svc` then submits as
+            # "anonymous".
+            if NAME_RE.match(me := getpass.getuser()):
+                self.headers["X-Ddpq-User"] = me
+            if token:
+                self.headers["Authorization"] = f"Bearer {check_token(token)}"
         self._http = Transport(self.url, self.headers, timeout)
 
     def close(self) -> None:
@@ -216,6 +264,24 @@ class JsonApi:
 
     def health(self) -> Data:
         data: Data = self._json("GET", "/healthz")
+        return data
+
+    def create_token(self, expires_s: float, note: str | None = None) -> Data:
+        """A token for yourself (through the daemon's Unix socket only); its secret is in
+        ``token``, this once."""
+        body: Data = {"expires_s": expires_s}
+        if note is not None:
+            body["note"] = note
+        data: Data = self._json("POST", "/v1/tokens", body=body)
+        return data
+
+    def tokens(self, everyone: bool = False) -> builtins.list[Data]:
+        params = {"all": "true"} if everyone else None
+        items: builtins.list[Data] = self._json("GET", "/v1/tokens", params=params)["items"]
+        return items
+
+    def revoke_token(self, token_id: int) -> Data:
+        data: Data = self._json("POST", f"/v1/tokens/{token_id}/revoke")
         return data
 
     def log(self, job_id: int, offset: int = 0, limit: int = 1024 * 1024) -> tuple[bytes, int]:

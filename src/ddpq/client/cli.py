@@ -23,8 +23,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from ddpq.client import sessions, sharing, usage
-from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi, find_token
+from ddpq.client import sessions, sharing, tokens, usage
+from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi, choose_url, find_token, uses_socket
 from ddpq.client.coercion import QuickCommand, QuickGroup
 from ddpq.client.draw import console, gpu_table, jobs_table, render_env, render_job
 from ddpq.core.states import TERMINAL, JobState
@@ -51,8 +51,9 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def client() -> JsonApi:
-    token = _OPTS["token"] or find_token()
-    return JsonApi(_OPTS["url"], token)
+    url = choose_url(_OPTS["url"])  # the Unix socket on this machine needs no token
+    token = None if uses_socket(url) else _OPTS["token"] or find_token()
+    return JsonApi(url, token)
 
 
 def print_json(data: Any) -> None:
@@ -62,7 +63,11 @@ def print_json(data: Any) -> None:
 @app.callback()
 def global_options(
     url: Annotated[
-        str | None, typer.Option(help=f"daemon URL (default $DDPQ_URL or {DEFAULT_URL})")
+        str | None,
+        typer.Option(
+            help="daemon URL, or unix:/path for its socket (default $DDPQ_URL, else the "
+            f"daemon's socket on this machine, else {DEFAULT_URL})"
+        ),
     ] = None,
     token: Annotated[str | None, typer.Option(help="API token (default $DDPQ_TOKEN)")] = None,
     debug: Annotated[bool, typer.Option(help="show tracebacks")] = False,
@@ -455,8 +460,9 @@ def login(
     token: Annotated[
         str | None,
         typer.Argument(
-            help="the token `ddpq admin user add` printed; better left out: an argument shows "
-            "in `ps` and your shell history, so paste it at the prompt or pipe it in"
+            help="the token `ddpq token create` (or the admin) printed; better left out: an "
+            "argument shows in `ps` and your shell history, so paste it at the prompt or pipe "
+            "it in"
         ),
     ] = None,
 ) -> None:
@@ -493,11 +499,20 @@ def _read_token() -> str:
 
 
 @app.command(cls=QuickCommand)
-def whoami() -> None:
-    """Who the daemon thinks you are."""
+def whoami(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Who the daemon thinks you are, how it knows (the Unix socket, a token), and which
+    path this client took."""
+    from ddpq.client.whoami import describe
+
     with client() as c:
-        me = c.whoami()
-    typer.echo(f"{_safe(me['name'])}{' (admin)' if me['admin'] else ''}")
+        me = {**c.whoami(), "url": c.url}
+    if as_json:
+        print_json(me)
+        return
+    typer.echo("\n".join(describe(me, me["url"])))
+
+
+app.add_typer(tokens.app, name="token")
 
 
 @app.command(cls=QuickCommand)

@@ -6,13 +6,15 @@ Not httpx, and not even ``http.client``: importing httpx costs ~100 ms, ``http.c
 answers with a ``Content-Length`` or chunked, one connection kept alive for the requests of
 one command, ``TCP_NODELAY`` (a request and its answer are one segment each way; waiting on
 delayed ACKs would cost 40 ms a request), timeouts, and a chunked stream for
-`ddpq logs -f`. Errors are the CLI's: ``Unreachable`` (exit 3) when the daemon cannot be
-reached or does not speak HTTP, ``api_error`` for an answer of 400 or more.
+`ddpq logs -f`; the same over the daemon's Unix socket (``unix:/path``), where the daemon
+knows the caller from the socket. Errors are the CLI's: ``Unreachable`` (exit 3) when the
+daemon cannot be reached or does not speak HTTP, ``api_error`` for an answer of 400 or more.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 from collections.abc import Iterator, Mapping
@@ -23,6 +25,9 @@ from ddpq import __version__
 from ddpq.client.errors import DdpqError, Unreachable, api_error
 
 Params = Mapping[str, str | int | list[str]]
+UNIX_SCHEME = "unix:"
+# The Host a request on the socket names: one the daemon's guard accepts (a loopback name).
+UNIX_HOST = "localhost"
 STREAM_CHUNK = 64 * 1024
 MAX_LINE = 64 * 1024  # a status or header line (uvicorn's are far shorter)
 MAX_HEADERS = 100
@@ -54,12 +59,16 @@ class Response:
 
 
 class Connection:
-    """One TCP (or TLS) connection to the daemon, read through a buffer."""
+    """One connection to the daemon, read through a buffer: TCP (or TLS), or the daemon's
+    Unix socket when ``unix`` names it."""
 
-    def __init__(self, host: str, port: int, https: bool, timeout: float | None) -> None:
-        sock = _connect(host, port, timeout)
+    def __init__(
+        self, host: str, port: int, https: bool, timeout: float | None, unix: str | None = None
+    ) -> None:
+        sock = _connect(host, port, timeout) if unix is None else _connect_unix(unix, timeout)
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if unix is None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if https:
                 import ssl  # only for https: ~10 ms to import
 
@@ -175,19 +184,51 @@ def _connect(host: str, port: int, timeout: float | None) -> socket.socket:
     raise error
 
 
+def _connect_unix(path: str, timeout: float | None) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def unix_path(url: str) -> str | None:
+    """The socket path of a ``unix:/path`` (or ``unix:///path``) URL; None for another URL."""
+    if not url.startswith(UNIX_SCHEME):
+        return None
+    path = url[len(UNIX_SCHEME) :]
+    return "/" + path.lstrip("/") if path.startswith("//") else path
+
+
 class Transport:
-    """Requests to one daemon over one kept-alive connection (a stream gets its own)."""
+    """Requests to one daemon over one kept-alive connection (a stream gets its own).
+
+    ``url`` is http://, https://, or unix:/path for the daemon's Unix socket on this
+    machine (where the daemon knows the caller from the socket itself)."""
 
     def __init__(self, url: str, headers: Mapping[str, str], timeout: float) -> None:
         self.url = url
-        try:
-            parts = urlsplit(url)
-            port = parts.port
-        except ValueError:
-            parts, port = None, None
+        self._unix = unix_path(url)
+        if self._unix is not None:
+            if not os.path.isabs(self._unix) or "\x00" in self._unix:
+                raise DdpqError(
+                    f"{url!r}: a socket is named by its absolute path, unix:/run/ddpq/ddpq.sock",
+                    exit_code=2,
+                )
+            parts, port = urlsplit(f"http://{UNIX_HOST}"), None
+        else:
+            try:
+                parts = urlsplit(url)
+                port = parts.port
+            except ValueError:
+                parts, port = None, None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise DdpqError(
-                f"{url!r} is not an http:// or https:// URL (--url, $DDPQ_URL)", exit_code=2
+                f"{url!r} is not an http://, https:// or unix:/path URL (--url, $DDPQ_URL)",
+                exit_code=2,
             )
         self._https = parts.scheme == "https"
         self._host = parts.hostname
@@ -198,6 +239,11 @@ class Transport:
         self._headers = {"User-Agent": f"ddpq/{__version__}", **headers}
         self._timeout = timeout
         self._conn: Connection | None = None
+
+    @property
+    def socket_path(self) -> str | None:
+        """The Unix socket this transport speaks on, or None for TCP."""
+        return self._unix
 
     def close(self) -> None:
         if self._conn is not None:
@@ -228,7 +274,7 @@ class Transport:
         """The body of a GET as it arrives, for as long as the daemon sends it: on a
         connection of its own, with no read timeout (a quiet job sends nothing)."""
         try:
-            conn = Connection(self._host, self._port, self._https, self._timeout)
+            conn = self._open()
         except CONNECTION_ERRORS as exc:
             raise self._unreachable(exc) from None
         try:
@@ -260,6 +306,17 @@ class Transport:
         return "\r\n".join([*lines, "", ""]).encode("latin-1") + body
 
     def _unreachable(self, exc: BaseException) -> Unreachable:
+        if self._unix is not None:
+            hint = (
+                "no daemon listens there (a socket left by one that was killed)"
+                if isinstance(exc, ConnectionRefusedError)
+                else "is `ddpq serve` running?"
+            )
+            return Unreachable(
+                f"cannot reach the ddpq daemon on the socket {self._unix} "
+                f"({type(exc).__name__}): {hint} (--url or DDPQ_URL for another)",
+                exit_code=3,
+            )
         return Unreachable(
             f"cannot reach the ddpq daemon at {self.url} ({type(exc).__name__}); "
             "is `ddpq serve` running? (set --url or DDPQ_URL)",
@@ -270,5 +327,8 @@ class Transport:
         if self._conn is not None and self._conn.closed_by_peer():
             self.close()
         if self._conn is None:
-            self._conn = Connection(self._host, self._port, self._https, self._timeout)
+            self._conn = self._open()
         return self._conn
+
+    def _open(self) -> Connection:
+        return Connection(self._host, self._port, self._https, self._timeout, self._unix)

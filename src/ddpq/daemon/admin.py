@@ -87,6 +87,14 @@ def user_add(
     typer.echo(token)
     where = f"Unix account {unix_user!r}" if unix_user else "no account (`ddpq admin user map`)"
     typer.echo(f"{name}: jobs under a root daemon run as {where}", err=True)
+    if unix_user != name and _account_exists(name):
+        # One namespace: the daemon's socket knows that account by this same name.
+        typer.echo(
+            f"ddpq: note: {name} is also a Unix account here, which the daemon's socket "
+            f"knows as {name}: it may act on this user's jobs (choose another name unless "
+            "they are the same person)",
+            err=True,
+        )
 
 
 def _check_account(unix_user: str) -> None:
@@ -100,6 +108,16 @@ def _check_account(unix_user: str) -> None:
         pwd.getpwnam(unix_user)
     except KeyError:
         fail(f"no Unix account {unix_user!r} on this host", 2)
+
+
+def _account_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _same_name_account(name: str) -> str | None:

@@ -108,6 +108,24 @@ SharedOpt = Annotated[
         "database and other jobs' files; tokens only keep honest users apart",
     ),
 ]
+SocketOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Unix socket to listen on too (0666): its callers are their Unix accounts, with "
+        "no token; 'none' for none  [default: ddpq.sock in the state folder]"
+    ),
+]
+AdminGroupOpt = Annotated[
+    str | None,
+    typer.Option(help="Unix group whose members are admins (root always is; 'none': root only)"),
+]
+RemoteAccountsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        help="let a token a local user made for themselves submit over TCP, the jobs running "
+        "as that user's account (without it such tokens watch, read and cancel)"
+    ),
+]
 PortsPerUserOpt = Annotated[
     int | None,
     typer.Option(help="rendezvous ports one user's jobs may hold at once (0: a quarter of them)"),
@@ -244,6 +262,9 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         stop_jobs: StopJobsOpt = None,
         allow_root: AllowRootOpt = None,
         shared_account: SharedOpt = None,
+        socket: SocketOpt = None,
+        admin_group: AdminGroupOpt = None,
+        remote_accounts: RemoteAccountsOpt = None,
         ports_per_user: PortsPerUserOpt = None,
         notify_url: NotifyUrlOpt = None,
         notify_allow_loopback: NotifyLoopbackOpt = None,

@@ -11,7 +11,10 @@ import threading
 from typing import TYPE_CHECKING
 
 from ddpq.config import ConfigError, Settings
+from ddpq.core.names import SYSTEM_SOCKET
 from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
+from ddpq.daemon.unix_socket import UnixListener, closed_to_others, listen_unix
+from ddpq.server import identity
 from ddpq.store.db import migrate
 
 if TYPE_CHECKING:
@@ -99,6 +102,48 @@ def _start_janitor(settings: Settings) -> tuple[Janitor, threading.Thread] | Non
     return janitor, thread
 
 
+def _say_who_is_trusted(settings: Settings) -> None:
+    """The trust mode, before the API listens: whom the API believes, and why."""
+    if not settings.auth:
+        log.warning(
+            "no --auth: a mode for a single-user machine. Over TCP the API believes whatever "
+            "user name a client sends and every caller is an admin; every job runs as this "
+            "daemon's account (%s). On a shared machine use --auth: local users then need "
+            "no token (the Unix socket knows who they are)",
+            getpass.getuser(),
+        )
+        return
+    group = settings.admin_group
+    if group is None:
+        log.info("admins: root, and users made with `ddpq admin user add --admin`")
+    elif not identity.group_exists(group):
+        log.info(
+            "admins: root and users made with --admin (the admin group %r does not exist: "
+            "`groupadd %s` and add members to have more, or set admin_group)",
+            group,
+            group,
+        )
+    else:
+        log.info("admins: root, members of the Unix group %r, users made with --admin", group)
+
+
+def _say_where_the_socket_is(settings: Settings, listener: UnixListener | None) -> None:
+    path = settings.socket_file
+    if listener is None or path is None:
+        return
+    shut = closed_to_others(path)
+    if shut:
+        log.warning(
+            "%s is not open to other accounts (no search permission on %s): only this "
+            "account can use the socket; choose another with --socket (e.g. %s)",
+            path,
+            shut[0],
+            SYSTEM_SOCKET,
+        )
+    how = "each caller is their Unix account, no token" if settings.auth else "no-auth"
+    log.info("API on the Unix socket %s (%s)", path, how)
+
+
 def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     settings.validate(runs_jobs=worker, listens=api)
     setup_logging()
@@ -116,6 +161,7 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
         )
     migrate(settings.db_path)
     sock = listen_socket(settings.host, settings.port) if api else None
+    unix = listen_unix(settings.socket_file) if api and settings.socket_file else None
     lock = worker_lock(settings.home) if worker else None
     agent: Worker | None = None
     thread: threading.Thread | None = None
@@ -130,6 +176,9 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             *settings.port_range,
         )
         log.info("worker: %s", agent.executor.describe())
+    if api:  # after the worker: a setting it refuses stays the only line of a failed start
+        _say_who_is_trusted(settings)
+        _say_where_the_socket_is(settings, unix)
     # Beside the worker, not in its pass: a receiver that hangs never delays scheduling.
     notifier = _start_notifier(settings) if worker else None
     janitor = _start_janitor(settings) if worker else None
@@ -143,11 +192,12 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             # uvicorn with a header deadline and a connection bound (slowloris).
             config = http_config(create_app(settings))
             log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
+            listening = [sock] if unix is None else [sock, unix.sock]
             # uvicorn re-raises the signal that stopped it once it is done; with
             # the default handler that would kill us before the worker is stopped.
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: None)
-            uvicorn.Server(config).run(sockets=[sock])
+            uvicorn.Server(config).run(sockets=listening)
         else:
             stop = threading.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -155,6 +205,8 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             while not stop.wait(3600):
                 pass
     finally:
+        if unix is not None:
+            unix.close()
         if janitor is not None:
             janitor[0].stop()
             janitor[1].join(timeout=5)  # a pass half done is finished by the next daemon

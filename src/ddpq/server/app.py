@@ -25,6 +25,7 @@ from ddpq.server.routes import (
     progress,
     reservations,
     sweeps,
+    tokens,
     usage,
 )
 from ddpq.store.db import Database
@@ -39,6 +40,7 @@ ROUTERS = (
     devices.router,
     usage.router,
     reservations.router,
+    tokens.router,
 )
 
 

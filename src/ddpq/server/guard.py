@@ -19,6 +19,12 @@ shows may send requests to ``127.0.0.1``. Three checks, on every request:
   ``multipart/form-data``, ``text/plain``) without asking the server first; those get 415.
   The ``ddpq`` CLI's POSTs without a body carry no content type and pass.
 
+On the Unix socket the same checks apply, and a request that carries what only a browser
+sends (``Origin``, ``Sec-Fetch-*``) is refused: a browser cannot connect to a socket, but a
+local proxy could carry its requests there, as the proxy's account. Such a request has no
+TCP peer and no server address in its scope; nothing here needs one (``_host_ok`` falls
+back to names).
+
 And one bound: a request body is at most ``MAX_BODY_BYTES`` (413 beyond), counted as it
 arrives, so a chunked body without a length is bounded too. The schemas' own bounds
 apply only after the whole body has been read and parsed; this one comes first.
@@ -35,8 +41,12 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ddpq.server.peer import peer_of
+
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Sent by browsers (Fetch Metadata, CORS) and by no program of ddpq's.
+BROWSER_HEADERS = ("origin", "sec-fetch-site", "sec-fetch-mode", "sec-fetch-dest")
 DEFAULT_PORT = {"http": 80, "https": 443}
 # Far above the largest valid submission (a 256 KiB environment, a 64 KiB command, a
 # sweep's parameters), far below what would hurt the daemon to hold and parse.
@@ -107,6 +117,18 @@ class RequestGuard:
             # Latin-1, as HTTP defines header bytes; a repeated header keeps its first value
             # here, and a repeated Host is refused below.
             headers.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
+        if peer_of(scope) is not None:
+            # The Unix socket: no browser connects to one, but a local proxy or tunnel
+            # (socat, ssh -L) can carry a page's request there, which would then act as
+            # whoever runs the proxy. What only browsers send is refused outright.
+            sent = [name for name in BROWSER_HEADERS if name in headers]
+            if sent:
+                return (
+                    403,
+                    "browser",
+                    f"the Unix socket serves programs on this machine, not browsers "
+                    f"({sent[0]} sent); the web page is on the TCP port",
+                )
         hosts = [v for k, v in scope["headers"] if k.lower() == b"host"]
         if len(hosts) > 1:
             return 400, "bad_host", "more than one Host header"

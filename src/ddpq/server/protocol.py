@@ -1,4 +1,5 @@
-"""uvicorn's HTTP/1.1 protocol with the two bounds it lacks: header time and connections.
+"""uvicorn's HTTP/1.1 protocol with the two bounds it lacks (header time and connections),
+and, on the Unix socket, the caller's credentials in each request's scope (``server.peer``).
 
 uvicorn waits for a request's headers for ever, so a client that opens connections and
 never finishes a request line (slowloris) holds them as long as it likes, until the
@@ -29,6 +30,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ddpq.config import ConfigError
+from ddpq.server.peer import read_peer_credentials, with_peer
 
 log = logging.getLogger("ddpq.server")
 
@@ -60,6 +62,10 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # A connection on the Unix socket: its requests carry the caller's uid (server.peer).
+        peer = read_peer_credentials(transport.get_extra_info("socket"))
+        if peer is not None:
+            self.app = with_peer(self.app, peer)
         if len(self.connections) > self.max_connections and not self._make_room():
             self.connections.discard(self)
             transport.write(_BUSY)

@@ -50,6 +50,7 @@ class NewJob:
     preempt_signal: str = "USR1"
     interactive: bool = False  # a session (ddpq shell): its shim holds a terminal
     idle_s: float | None = None  # a session's idle limit (core.interactive); None: never
+    run_as: str | None = None  # the Unix account the submission proved (models.Job.run_as)
     nodes: int = 1
     gpus_per_node: int | None = None
     partition: str | None = None
@@ -112,6 +113,7 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
         "preemptions": 0,
         "interactive": spec.interactive,
         "idle_s": spec.idle_s,
+        "run_as": spec.run_as,
         "nodes": spec.nodes,
         "gpus_per_node": spec.gpus_per_node,
         "partition": spec.partition,
@@ -486,3 +488,15 @@ def set_progress(session: Session, job: Job, progress: dict[str, Any]) -> None:
 def count_by_state(session: Session) -> dict[JobState, int]:
     rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
     return {state: n for state, n in rows}
+
+
+def run_as_accounts(session: Session, job_ids: Iterable[int]) -> dict[int, str]:
+    """job id -> the Unix account its submission proved (``Job.run_as``), for those that have
+    one; the others run as their owner's mapped account."""
+    ids = list(job_ids)
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(Job.id, Job.run_as).where(Job.id.in_(ids), Job.run_as.is_not(None))
+    )
+    return {job_id: account for job_id, account in rows if account}

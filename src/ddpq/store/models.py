@@ -109,6 +109,10 @@ class Job(Base):
     )
     sweep_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     sweep_params: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    # The Unix account the job runs as under a root daemon with --auth, when the request
+    # that submitted it proved it: the caller of the Unix socket (SO_PEERCRED), or a token
+    # that account made for itself. None: the account its owner is mapped to (users.unix_user).
+    run_as: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     # Sharing GPUs by memory (core.sharing): the bytes it reserves on each GPU (None: it
     # takes them whole), or ``auto`` (learned from earlier runs); at most this many jobs on
@@ -332,6 +336,23 @@ class User(Base):
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     unix_user: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class Token(Base):
+    """A token a Unix account made for itself through the socket (`ddpq token create`), to
+    be that account over TCP until it expires or is revoked. Stored as a SHA-256 hash."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # The account's name and uid when it made the token: the token stops working if the
+    # name comes to mean another uid (the account removed, another made under its name).
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    owner_uid: Mapped[int] = mapped_column(Integer)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    note: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
 
 
 class DeviceSnapshot(Base):

@@ -105,6 +105,7 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
         "preemptible": job.preemptible,
         "preempt_signal": job.preempt_signal,
         "preemptions": 0,
+        "run_as": job.run_as,
         "nodes": job.nodes,
         "gpus_per_node": job.gpus_per_node,
         "partition": job.partition,

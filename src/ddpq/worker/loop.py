@@ -279,6 +279,7 @@ class Worker:
                 s, self.inventory.usable(), self._woke_at, now, self.inventory.measured
             )
             mapped = user_store.unix_accounts(s, {job.owner for job in leased})
+            proven = job_store.run_as_accounts(s, [job.job_id for job in leased])
         self._exits.clear()  # committed
         if not leased:
             return
@@ -296,7 +297,8 @@ class Worker:
                 cwd=job.cwd,
                 env=job.env,
                 owner=job.owner,
-                unix_account=mapped.get(job.owner),
+                # The account the submission proved (the socket's caller) comes first.
+                unix_account=proven.get(job.job_id) or mapped.get(job.owner),
                 preempt_signal=job.preempt_signal,
                 interactive=job.interactive,
                 nodes=job.nodes,

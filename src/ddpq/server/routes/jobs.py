@@ -27,7 +27,7 @@ from ddpq.schemas import (
     derive_name,
 )
 from ddpq.server import paths, views
-from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, may_touch
+from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, may_touch, proven_account
 from ddpq.server.errors import CONFLICT, WRITE_ERRORS, ApiError
 from ddpq.server.params import JobId, Offset
 from ddpq.store import devices as device_store
@@ -66,7 +66,10 @@ def job_spec(
     ``command``: given by a sweep, which builds (and checks) each member's own; otherwise
     the body's command, or its workload's resolved with the workload's own parser.
     """
-    owner = who.name if settings.auth else (body.owner or who.name)
+    # On the socket, and with --auth, the caller is who they proved to be: a body's
+    # "owner" is believed only from TCP callers without --auth (who could name anyone).
+    owner = who.name if settings.auth or who.via == "socket" else (body.owner or who.name)
+    run_as = proven_account(who, settings)
     if body.priority > USER_PRIORITY_MAX and not who.admin:
         raise ApiError(
             403,
@@ -109,7 +112,7 @@ def job_spec(
         if body.workload is not None:
             command = workload_command(body.workload, body.args)
     if body.cwd is not None:
-        check_cwd(settings, db, body.cwd, owner)
+        check_cwd(settings, db, body.cwd, owner, run_as)
     cwd = body.cwd or str(settings.home)
     name = body.name or derive_name(body.workload or command[0])
     idle_s = None
@@ -143,6 +146,7 @@ def job_spec(
         mem_key=memory_store.mem_key(body.name, command),
         interactive=body.interactive,
         idle_s=idle_s,
+        run_as=run_as,
         nodes=body.nodes,
         gpus_per_node=body.gpus_per_node,
         partition=body.partition,
@@ -186,17 +190,22 @@ def check_gpus(
         )
 
 
-def check_cwd(settings: Settings, db: Database, cwd: str, owner: str) -> None:
+def check_cwd(
+    settings: Settings, db: Database, cwd: str, owner: str, run_as: str | None = None
+) -> None:
     """Refuse a working directory the job could not enter, without revealing more.
 
-    A root daemon with --auth runs the job as its owner's mapped account, so it judges
-    the path as that account would (missing and out of reach read the same); without a
-    mapping the launch refuses the job anyway. Otherwise jobs run as the daemon's own
-    account (without --auth every caller is trusted with it), which the kernel asks.
+    A root daemon with --auth runs the job as the account its submission proved
+    (``run_as``) or else its owner's mapped account, so it judges the path as that account
+    would (missing and out of reach read the same); without either the launch refuses the
+    job anyway. Otherwise jobs run as the daemon's own account (without --auth every
+    caller is trusted with it), which the kernel asks.
     """
     if settings.auth and os.geteuid() == 0:
-        with db.read() as s:
-            mapped = user_store.unix_accounts(s, {owner}).get(owner)
+        mapped = run_as
+        if mapped is None:
+            with db.read() as s:
+                mapped = user_store.unix_accounts(s, {owner}).get(owner)
         account = paths.account(mapped) if mapped else None
         if account is None:
             return

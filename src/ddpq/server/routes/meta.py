@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import time
 from pathlib import Path
 from typing import Any
@@ -11,11 +13,15 @@ from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, Field
 
 from ddpq import __version__
+from ddpq.config import Settings
 from ddpq.core import states
 from ddpq.core.states import JobState
 from ddpq.server import metrics as prometheus
-from ddpq.server.deps import Auth, DatabaseDep, SettingsDep
+from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, slurm_refusal
 from ddpq.store import jobs as job_store
+from ddpq.store import tokens as token_store
+from ddpq.store import users as user_store
+from ddpq.store.db import Database
 
 router = APIRouter()
 
@@ -32,8 +38,44 @@ def healthz(db: DatabaseDep) -> dict[str, Any]:
 
 
 @router.get("/v1/whoami", tags=["meta"])
-def whoami(who: Auth, settings: SettingsDep) -> dict[str, Any]:
-    return {"name": who.name, "admin": who.admin, "auth": settings.auth}
+def whoami(who: Auth, settings: SettingsDep, db: DatabaseDep) -> dict[str, Any]:
+    """Who the daemon takes the caller for, how it knows (``via``), and as which Unix
+    account the caller's jobs would run (``runs_as``; None: they would fail to launch)."""
+    out: dict[str, Any] = {
+        "name": who.name,
+        "admin": who.admin,
+        "auth": settings.auth,
+        "via": who.via,
+        "account": who.account,
+        "uid": who.uid,
+        "runs_as": runs_as(who, settings, db),
+    }
+    if who.via == "socket" and (why := slurm_refusal(who, settings)) is not None:
+        out["runs_no_job"] = why  # whoami says why instead of blaming a mapping
+    if who.token_id is not None:
+        with db.read() as s:
+            token = token_store.by_id(s, who.token_id)
+        out["token"] = {"id": who.token_id, "expires_at": token.expires_at if token else None}
+    return out
+
+
+def runs_as(who: Caller, settings: Settings, db: Database) -> str | None:
+    """As ``job_spec`` and the worker would choose it, without refusing anything."""
+    if not settings.auth or os.geteuid() != 0:
+        return _name_of(os.geteuid())  # jobs run as the daemon's own account
+    if who.via == "socket" or (who.via == "account_token" and settings.remote_accounts):
+        return None if slurm_refusal(who, settings) else who.account
+    if who.via == "account_token":
+        return None
+    with db.read() as s:
+        return user_store.unix_accounts(s, {who.name}).get(who.name)
+
+
+def _name_of(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 class StatesOut(BaseModel):
