@@ -417,6 +417,16 @@ class SweepSubmit(BaseModel):
         return self
 
 
+class NotificationOut(BaseModel):
+    """One attempt to deliver the job's end, or the sweep's (the URL is not shown: it may
+    hold a secret)."""
+
+    attempt: int
+    at: datetime
+    status: int | None
+    error: str
+
+
 class SweepOut(BaseModel):
     id: int
     name: str
@@ -451,6 +461,12 @@ class SweepDetail(SweepOut):
     gpus: int
     sort: str | None = Field(description="the metric the members are sorted by, if any")
     members: list[SweepMember]
+    notify: bool = Field(
+        default=False, description="a URL is set to POST one message to once every member ended"
+    )
+    notifications: list[NotificationOut] = Field(
+        default_factory=list, description="each attempt to deliver that message"
+    )
 
 
 class SweepList(BaseModel):
@@ -542,15 +558,6 @@ class JobOut(BaseModel):
     after_sweeps: list[int] = Field(default_factory=list)
     sweep_id: int | None = Field(default=None, description="the sweep this job is a member of")
     sweep_index: int | None = Field(default=None, description="its index in that sweep")
-
-
-class NotificationOut(BaseModel):
-    """One attempt to deliver the job's end (the URL is not shown: it may hold a secret)."""
-
-    attempt: int
-    at: datetime
-    status: int | None
-    error: str
 
 
 class JobDetail(JobOut):
