@@ -467,6 +467,7 @@ def test_a_daemon_posts_a_jobs_end_to_its_default_url_and_shows_the_attempt(
     shown = c.show(job.id)
     assert shown.notify and [n.status for n in shown.notifications] == [200]
     assert receiver.got[0]["exit_code"] == 3 and receiver.got[0]["job_id"] == job.id
+    assert "delivered (HTTP 200)" in d.cli("show", str(job.id)).stdout
     # The URL may hold a webhook's secret: not in what the API serves, nor in the log.
     assert receiver.url not in shown.model_dump_json()
     assert receiver.url not in (d.home / "daemon.log").read_text()

@@ -161,7 +161,8 @@ class JobSubmit(BaseModel):
     notify: Text | None = Field(
         default=None,
         description="an http(s) URL to POST a JSON message to when the job ends (Slack and "
-        "Mattermost webhooks show its `text`); default: the daemon's --notify-url",
+        "Mattermost webhooks show its `text`); in a sweep's template, one message once "
+        "every member has ended; default: the daemon's --notify-url",
     )
     # Only where the daemon runs jobs on Slurm (`--executor slurm`, docs/slurm.md).
     nodes: int = Field(

@@ -86,7 +86,7 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
     ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
     from rich.text import Text
 
-    from ddpq.client.format import plain, progress_line, sanitize, when
+    from ddpq.client.format import notify_lines, plain, progress_line, sanitize, when
     from ddpq.core.units import human_duration
 
     j = as_data(job)
@@ -133,6 +133,8 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
         line(f"  progress   {sanitize(progress_line(j['progress']))}")
     if j["job_dir"]:
         line(f"  folder     {safe(j['job_dir'])}")
+    for notified in notify_lines(j, "one message, once it has ended"):
+        line(notified)
     con.print(plain("history", "bold"))
     for e in j.get("events", []):
         at = f"{when(e['at']).astimezone():%Y-%m-%d %H:%M:%S}"

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddpq.client.format import Data, sanitize, text
+from ddpq.client.format import Data, notify_lines, sanitize, text
 
 SWEEP_PREFIX = "s"
 
@@ -152,7 +152,7 @@ def render_sweep(sw: Data) -> None:
     swept = sw["array"] if sw.get("array") else ", ".join(sw["params"])
     con.print(Text(f"  swept      {sanitize(text(swept))}  ({sw['size']} members)"))
     con.print(Text(f"  states     {counts_text(sw['counts'])}"))
-    for line in notify_lines(sw):
+    for line in notify_lines(sw, "one message, once every member has ended"):
         con.print(Text(line))
     metric = (sw.get("sort") or "").lstrip("-")
     names = list(sw["params"]) if sw["params"] else ["index"]
@@ -170,26 +170,6 @@ def render_sweep(sw: Data) -> None:
         row.append(plain(_metrics_text(metrics)))
         table.add_row(*row)
     con.print(table)
-
-
-def notify_lines(sw: Data) -> list[str]:
-    """The sweep's one message: that it is owed, or each attempt to deliver it."""
-    from ddpq.client.format import when
-
-    if not sw.get("notify"):
-        return []
-    sent = sw.get("notifications") or []
-    if not sent:
-        return ["  notify     one message, once every member has ended"]
-    lines: list[str] = []
-    for n in sent:
-        at = f"{when(n['at']).astimezone():%Y-%m-%d %H:%M:%S}"
-        status = n.get("status")
-        ok = isinstance(status, int) and 200 <= status < 300
-        outcome = f"delivered (HTTP {status})" if ok else sanitize(text(n.get("error")))
-        label = "notify    " if not lines else "          "
-        lines.append(f"  {label} #{n['attempt']} {at}  {outcome}")
-    return lines
 
 
 def _metrics_text(metrics: dict[str, Any]) -> str:
