@@ -98,12 +98,13 @@ def test_a_sweeps_message_counts_its_members_and_names_the_best() -> None:
     members = [
         member(0, S, {"epoch": 5, "test_acc": 0.81}, lr="0.05"),
         member(1, S, {"epoch": 5, "test_acc": 0.93}, lr="0.1"),
-        member(2, F, {"epoch": 2, "test_acc": 0.93}, lr="0.2"),  # as good, but later
-        member(3, C, None, lr="0.4"),
+        member(2, S, {"epoch": 5, "test_acc": 0.93}, lr="0.2"),  # as good, but later
+        member(3, F, {"epoch": 2, "test_acc": 0.99}, lr="0.3"),  # not a result: it failed
+        member(4, C, None, lr="0.4"),
     ]
-    sent = sweep_message(SweepEnded(4, "lr-scan", "alice", 4, members))
-    assert sent["sweep_id"] == 4 and sent["size"] == 4
-    assert sent["counts"] == {"succeeded": 2, "failed": 1, "cancelled": 1}
+    sent = sweep_message(SweepEnded(4, "lr-scan", "alice", 5, members))
+    assert sent["sweep_id"] == 4 and sent["size"] == 5
+    assert sent["counts"] == {"succeeded": 3, "failed": 1, "cancelled": 1}
     assert sent["best"] == {
         "metric": "test_acc",
         "value": 0.93,
@@ -114,10 +115,18 @@ def test_a_sweeps_message_counts_its_members_and_names_the_best() -> None:
         "metrics": {"epoch": 5, "test_acc": 0.93},
     }
     assert sent["text"] == (
-        "ddpq: sweep s4 (lr-scan) of alice ended: 2 succeeded, 1 failed, 1 cancelled; "
+        "ddpq: sweep s4 (lr-scan) of alice ended: 3 succeeded, 1 failed, 1 cancelled; "
         "best test_acc 0.93: lr=0.1 (job 101)"
     )
     json.dumps(sent, allow_nan=False)
+
+
+def test_with_no_run_succeeded_the_best_is_ranked_among_all() -> None:
+    timed_out = JobState.TIMED_OUT
+    members = [member(0, timed_out, {"test_acc": 0.6}), member(1, F, {"test_acc": 0.7})]
+    members.append(member(2, S, {"epoch": 1}))  # succeeded, but wrote no accuracy
+    sent = sweep_message(SweepEnded(5, "a", "bob", 3, members))
+    assert (sent["best"]["index"], sent["best"]["state"]) == (1, "failed")
 
 
 def test_a_loss_ranks_lowest_first_and_an_array_names_the_index() -> None:

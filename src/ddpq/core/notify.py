@@ -135,12 +135,18 @@ def _number(progress: Mapping[str, Any] | None, key: str) -> float | None:
 
 def best_member(members: Sequence[MemberEnded]) -> tuple[str, MemberEnded] | None:
     """The metric that ranks the members and the best of them by it (the lowest index
-    among equals), or None when no member has any of ``RANKING_METRICS``."""
+    among equals), or None when no member has any of ``RANKING_METRICS``.
+
+    Those that succeeded are ranked first: a failed or cancelled run's last record is not
+    its result. Only when none of them has the metric are all the members ranked (a sweep
+    whose every run hit its time limit still has a best)."""
+    finished = [m for m in members if m.state is JobState.SUCCEEDED]
     for metric, higher_is_better in RANKING_METRICS:
-        scored = [(v, m) for m in members if (v := _number(m.progress, metric)) is not None]
-        if scored:
-            sign = 1.0 if higher_is_better else -1.0
-            return metric, max(scored, key=lambda vm: (sign * vm[0], -vm[1].index))[1]
+        for pool in (finished, members):
+            scored = [(v, m) for m in pool if (v := _number(m.progress, metric)) is not None]
+            if scored:
+                sign = 1.0 if higher_is_better else -1.0
+                return metric, max(scored, key=lambda vm: (sign * vm[0], -vm[1].index))[1]
     return None
 
 
