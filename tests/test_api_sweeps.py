@@ -24,6 +24,7 @@ from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database
+from ddpq.store.models import Sweep
 from tests.inprocess import make_client
 
 
@@ -141,6 +142,23 @@ def test_a_commands_placeholders_are_filled_and_an_arrays_index_given(
         (8, ["run", "8"]),
     ]
     assert [stored(home, m["id"])[1]["DDPQ_SWEEP_INDEX"] for m in members] == ["0", "4", "8"]
+
+
+def test_a_sweeps_url_is_the_sweeps_alone_and_never_served(api: TestClient, home: Path) -> None:
+    url = "https://hooks.example.org/services/T0/B0/SECRET"
+    body = {"template": {"command": ["true"], "notify": url}, "array": "0-2"}
+    r = post(api, "/v1/sweeps", body)
+    assert r.status_code == 201, r.text
+    shown = get(api, f"/v1/sweeps/{r.json()['id']}")
+    assert shown["notify"] is True and shown["notifications"] == []
+    members = [get(api, f"/v1/jobs/{m['id']}") for m in shown["members"]]
+    assert [m["notify"] for m in members] == [False] * 3  # a member sends nothing of its own
+    assert "SECRET" not in json.dumps([shown, members])
+    with Database(home / "ddpq.db").read() as s:  # one copy of the secret: the sweep's
+        sweep = s.get(Sweep, r.json()["id"])
+        assert sweep is not None and sweep.notify_url == url and "notify" not in sweep.template
+    plain = post(api, "/v1/sweeps", {"template": {"command": ["true"]}, "array": "0-1"})
+    assert get(api, f"/v1/sweeps/{plain.json()['id']}")["notify"] is False
 
 
 def test_a_thousand_member_array_is_one_call(api: TestClient) -> None:

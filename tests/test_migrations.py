@@ -9,6 +9,7 @@ import pytest
 from alembic import command
 
 from ddpq.core.states import ATTEMPT_ONLY, JobState
+from ddpq.store import notifications as notification_store
 from ddpq.store.db import Database, alembic_config, migrate
 from ddpq.store.jobs import get_job
 
@@ -325,4 +326,91 @@ def test_sessions_upgrade_keeps_jobs_as_batch_jobs_and_downgrade_keeps_sessions_
         assert "CHECK" in _table_sql(conn, "jobs")
     assert not {"interactive", "idle_s", "idle_since", "idle_warned_at"} & columns
     assert states == {batch: "running", session: "running"}
+    migrate(path)  # and up again
+
+
+def _member(conn: sqlite3.Connection, sweep_id: int, index: int, state: str) -> int:
+    job_id = _insert_job(conn, state)
+    conn.execute(
+        "UPDATE jobs SET sweep_id = ?, sweep_index = ?, sweep_params = '{}' WHERE id = ?",
+        (sweep_id, index, job_id),
+    )
+    return job_id
+
+
+def test_sweep_notify_upgrade_hands_a_sweeps_owed_url_over_and_downgrade_gives_it_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    url, told = "http://hooks.lab/a", "http://hooks.lab/told"
+    _at(path, "0009c")
+    with sqlite3.connect(path) as conn:
+        for name in ("under-way", "told", "quiet"):
+            conn.execute(
+                "INSERT INTO sweeps (name, owner, submitted_at, template, params, array, size) "
+                "VALUES (?, 'alice', 1.0, '{}', '{}', '0-1', 2)",
+                (name,),
+            )
+        # Before: every member carried its sweep's URL and sent its own message.
+        running = _member(conn, 1, 0, "running")
+        ended = _member(conn, 1, 1, "succeeded")
+        conn.execute("UPDATE jobs SET notify_url = ? WHERE sweep_id = 1", (url,))
+        done = [_member(conn, 2, i, "failed") for i in range(2)]
+        conn.execute(
+            "UPDATE jobs SET notify_url = ?, notify_done_at = 5.0 WHERE sweep_id = 2", (told,)
+        )
+        conn.execute(
+            "INSERT INTO notifications (job_id, attempt, at, status, error) "
+            "VALUES (?, 1, 5.0, 200, '')",
+            (done[0],),
+        )
+        quiet = _member(conn, 3, 0, "queued")
+        plain = _insert_job(conn, "succeeded")
+        conn.execute("UPDATE jobs SET notify_url = ? WHERE id = ?", (url, plain))
+    _at(path, "0010n")
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA foreign_keys=ON")
+        sweeps = conn.execute("SELECT id, notify_url, notify_done_at FROM sweeps ORDER BY id")
+        # The sweep under way sends one message at its end; the told one owes nothing.
+        assert sweeps.fetchall() == [(1, url, None), (2, None, None), (3, None, None)]
+        urls = dict(conn.execute("SELECT id, notify_url FROM jobs"))
+        assert (urls[running], urls[ended], urls[quiet], urls[plain]) == (None, None, None, url)
+        assert urls[done[0]] == told  # its delivery stays in its history
+        conn.execute(
+            "INSERT INTO notifications (sweep_id, attempt, at, status, error) "
+            "VALUES (1, 1, 6.0, 500, 'HTTP 500')"
+        )
+        for job_id, sweep_id in ((None, None), (plain, 1)):  # of exactly one
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
+                conn.execute(
+                    "INSERT INTO notifications (job_id, sweep_id, attempt, at, error) "
+                    "VALUES (?, ?, 1, 1.0, '')",
+                    (job_id, sweep_id),
+                )
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute(
+                "INSERT INTO notifications (sweep_id, attempt, at, error) VALUES (99, 1, 1.0, '')"
+            )
+        assert "CHECK" in _table_sql(conn, "jobs")
+    migrate(path)  # and the newest schema reads it
+    db = Database(path)
+    with db.read() as s:
+        assert [o.sweep_id for o in notification_store.owed_sweeps(s)] == []  # one runs
+        assert [a.error for a in notification_store.sweep_attempts_of(s, [1])[1]] == ["HTTP 500"]
+    db.dispose()
+    command.downgrade(alembic_config(path), "0009c")
+    with sqlite3.connect(path) as conn:
+        # Back to a message per member for the sweep still owing one; its own attempts go.
+        urls = dict(conn.execute("SELECT id, notify_url FROM jobs"))
+        assert (urls[running], urls[ended], urls[quiet], urls[plain]) == (url, url, None, url)
+        assert conn.execute("SELECT job_id, status FROM notifications").fetchall() == [
+            (done[0], 200)
+        ]
+        assert {r[1] for r in conn.execute("PRAGMA table_info(sweeps)")} >= {"name", "size"}
+        assert not {"notify_url", "notify_done_at"} & {
+            r[1] for r in conn.execute("PRAGMA table_info(sweeps)")
+        }
+        with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
+            conn.execute("INSERT INTO notifications (attempt, at, error) VALUES (1, 1.0, '')")
+        assert "CHECK" in _table_sql(conn, "jobs")
     migrate(path)  # and up again

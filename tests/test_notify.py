@@ -13,12 +13,22 @@ from typing import Any
 
 import pytest
 
-from ddpq.core.notify import Ended, check_url, message, next_attempt_at
+from ddpq.core.notify import (
+    Ended,
+    MemberEnded,
+    SweepEnded,
+    check_url,
+    message,
+    next_attempt_at,
+    sweep_message,
+)
 from ddpq.core.states import JobState
 from ddpq.daemon import webhook
 from ddpq.daemon.notifier import Notifier
 from ddpq.schemas import JobSubmit
+from ddpq.store import jobs as job_store
 from ddpq.store import notifications as notification_store
+from ddpq.store import sweeps as sweep_store
 from tests.helpers import Daemon, wait_done, wait_for
 from tests.worker.rig import Rig, make_rig
 
@@ -73,6 +83,86 @@ def test_the_message_has_the_facts_and_a_text_line_for_chat() -> None:
     assert sent["text"].startswith("ddpq: job 7 (exp1) of alice succeeded: exit code 0")
     assert "test_acc 0.91" in sent["text"]
     json.dumps(sent, allow_nan=False)  # valid JSON for any receiver
+
+
+S, F, C = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED
+
+
+def member(
+    index: int, state: JobState, progress: dict[str, Any] | None, **params: str
+) -> MemberEnded:
+    return MemberEnded(100 + index, index, params, state, progress)
+
+
+def test_a_sweeps_message_counts_its_members_and_names_the_best() -> None:
+    members = [
+        member(0, S, {"epoch": 5, "test_acc": 0.81}, lr="0.05"),
+        member(1, S, {"epoch": 5, "test_acc": 0.93}, lr="0.1"),
+        member(2, S, {"epoch": 5, "test_acc": 0.93}, lr="0.2"),  # as good, but later
+        member(3, F, {"epoch": 2, "test_acc": 0.99}, lr="0.3"),  # not a result: it failed
+        member(4, C, None, lr="0.4"),
+    ]
+    sent = sweep_message(SweepEnded(4, "lr-scan", "alice", 5, members))
+    assert sent["sweep_id"] == 4 and sent["size"] == 5
+    assert sent["counts"] == {"succeeded": 3, "failed": 1, "cancelled": 1}
+    assert sent["best"] == {
+        "metric": "test_acc",
+        "value": 0.93,
+        "job_id": 101,
+        "index": 1,
+        "state": "succeeded",
+        "params": {"lr": "0.1"},
+        "metrics": {"epoch": 5, "test_acc": 0.93},
+    }
+    assert sent["text"] == (
+        "ddpq: sweep s4 (lr-scan) of alice ended: 3 succeeded, 1 failed, 1 cancelled; "
+        "best test_acc 0.93: lr=0.1 (job 101)"
+    )
+    json.dumps(sent, allow_nan=False)
+
+
+def test_with_no_run_succeeded_the_best_is_ranked_among_all() -> None:
+    timed_out = JobState.TIMED_OUT
+    members = [member(0, timed_out, {"test_acc": 0.6}), member(1, F, {"test_acc": 0.7})]
+    members.append(member(2, S, {"epoch": 1}))  # succeeded, but wrote no accuracy
+    sent = sweep_message(SweepEnded(5, "a", "bob", 3, members))
+    assert (sent["best"]["index"], sent["best"]["state"]) == (1, "failed")
+
+
+def test_a_loss_ranks_lowest_first_and_an_array_names_the_index() -> None:
+    members = [member(0, S, {"test_loss": 0.4}), member(1, S, {"test_loss": 0.2})]
+    sent = sweep_message(SweepEnded(2, "a", "bob", 2, members))
+    assert sent["best"]["metric"] == "test_loss" and sent["best"]["index"] == 1
+    assert sent["text"].endswith("best test_loss 0.2: index 1 (job 101)")
+
+
+# What members write is theirs: words, booleans, nulls, infinities (core.untrusted makes
+# those null, but the message must not trust that) where a number is expected.
+NOT_NUMBERS: list[Any] = ["0.99", True, None, float("inf"), float("nan"), [1], {"a": 1}]
+
+
+@pytest.mark.parametrize("bad", NOT_NUMBERS, ids=repr)
+def test_a_metric_that_is_not_a_finite_number_ranks_nobody(bad: Any) -> None:
+    members = [member(0, S, {"test_acc": bad}), member(1, F, {"test_acc": 0.5})]
+    assert sweep_message(SweepEnded(1, "a", "bob", 2, members))["best"]["index"] == 1
+    alone = sweep_message(SweepEnded(1, "a", "bob", 1, [member(0, S, {"test_acc": bad})]))
+    assert "best" not in alone and "best" not in alone["text"]
+
+
+def test_a_sweep_without_an_obvious_metric_names_no_best() -> None:
+    members = [member(i, S, {"step": i, "loss_x": 0.1}) for i in range(3)]
+    sent = sweep_message(SweepEnded(9, "arr", "bob", 3, members))
+    assert "best" not in sent
+    assert sent["text"] == "ddpq: sweep s9 (arr) of bob ended: 3 succeeded"
+
+
+def test_the_text_line_shows_parameters_short_and_on_one_line() -> None:
+    params = {f"p{i}": "x" * 500 + "\n<!channel>\x1b[2J" for i in range(6)}
+    sent = sweep_message(SweepEnded(1, "a", "bob", 1, [member(0, S, {"test_acc": 1}, **params)]))
+    assert sent["best"]["params"] == params  # the JSON carries them whole
+    line = sent["text"]
+    assert len(line) < 400 and "\n" not in line and "\x1b" not in line
+    assert line.count("=") == 4 and line.endswith(", … (job 100)")
 
 
 def test_attempts_are_bounded_with_a_growing_delay() -> None:
@@ -254,6 +344,124 @@ def test_a_receiver_that_hangs_delays_no_scheduling(rig: Rig, receiver: Receiver
     assert attempts(rig, job)[0].error == "no answer in time"
 
 
+# ---- a sweep's one message, in process -------------------------------------------------------
+
+
+def new_sweep(rig: Rig, n: int, url: str | None) -> tuple[int, list[int]]:
+    """A sweep of ``n`` members over ``lr`` through the store, as the API makes one."""
+    job = job_store.NewJob(
+        name="scan", owner="alice", command=["true"], cwd="/", gpus=1, notify_url=url
+    )
+    members = [sweep_store.NewMember(i, f"scan-{i}", ["true"], {"lr": f"0.{i}"}) for i in range(n)]
+    spec = sweep_store.NewSweep(job, {}, {"lr": [f"0.{i}" for i in range(n)]}, None, None, members)
+    with rig.api.write() as s:
+        sweep_id = sweep_store.create_sweep(s, spec, rig.clock()).id
+    with rig.api.read() as s:
+        return sweep_id, [m.id for m in sweep_store.members(s, sweep_id)]
+
+
+def sweep_attempts(rig: Rig, sweep_id: int) -> list[notification_store.Attempt]:
+    with rig.api.read() as s:
+        return notification_store.sweep_attempts_of(s, [sweep_id]).get(sweep_id, [])
+
+
+def settle_sweep(notifier: Notifier, rig: Rig, sweep_id: int, count: int) -> None:
+    def done() -> bool:
+        rig.clock.advance(0.2)
+        notifier.send_due()
+        return len(sweep_attempts(rig, sweep_id)) >= count
+
+    wait_for(done, timeout=20, what=f"{count} attempts of sweep {sweep_id}'s message")
+
+
+def write_progress(rig: Rig, job_id: int, record: dict[str, Any]) -> None:
+    folder = rig.job(job_id).job_dir
+    assert folder is not None
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+
+
+def test_a_sweep_sends_one_message_once_every_member_has_ended(
+    rig: Rig, receiver: Receiver
+) -> None:
+    sweep_id, ids = new_sweep(rig, 3, receiver.url)
+    notifier = notifier_of(rig)
+    try:
+        rig.step()  # two GPUs: two members run, the third waits
+        for i, job_id in enumerate(ids[:2]):
+            write_progress(rig, job_id, {"epoch": 1, "test_acc": [0.7, 0.9][i]})
+        rig.clock.advance(5)
+        rig.step()
+        rig.host.finish(ids[0], 0)
+        rig.host.finish(ids[1], 0)
+        rig.step()  # two members ended, the third started: the sweep has not ended
+        assert [rig.job(i).state for i in ids] == [S, S, JobState.RUNNING]
+        for _ in range(5):
+            rig.clock.advance(10)
+            assert notifier.send_due() == 0
+        rig.host.finish(ids[2], 1)
+        rig.step()
+        settle_sweep(notifier, rig, sweep_id, 1)
+        for _ in range(5):  # delivered: never again, and never one of a member's own
+            rig.clock.advance(10)
+            notifier.send_due()
+    finally:
+        notifier.stop()
+    assert [a.status for a in sweep_attempts(rig, sweep_id)] == [200]
+    assert all(attempts(rig, i) == [] for i in ids)
+    assert len(receiver.got) == 1
+    got = receiver.got[0]
+    assert got["sweep_id"] == sweep_id and got["counts"] == {"succeeded": 2, "failed": 1}
+    assert got["best"]["job_id"] == ids[1] and got["best"]["params"] == {"lr": "0.1"}
+    assert got["text"].startswith(f"ddpq: sweep s{sweep_id} (scan) of alice ended: 2 succeeded")
+
+
+def test_a_sweep_cancelled_as_a_whole_sends_one_message(rig: Rig, receiver: Receiver) -> None:
+    sweep_id, ids = new_sweep(rig, 3, receiver.url)
+    quiet, _ = new_sweep(rig, 2, None)  # no URL: nothing is sent for it
+    notifier = notifier_of(rig)
+    try:
+        rig.step()  # two members run
+        with rig.api.write() as s:
+            sweep_store.cancel_sweep(s, sweep_id, rig.clock())
+            sweep_store.cancel_sweep(s, quiet, rig.clock())
+        # The waiting member ended at once; the running ones are still being stopped.
+        assert notifier.send_due() == 0
+        rig.step(3)  # stopped (SIGTERM ends them on the fake host) and recorded
+        assert {rig.job(i).state for i in ids} == {C}
+        settle_sweep(notifier, rig, sweep_id, 1)
+        rig.clock.advance(100)
+        assert notifier.send_due() == 0
+    finally:
+        notifier.stop()
+    assert len(receiver.got) == 1 and receiver.got[0]["counts"] == {"cancelled": 3}
+    assert sweep_attempts(rig, quiet) == []
+
+
+def test_a_sweeps_message_is_retried_each_attempt_recorded_then_given_up(
+    rig: Rig, receiver: Receiver
+) -> None:
+    receiver.status = 500
+    sweep_id, ids = new_sweep(rig, 2, receiver.url)
+    rig.step()
+    for job_id in ids:
+        rig.host.finish(job_id, 0)
+    rig.step()
+    notifier = notifier_of(rig)
+    try:
+        settle_sweep(notifier, rig, sweep_id, 3)
+        rig.clock.advance(100)
+        assert notifier.send_due() == 0  # 1 + len(notify_retry_s) attempts, then no more
+    finally:
+        notifier.stop()
+    assert [(a.attempt, a.status, a.error) for a in sweep_attempts(rig, sweep_id)] == [
+        (1, 500, "HTTP 500"),
+        (2, 500, "HTTP 500"),
+        (3, 500, "HTTP 500"),
+    ]
+    assert len(receiver.got) == 3 and {g["sweep_id"] for g in receiver.got} == {sweep_id}
+
+
 # ---- end to end ------------------------------------------------------------------------------
 
 
@@ -268,6 +476,33 @@ def test_a_daemon_posts_a_jobs_end_to_its_default_url_and_shows_the_attempt(
     shown = c.show(job.id)
     assert shown.notify and [n.status for n in shown.notifications] == [200]
     assert receiver.got[0]["exit_code"] == 3 and receiver.got[0]["job_id"] == job.id
+    assert "delivered (HTTP 200)" in d.cli("show", str(job.id)).stdout
     # The URL may hold a webhook's secret: not in what the API serves, nor in the log.
     assert receiver.url not in shown.model_dump_json()
     assert receiver.url not in (d.home / "daemon.log").read_text()
+
+
+def test_a_daemon_posts_a_sweeps_end_once_to_its_default_url_and_shows_the_attempt(
+    make_daemon: Callable[..., Daemon], receiver: Receiver
+) -> None:
+    d = make_daemon("--fake-gpus", "2", "--notify-url", receiver.url, "--notify-allow-loopback")
+    c = d.client()
+    sweep = c.json.submit_sweep({"template": {"command": ["sh", "-c", "exit 0"]}, "array": "0-2"})
+    detail = wait_for(
+        lambda: s if (s := c.json.sweep(sweep["id"]))["notifications"] else None,
+        what="the sweep's notification attempt",
+    )
+    assert detail["done"] and detail["notify"]
+    assert [n["status"] for n in detail["notifications"]] == [200]
+    members = [c.show(m["id"]) for m in detail["members"]]
+    assert all(not m.notify and m.notifications == [] for m in members)
+    # A plain job after it still gets its own message: the receiver's second, and last.
+    job = c.submit(JobSubmit(command=["true"]))
+    wait_for(lambda: c.show(job.id).notifications, what="the job's notification attempt")
+    assert [g.get("sweep_id", g.get("job_id")) for g in receiver.got] == [sweep["id"], job.id]
+    assert receiver.got[0]["counts"] == {"succeeded": 3} and "best" not in receiver.got[0]
+    # The URL may hold a webhook's secret: not in what the API serves, nor in the log.
+    assert receiver.url not in json.dumps(c.json.sweep(sweep["id"]))
+    assert receiver.url not in (d.home / "daemon.log").read_text()
+    shown = d.cli("show", f"s{sweep['id']}").stdout
+    assert "notify" in shown and "#1" in shown and "delivered (HTTP 200)" in shown

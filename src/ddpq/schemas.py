@@ -163,7 +163,8 @@ class JobSubmit(BaseModel):
     notify: Text | None = Field(
         default=None,
         description="an http(s) URL to POST a JSON message to when the job ends (Slack and "
-        "Mattermost webhooks show its `text`); default: the daemon's --notify-url",
+        "Mattermost webhooks show its `text`); in a sweep's template, one message once "
+        "every member has ended; default: the daemon's --notify-url",
     )
     gpu_mem: int | Text | None = Field(
         default=None,
@@ -501,6 +502,16 @@ class SweepSubmit(BaseModel):
         return self
 
 
+class NotificationOut(BaseModel):
+    """One attempt to deliver the job's end, or the sweep's (the URL is not shown: it may
+    hold a secret)."""
+
+    attempt: int
+    at: datetime
+    status: int | None
+    error: str
+
+
 class SweepOut(BaseModel):
     id: int
     name: str
@@ -535,6 +546,12 @@ class SweepDetail(SweepOut):
     gpus: int
     sort: str | None = Field(description="the metric the members are sorted by, if any")
     members: list[SweepMember]
+    notify: bool = Field(
+        default=False, description="a URL is set to POST one message to once every member ended"
+    )
+    notifications: list[NotificationOut] = Field(
+        default_factory=list, description="each attempt to deliver that message"
+    )
 
 
 class SweepList(BaseModel):
@@ -655,15 +672,6 @@ class JobOut(BaseModel):
         description="a running session: the Unix socket its terminal is relayed on (on the "
         "daemon's host; its owner's account alone may open it)",
     )
-
-
-class NotificationOut(BaseModel):
-    """One attempt to deliver the job's end (the URL is not shown: it may hold a secret)."""
-
-    attempt: int
-    at: datetime
-    status: int | None
-    error: str
 
 
 class JobDetail(JobOut):

@@ -88,7 +88,7 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
     ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
     from rich.text import Text
 
-    from ddpq.client.format import age, plain, progress_line, sanitize, when
+    from ddpq.client.format import age, notify_lines, plain, progress_line, sanitize, when
     from ddpq.client.sharing import attempt_memory, memory_lines
     from ddpq.core.units import human_duration
 
@@ -147,6 +147,8 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
         line(f"  progress   {sanitize(progress_line(j['progress']))}")
     if j["job_dir"]:
         line(f"  folder     {safe(j['job_dir'])}")
+    for notified in notify_lines(j, "one message, once it has ended"):
+        line(notified)
     con.print(plain("history", "bold"))
     for e in j.get("events", []):
         at = f"{when(e['at']).astimezone():%Y-%m-%d %H:%M:%S}"

@@ -154,3 +154,22 @@ def progress_fraction(p: dict[str, Any] | None) -> float | None:
         return None  # "nan" or "inf" from the job: no bar rather than a full one
     done = epoch - 1 + (step / steps if steps else 1.0) if p.get("phase") == "train" else epoch
     return max(0.0, min(1.0, done / epochs))
+
+
+def notify_lines(item: Data, owed: str) -> list[str]:
+    """A job's or a sweep's message: ``owed`` while no attempt was made, then each attempt
+    to deliver it (the URL itself is never served)."""
+    if not item.get("notify"):
+        return []
+    sent = item.get("notifications") or []
+    if not sent:
+        return [f"  notify     {owed}"]
+    lines: list[str] = []
+    for n in sent:
+        at = f"{when(n['at']).astimezone():%Y-%m-%d %H:%M:%S}"
+        status = n.get("status")
+        ok = isinstance(status, int) and 200 <= status < 300
+        outcome = f"delivered (HTTP {status})" if ok else sanitize(text(n.get("error")))
+        label = "notify    " if not lines else "          "
+        lines.append(f"  {label} #{text(n.get('attempt'))} {at}  {outcome}")
+    return lines

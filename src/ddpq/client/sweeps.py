@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddpq.client.format import Data, sanitize, text
+from ddpq.client.format import Data, notify_lines, sanitize, text
 
 SWEEP_PREFIX = "s"
 
@@ -152,6 +152,8 @@ def render_sweep(sw: Data) -> None:
     swept = sw["array"] if sw.get("array") else ", ".join(sw["params"])
     con.print(Text(f"  swept      {sanitize(text(swept))}  ({sw['size']} members)"))
     con.print(Text(f"  states     {counts_text(sw['counts'])}"))
+    for line in notify_lines(sw, "one message, once every member has ended"):
+        con.print(Text(line))
     metric = (sw.get("sort") or "").lstrip("-")
     names = list(sw["params"]) if sw["params"] else ["index"]
     columns = ["JOB", *(n.upper() for n in names), "STATE", "EXIT", "METRICS"]

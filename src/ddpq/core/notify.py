@@ -1,14 +1,18 @@
-"""Notifications of a job's end: what is sent, where it may go, and when to try again (pure).
+"""Notifications of a job's or a sweep's end: what is sent, where it may go, and when to
+try again (pure).
 
-A job (or the daemon, by default) names a URL; when the job ends, ddpq POSTs a JSON
-message there, the way Slack's and Mattermost's incoming webhooks take one (their ``text``
-field is shown as it is). A receiver that is down or slow is tried again with a growing
-back-off, a bounded number of times; each attempt is recorded.
+A job or a sweep (or the daemon, by default) names a URL; when the job ends, or every
+member of the sweep has, ddpq POSTs a JSON message there, the way Slack's and Mattermost's
+incoming webhooks take one (their ``text`` field is shown as it is). A sweep sends one
+message for all its members (a 100-member array is one message, not 100); its members send
+none of their own. A receiver that is down or slow is tried again with a growing back-off,
+a bounded number of times; each attempt is recorded.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,15 +68,20 @@ class Ended:
     progress: Mapping[str, Any] | None
 
 
-def message(job: Ended) -> dict[str, Any]:
-    """The JSON body: the facts, and a ``text`` line for chat webhooks."""
-    metrics = {
+def metrics_of(progress: Mapping[str, Any] | None) -> dict[str, int | float | str]:
+    """The fields of a progress record a message carries: its first numbers and words."""
+    return {
         key: value
-        for key, value in list((job.progress or {}).items())[:MAX_METRICS]
+        for key, value in list((progress or {}).items())[:MAX_METRICS]
         if isinstance(value, int | float | str)
         and not isinstance(value, bool)
         and not (isinstance(value, float) and not math.isfinite(value))
     }
+
+
+def message(job: Ended) -> dict[str, Any]:
+    """The JSON body: the facts, and a ``text`` line for chat webhooks."""
+    metrics = metrics_of(job.progress)
     shown = ", ".join(f"{k} {v}" for k, v in list(metrics.items())[:4])
     text = f"ddpq: job {job.job_id} ({job.name}) of {job.owner} {job.state.value}: {job.reason}"
     return {
@@ -85,6 +94,102 @@ def message(job: Ended) -> dict[str, Any]:
         "metrics": metrics,
         "text": f"{text} ({shown})" if shown else text,
     }
+
+
+# What ranks a sweep's members in its message: the first of these metrics that any member's
+# newest progress record has as a number, and whether higher is better. None of them: the
+# message names no best member (an array of scripts has no obvious measure).
+RANKING_METRICS = (("test_acc", True), ("val_acc", True), ("test_loss", False), ("val_loss", False))
+SHOWN_PARAMS = 4  # of the best member's parameters, how many its text line names
+SHOWN_VALUE_CHARS = 40  # and how much of each value
+
+
+@dataclass(frozen=True)
+class MemberEnded:
+    """A member of an ended sweep, as its message may tell of it."""
+
+    job_id: int
+    index: int
+    params: Mapping[str, str]
+    state: JobState
+    progress: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class SweepEnded:
+    """What a notification says about a sweep all of whose members have ended."""
+
+    sweep_id: int
+    name: str
+    owner: str
+    size: int
+    members: Sequence[MemberEnded]
+
+
+def _number(progress: Mapping[str, Any] | None, key: str) -> float | None:
+    value = (progress or {}).get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def best_member(members: Sequence[MemberEnded]) -> tuple[str, MemberEnded] | None:
+    """The metric that ranks the members and the best of them by it (the lowest index
+    among equals), or None when no member has any of ``RANKING_METRICS``.
+
+    Those that succeeded are ranked first: a failed or cancelled run's last record is not
+    its result. Only when none of them has the metric are all the members ranked (a sweep
+    whose every run hit its time limit still has a best)."""
+    finished = [m for m in members if m.state is JobState.SUCCEEDED]
+    for metric, higher_is_better in RANKING_METRICS:
+        for pool in (finished, members):
+            scored = [(v, m) for m in pool if (v := _number(m.progress, metric)) is not None]
+            if scored:
+                sign = 1.0 if higher_is_better else -1.0
+                return metric, max(scored, key=lambda vm: (sign * vm[0], -vm[1].index))[1]
+    return None
+
+
+def _shown(value: str) -> str:
+    """A parameter's value as a chat line may show it: short, one printable line."""
+    cut = value if len(value) <= SHOWN_VALUE_CHARS else value[: SHOWN_VALUE_CHARS - 1] + "…"
+    return "".join(c if c.isprintable() else "?" for c in cut)
+
+
+def sweep_message(sweep: SweepEnded) -> dict[str, Any]:
+    """The JSON body for a whole sweep: its members by final state, the best member's
+    parameters and metrics where a metric ranks them, and a ``text`` line for chat."""
+    by_state = Counter(m.state for m in sweep.members)
+    counts = {state.value: by_state[state] for state in JobState if by_state[state]}
+    summary = ", ".join(f"{n} {state}" for state, n in counts.items()) or "no members left"
+    text = f"ddpq: sweep s{sweep.sweep_id} ({sweep.name}) of {sweep.owner} ended: {summary}"
+    body: dict[str, Any] = {
+        "sweep_id": sweep.sweep_id,
+        "name": sweep.name,
+        "owner": sweep.owner,
+        "size": sweep.size,
+        "counts": counts,
+    }
+    ranked = best_member(sweep.members)
+    if ranked is not None:
+        metric, best = ranked
+        value = (best.progress or {})[metric]  # a finite number: best_member ranked by it
+        body["best"] = {
+            "metric": metric,
+            "value": value,
+            "job_id": best.job_id,
+            "index": best.index,
+            "state": best.state.value,
+            "params": dict(best.params),
+            "metrics": {**metrics_of(best.progress), metric: value},
+        }
+        params = list(best.params.items())
+        which = ", ".join(f"{k}={_shown(v)}" for k, v in params[:SHOWN_PARAMS])
+        if len(params) > SHOWN_PARAMS:
+            which += ", …"
+        text += f"; best {metric} {value}: {which or f'index {best.index}'} (job {best.job_id})"
+    body["text"] = text
+    return body
 
 
 def next_attempt_at(

@@ -179,7 +179,10 @@ MaxPreemptionsOpt = Annotated[
 ]
 NotifyUrlOpt = Annotated[
     str | None,
-    typer.Option(help="POST every job's end here unless the job names its own --notify URL"),
+    typer.Option(
+        help="POST every job's end (a sweep's: once, when all of it has ended) here unless "
+        "it names its own --notify URL"
+    ),
 ]
 NotifyLoopbackOpt = Annotated[
     bool | None,

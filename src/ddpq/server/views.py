@@ -145,12 +145,7 @@ def job_detail(session: Session, job: Job) -> JobDetail:
     return JobDetail(
         **base.model_dump(),
         notify=job.notify_url is not None,
-        notifications=[
-            NotificationOut(
-                attempt=n.attempt, at=ts_req(n.at), status=n.status, error=servable(n.error)
-            )
-            for n in sent
-        ],
+        notifications=notifications_out(sent),
         events=[
             EventOut(
                 at=ts_req(e.at),
@@ -181,6 +176,15 @@ def job_detail(session: Session, job: Job) -> JobDetail:
     )
 
 
+def notifications_out(sent: list[notification_store.Attempt]) -> list[NotificationOut]:
+    return [
+        NotificationOut(
+            attempt=n.attempt, at=ts_req(n.at), status=n.status, error=servable(n.error)
+        )
+        for n in sent
+    ]
+
+
 def sweep_out(sweep: Sweep, counts: dict[JobState, int]) -> SweepOut:
     return SweepOut(
         id=sweep.id,
@@ -201,6 +205,7 @@ def sweep_detail(
     counts: dict[JobState, int],
     members: list[sweep_store.MemberRow],
     sort: str | None,
+    sent: list[notification_store.Attempt],
 ) -> SweepDetail:
     t = sweep.template
     command = list(t.get("command") or [])
@@ -227,4 +232,6 @@ def sweep_detail(
             )
             for m in members
         ],
+        notify=sweep.notify_url is not None,
+        notifications=notifications_out(sent),
     )

@@ -166,6 +166,19 @@ class Sweep(Base):
     size: Mapped[int] = mapped_column(Integer)
     # At most this many members hold leases at once (Slurm's %K); None: no cap.
     max_running: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Where to POST one message once every member has ended (the members send none), and
+    # when that was settled; as a job's notify_url (a secret maybe: never shown).
+    notify_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    notify_done_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (
+        # The notifier's question about sweeps, every second: which still owe a message.
+        Index(
+            "ix_sweeps_notify_pending",
+            "id",
+            sqlite_where=text("notify_url IS NOT NULL AND notify_done_at IS NULL"),
+        ),
+    )
 
 
 class JobDependency(Base):
@@ -232,16 +245,27 @@ class Attempt(Base):
 
 
 class Notification(Base):
-    """One attempt to deliver a job's end to its URL."""
+    """One attempt to deliver a job's end, or a whole sweep's, to its URL: of exactly one."""
 
     __tablename__ = "notifications"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), index=True, nullable=True
+    )
+    sweep_id: Mapped[int | None] = mapped_column(
+        ForeignKey("sweeps.id", ondelete="CASCADE"), index=True, nullable=True
+    )
     attempt: Mapped[int] = mapped_column(Integer)
     at: Mapped[float] = mapped_column(Float)
     status: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the HTTP answer
     error: Mapped[str] = mapped_column(Text, default="")  # why there was none, in words
+
+    __table_args__ = (
+        CheckConstraint(
+            "(job_id IS NULL) <> (sweep_id IS NULL)", name="ck_notifications_job_or_sweep"
+        ),
+    )
 
 
 class Lease(Base):

@@ -1,4 +1,9 @@
-"""Notifications owed and delivered: the notifier's reads and writes. Flush, never commit."""
+"""Notifications owed and delivered: the notifier's reads and writes. Flush, never commit.
+
+Two kinds are owed: an ended job's (a plain job: a sweep's members carry no URL), and a
+sweep's, once every one of its members has ended. Each attempt is a ``notifications`` row
+of the one or the other.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from ddpq.core.notify import Ended
+from ddpq.core.notify import Ended, MemberEnded, SweepEnded
 from ddpq.core.states import TERMINAL
-from ddpq.store.models import Job, Notification
+from ddpq.store.models import Job, Notification, Sweep
 
 
 @dataclass(frozen=True)
@@ -24,7 +29,8 @@ class Owed:
 
 
 def owed(session: Session) -> list[Owed]:
-    """Every ended job with a URL whose message is neither delivered nor given up."""
+    """Every ended job with a URL whose message is neither delivered nor given up (a
+    sweep's member has none: its sweep's one message tells of it)."""
     tries = (
         select(
             Notification.job_id,
@@ -51,6 +57,7 @@ def owed(session: Session) -> list[Owed]:
         .where(
             Job.notify_url.is_not(None),
             Job.notify_done_at.is_(None),
+            Job.sweep_id.is_(None),
             Job.state.in_(list(TERMINAL)),
         )
         .order_by(Job.id)
@@ -90,6 +97,98 @@ def record_attempt(
         )
 
 
+# ---- a sweep's one message -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OwedSweep:
+    """A sweep all of whose members have ended and whose message is not settled yet.
+
+    No members here: the notifier asks every second, and reads them (``sweep_ended``)
+    only when an attempt is due.
+    """
+
+    sweep_id: int
+    url: str
+    attempts: int
+    last_at: float | None
+
+
+def owed_sweeps(session: Session) -> list[OwedSweep]:
+    """Every sweep with a URL, its message neither delivered nor given up, and no member
+    that has not ended (a sweep cancelled as a whole is one of them once its last running
+    member has stopped)."""
+    tries = (
+        select(
+            Notification.sweep_id,
+            func.count().label("n"),
+            func.max(Notification.at).label("last"),
+        )
+        .where(Notification.sweep_id.is_not(None))
+        .group_by(Notification.sweep_id)
+        .subquery()
+    )
+    unfinished = select(Job.id).where(Job.sweep_id == Sweep.id, Job.state.not_in(list(TERMINAL)))
+    rows = session.execute(
+        select(Sweep.id, Sweep.notify_url, tries.c.n, tries.c.last)
+        .outerjoin(tries, tries.c.sweep_id == Sweep.id)
+        .where(
+            Sweep.notify_url.is_not(None),
+            Sweep.notify_done_at.is_(None),
+            ~unfinished.exists(),
+        )
+        .order_by(Sweep.id)
+    )
+    return [OwedSweep(r.id, r.notify_url, r.n or 0, r.last) for r in rows]
+
+
+def sweep_ended(session: Session, sweep_id: int) -> SweepEnded:
+    """What the sweep's message tells: the sweep, and each member's final state and
+    newest progress (cleaned when it was read from the job's folder)."""
+    sweep = session.execute(
+        select(Sweep.id, Sweep.name, Sweep.owner, Sweep.size).where(Sweep.id == sweep_id)
+    ).one()
+    members = session.execute(
+        select(Job.id, Job.sweep_index, Job.sweep_params, Job.state, Job.progress)
+        .where(Job.sweep_id == sweep_id)
+        .order_by(Job.sweep_index, Job.id)
+    )
+    return SweepEnded(
+        sweep.id,
+        sweep.name,
+        sweep.owner,
+        sweep.size,
+        [
+            MemberEnded(m.id, m.sweep_index or 0, dict(m.sweep_params or {}), m.state, m.progress)
+            for m in members
+        ],
+    )
+
+
+def record_sweep_attempt(
+    session: Session,
+    sweep_id: int,
+    attempt: int,
+    at: float,
+    status: int | None,
+    error: str,
+    settled: bool,
+) -> None:
+    """As ``record_attempt``, for a sweep's message."""
+    session.execute(
+        insert(Notification).values(
+            sweep_id=sweep_id, attempt=attempt, at=at, status=status, error=error
+        )
+    )
+    if settled:
+        session.execute(
+            update(Sweep)
+            .where(Sweep.id == sweep_id, Sweep.notify_done_at.is_(None))
+            .values(notify_done_at=at)
+            .execution_options(synchronize_session=False)
+        )
+
+
 @dataclass(frozen=True)
 class Attempt:
     attempt: int
@@ -99,12 +198,26 @@ class Attempt:
 
 
 def attempts_of(session: Session, job_ids: Iterable[int]) -> dict[int, list[Attempt]]:
+    """Each job's attempts, in order."""
+    return _attempts(session, Notification.job_id, job_ids)
+
+
+def sweep_attempts_of(session: Session, sweep_ids: Iterable[int]) -> dict[int, list[Attempt]]:
+    """Each sweep's attempts (of its one message), in order."""
+    return _attempts(session, Notification.sweep_id, sweep_ids)
+
+
+def _attempts(
+    session: Session, whose: InstrumentedAttribute[int | None], ids: Iterable[int]
+) -> dict[int, list[Attempt]]:
+    n = Notification
     rows = session.execute(
-        select(Notification)
-        .where(Notification.job_id.in_(list(job_ids)))
-        .order_by(Notification.job_id, Notification.attempt)
-    ).scalars()
+        select(whose, n.attempt, n.at, n.status, n.error)
+        .where(whose.in_(list(ids)))
+        .order_by(whose, Notification.attempt)
+    )
     out: dict[int, list[Attempt]] = {}
-    for n in rows:
-        out.setdefault(n.job_id, []).append(Attempt(n.attempt, n.at, n.status, n.error))
+    for key, attempt, at, status, error in rows:
+        if key is not None:  # never: the WHERE asked for these ids
+            out.setdefault(key, []).append(Attempt(attempt, at, status, error))
     return out

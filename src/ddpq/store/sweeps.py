@@ -81,6 +81,8 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
         "array": spec.array,
         "size": len(spec.members),
         "max_running": spec.max_running,
+        # The sweep's end is told once, for all its members (store.notifications).
+        "notify_url": job.notify_url,
     }
     key = conn.execute(insert(_sweeps), sweep_row).inserted_primary_key
     assert key is not None
@@ -101,7 +103,7 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
         "submitted_at": now,
         "ended_at": now if state is JobState.CANCELLED else None,
         "sweep_id": sweep_id,
-        "notify_url": job.notify_url,  # each member's end is told, as a job's would be
+        "notify_url": None,  # a member sends nothing of its own: its sweep tells of it
         "preemptible": job.preemptible,
         "preempt_signal": job.preempt_signal,
         "preemptions": 0,

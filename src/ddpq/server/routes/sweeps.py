@@ -21,6 +21,7 @@ from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep
 from ddpq.server.errors import WRITE_ERRORS, ApiError, error_response
 from ddpq.server.params import INT64_MAX, Offset
 from ddpq.server.routes.jobs import check_gpus, job_spec, workload_command
+from ddpq.store import notifications as notification_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store.db import Database, Session
 from ddpq.store.dependencies import UnknownSweep
@@ -46,9 +47,10 @@ def submit(body: SweepSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep)
     ]
     spec = sweep_store.NewSweep(
         job=job,
-        # As sent, less the environment: that is a secret of the owner's, kept in the
-        # members' rows (as for any job), never in what a sweep's view may show.
-        template=t.model_dump(mode="json", exclude={"env", "exported_env"}),
+        # As sent, less the environment (a secret of the owner's, kept in the members'
+        # rows as for any job) and the URL (a webhook's secret maybe, kept in the sweep's
+        # notify_url alone): never in what a sweep's view may show.
+        template=t.model_dump(mode="json", exclude={"env", "exported_env", "notify"}),
         params=body.params,
         array=body.array,
         max_running=body.max_running or (array.max_running if array else None),
@@ -132,9 +134,10 @@ def show(
         sweep = sweep_store.get_sweep(s, sweep_id)
         members = sweep_store.members(s, sweep_id)
         counts = sweep_store.counts(s, [sweep_id])[sweep_id]
+        sent = notification_store.sweep_attempts_of(s, [sweep_id]).get(sweep_id, [])
     if sort is not None:
         members = sort_members(members, sort)
-    return views.sweep_detail(sweep, counts, members, sort)
+    return views.sweep_detail(sweep, counts, members, sort, sent)
 
 
 def sort_members(members: list[sweep_store.MemberRow], sort: str) -> list[sweep_store.MemberRow]:
