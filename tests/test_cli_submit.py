@@ -135,6 +135,40 @@ def test_what_the_cli_parses_itself_is_refused_before_anything_is_sent(
     assert stub.requests == []
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (
+            ["--gpu-memory", "4G", "--", "true"],
+            "no such option: --gpu-memory (did you mean --gpu-mem?)",
+        ),
+        (
+            ["--gpu-memory=4G", "--", "true"],
+            "no such option: --gpu-memory (did you mean --gpu-mem?)",
+        ),
+        (["--priorty", "3", "resnet18"], "no such option: --priorty (did you mean --priority?)"),
+        (["-x", "--", "python", "train.py"], "no such option: -x;"),
+        (["--zzzz", "--", "true"], "no such option: --zzzz;"),
+        (["--", "--not-a-program"], "no such option: --not-a-program;"),
+    ],
+)
+def test_an_unknown_option_before_the_command_is_refused_not_run(
+    stub: StubApi, args: list[str], words: str
+) -> None:
+    """Submit passes what it does not know to the job, so a misspelt option of its own
+    would have become the command ("--gpu-memory 4G true", exit 127 later)."""
+    r = ddpq(stub, "submit", *args)
+    assert r.returncode == 2 and r.stderr.startswith(f"ddpq: {words}"), r
+    assert len(r.stderr.splitlines()) == 1
+    assert stub.requests == []
+
+
+def test_options_after_the_command_or_workload_are_the_jobs(stub: StubApi) -> None:
+    r = ddpq(stub, "submit", "--gpus", "1", "--", "python", "train.py", "--gpu-memory", "4G")
+    assert r.returncode == 0, r
+    assert sent(stub)["command"] == ["python", "train.py", "--gpu-memory", "4G"]
+
+
 def test_a_variable_that_is_not_utf8_is_left_out_with_a_warning(stub: StubApi) -> None:
     env = {k: v for k, v in os.environ.items() if k not in TERMINAL_ONLY}
     bad: dict[bytes, bytes] = {os.fsencode(k): os.fsencode(v) for k, v in env.items()}

@@ -153,6 +153,7 @@ def row(key: str, kind: str, jobs_h: float, outside_h: float, **rest: Any) -> di
         "gpu_hours_jobs": pytest.approx(jobs_h, rel=1e-12),
         "gpu_hours_outside": pytest.approx(outside_h, rel=1e-12),
         "mem_reserved_gib_h": None,
+        "mem_used_gib_h": None,
         "mem_used_peak_gib": None,
         **rest,
     }

@@ -34,6 +34,7 @@ def a_row(key: str, kind: str, **over: Any) -> dict[str, Any]:
         "wait_p50_s": 90.0,
         "wait_p90_s": 7200.0,
         "mem_reserved_gib_h": None,
+        "mem_used_gib_h": None,
         "mem_used_peak_gib": None,
         **over,
     }
@@ -96,7 +97,11 @@ def test_the_table_shows_each_group_and_the_total(
     stub: Stub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stub.answer = json_answer(
-        200, report(a_row("alice", "user"), a_row("robert", "account", gpu_hours_jobs=0.0))
+        200,
+        report(
+            a_row("alice", "user", mem_reserved_gib_h=12.5, mem_used_gib_h=7.25),
+            a_row("robert", "account", gpu_hours_jobs=0.0),
+        ),
     )
     code, out, err = run(monkeypatch, capsys, "--since", "30d")
     assert code == 0, err
@@ -104,10 +109,13 @@ def test_the_table_shows_each_group_and_the_total(
     assert "since 30d ago; outside use counts towards fair share" in lines[0]
     assert lines[1].split() == [
         "USER", "JOBS", "GPU-H", "OUTSIDE", "GPU-H", "SUCCEEDED", "FAILED", "CANCELLED",
-        "TIMED_OUT", "STARTED", "WAIT", "P50", "WAIT", "P90",
+        "TIMED_OUT", "STARTED", "WAIT", "P50", "WAIT", "P90", "MEM", "GIB-H", "RES/USED",
     ]  # fmt: skip
-    assert lines[2].split() == ["alice", "24.2", "1.5", "3", "1", "0", "2", "4", "1m30s", "2h00m"]
+    assert lines[2].split() == [
+        "alice", "24.2", "1.5", "3", "1", "0", "2", "4", "1m30s", "2h00m", "12.5/7.2",
+    ]  # fmt: skip
     assert lines[3].split()[:3] == ["account", "robert", "0.0"]
+    assert lines[3].split()[-1] == "-"  # nothing shared by memory
     assert lines[4].split()[:2] == ["total", "48.5"]
     (request,) = stub.requests
     assert request.path == "/v1/usage" and request.query == {"since": ["30d"], "by": ["user"]}
@@ -122,7 +130,7 @@ def test_csv_has_a_header_every_row_and_the_total_last(
     rows = list(csv.reader(io.StringIO(out)))
     assert rows[0] == CSV_COLUMNS
     assert rows[1] == [
-        "2026-11-30", "day", "24.25", "1.5", "3", "1", "0", "2", "4", "90", "7200", "", "",
+        "2026-11-30", "day", "24.25", "1.5", "3", "1", "0", "2", "4", "90", "7200", "", "", "",
     ]  # fmt: skip
     assert rows[2][:3] == ["total", "total", "48.5"] and len(rows) == 3
     assert stub.requests[0].query["by"] == ["day"]

@@ -813,12 +813,19 @@ class UsageRow(BaseModel):
     jobs_started: int = Field(description="jobs first started (what the waits are of)")
     wait_p50_s: float | None = Field(description="median wait from submission to first start")
     wait_p90_s: float | None = Field(description="90th percentile of that wait")
-    # Filled in once ddpq measures GPU memory per attempt; null until then.
     mem_reserved_gib_h: float | None = Field(
-        default=None, description="GiB-hours of GPU memory reserved (not measured yet: null)"
+        default=None,
+        description="GiB-hours of GPU memory reserved by attempts sharing GPUs (--gpu-mem), "
+        "per GPU times its GPUs; null: no such attempt",
+    )
+    mem_used_gib_h: float | None = Field(
+        default=None,
+        description="the same attempts' measured peaks, in GiB-hours (compare with "
+        "mem_reserved_gib_h); null: none of them measured",
     )
     mem_used_peak_gib: float | None = Field(
-        default=None, description="peak GPU memory used, GiB (not measured yet: null)"
+        default=None,
+        description="the highest measured peak of any attempt on one GPU, GiB; null: none",
     )
 
 

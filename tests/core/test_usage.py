@@ -268,3 +268,32 @@ def test_every_grouping_adds_up_to_the_same_total_within_the_window(
     # No span counts for more than the window.
     assert totals[0][0] <= sum(j.gpus for j in jobs) * window / H + 1e-9
     assert totals[0][1] <= len(outside) * window / H + 1e-9
+
+
+GIB = 1 << 30
+
+
+def test_memory_reserved_against_measured_worked_out_by_hand() -> None:
+    """Sharing attempts' reservations and peaks in GiB-hours (GPUs x hours x GiB), the
+    peaks only of the attempts that reserved, so that the two compare; the highest peak of
+    any attempt; nothing reserved or measured: null, not 0."""
+    jobs = [
+        JobSpan("alice", 2, T, T + 3 * H, mem_bytes=4 * GIB, peak_bytes=3 * GIB),  # 24 / 18
+        JobSpan("alice", 1, T, T + H, mem_bytes=6 * GIB),  # 6 reserved, never measured
+        JobSpan("alice", 4, T, T + H, peak_bytes=20 * GIB),  # whole GPUs: its peak only
+        JobSpan("bob", 1, T, T + H),  # nothing known
+        # Half of it in the window: 1 GPU x 0.5 h x 8 GiB reserved, 2 GiB measured.
+        JobSpan("carol", 1, T - H / 2, T + H / 2, mem_bytes=8 * GIB, peak_bytes=2 * GIB),
+    ]
+    r = report(jobs, [], [], [], {}, T, T + 10 * H, By.USER)
+    rows = {row.key: row for row in r.rows}
+    alice, bob, carol = rows["alice"], rows["bob"], rows["carol"]
+    assert (alice.mem_reserved_gib_h, alice.mem_used_gib_h) == (30.0, 18.0)
+    assert alice.mem_used_peak_gib == 20.0
+    assert (bob.mem_reserved_gib_h, bob.mem_used_gib_h, bob.mem_used_peak_gib) == (None,) * 3
+    assert (carol.mem_reserved_gib_h, carol.mem_used_gib_h) == (4.0, 1.0)
+    total = r.total
+    assert (total.mem_reserved_gib_h, total.mem_used_gib_h) == (34.0, 19.0)
+    assert total.mem_used_peak_gib == 20.0
+    by_day = report(jobs, [], [], [], {}, T, T + 10 * H, By.DAY)
+    assert sum(row.mem_reserved_gib_h or 0.0 for row in by_day.rows) == 34.0

@@ -164,6 +164,9 @@ def submit(
     argv = list(ctx.args)
     if not argv:
         fail("nothing to run: give a command after `--` or a workload name", 2)
+    if argv[0].startswith("-"):
+        known = [o for p in ctx.command.params for o in p.opts if o.startswith("--")]
+        fail(sanitize(submission.unknown_option(argv[0], known)), 2)
     try:
         env_map = submission.env_pairs(env or [])
         exported, undecodable = submission.exported_env(export, os.environ)

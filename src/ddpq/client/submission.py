@@ -95,3 +95,22 @@ def _one(part: str, workload: str | None) -> str:
         variable = rest.removesuffix(".[key]")
         return f"{option} {variable}: {message}"
     return f"{option}: {message}"
+
+
+def unknown_option(word: str, known: Iterable[str]) -> str:
+    """What to say of ``word``, left over where the command or workload should begin.
+
+    ``submit`` passes what it does not know through to the job (a workload's own options
+    follow its name), so a misspelt option of submit's own would otherwise become the
+    start of the command, and the job would fail later with "command not found". No
+    program's name begins with "-": say so at once, with the nearest option submit has.
+    """
+    import difflib
+
+    option = word.split("=", 1)[0]
+    near = difflib.get_close_matches(option, list(known), n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    return (
+        f"no such option: {option}{hint}; the command goes after `--`, "
+        "and a workload's options after its name"
+    )

@@ -28,6 +28,7 @@ CSV_COLUMNS = [
     "wait_p50_s",
     "wait_p90_s",
     "mem_reserved_gib_h",
+    "mem_used_gib_h",
     "mem_used_peak_gib",
 ]
 # A cell a spreadsheet would read as a formula (CSV injection): written as text.
@@ -128,6 +129,14 @@ def _wait(value: Any) -> str:
     return "-" if number is None else human_duration(number)
 
 
+def _memory(row: Data) -> str:
+    """Sharing by memory: GiB-hours reserved / of the measured peaks ("-": no sharing)."""
+    reserved = _number(row.get("mem_reserved_gib_h"))
+    if reserved is None:
+        return "-"
+    return f"{reserved:.1f}/{_hours(row.get('mem_used_gib_h'))}"
+
+
 def _key(row: Data) -> str:
     key = text(row.get("key"))
     return f"account {key}" if row.get("kind") == "account" else key
@@ -143,7 +152,9 @@ def usage_table(report: Data, since: str, by: str) -> Any:
         "counts towards fair share" if counts else "is shown, not counted"
     )
     columns = [by.upper(), "JOBS GPU-H", "OUTSIDE GPU-H", *(s.upper() for s in FINAL)]
-    table = new_table(*columns, "STARTED", "WAIT P50", "WAIT P90", title=title, wrap="")
+    table = new_table(
+        *columns, "STARTED", "WAIT P50", "WAIT P90", "MEM GIB-H RES/USED", title=title, wrap=""
+    )
     for row in _rows(report):
         jobs = _jobs(row)
         cells: Iterable[str] = [
@@ -154,6 +165,7 @@ def usage_table(report: Data, since: str, by: str) -> Any:
             text(row.get("jobs_started")),
             _wait(row.get("wait_p50_s")),
             _wait(row.get("wait_p90_s")),
+            _memory(row),
         ]
         style = "bold" if row.get("kind") == "total" else ""
         table.add_row(*(plain(cell, style) for cell in cells))

@@ -128,12 +128,16 @@ def parse_since(text: str) -> float:
 
 @dataclass(frozen=True)
 class JobSpan:
-    """One attempt: its owner, the GPUs it was leased, when it ran (None: running)."""
+    """One attempt: its owner, the GPUs it was leased, when it ran (None: running), what it
+    reserved on each GPU when it shared them by memory (None: whole GPUs), and its measured
+    peak on any one of its GPUs (None: never measured)."""
 
     owner: str
     gpus: int
     started_at: float
     ended_at: float | None
+    mem_bytes: int | None = None
+    peak_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -170,13 +174,39 @@ class _Sums:
     outside_s: float = 0.0
     ended: dict[JobState, int] = field(default_factory=dict)
     waits: list[float] = field(default_factory=list)
+    # Attempts that shared GPUs by memory: byte-seconds reserved, and of those with a
+    # measured peak, byte-seconds of that peak (the same attempts only, so the two compare).
+    reserved_bs: float | None = None
+    peak_bs: float | None = None
+    peak_max: int | None = None  # the highest measured peak of any attempt (bytes)
 
     def add(self, other: _Sums) -> None:
         self.jobs_s += other.jobs_s
         self.outside_s += other.outside_s
+        self.reserved_bs = _plus(self.reserved_bs, other.reserved_bs)
+        self.peak_bs = _plus(self.peak_bs, other.peak_bs)
+        self.peak_max = _most(self.peak_max, other.peak_max)
         for state, n in other.ended.items():
             self.ended[state] = self.ended.get(state, 0) + n
         self.waits += other.waits
+
+
+def _plus(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else a + b
+
+
+def _most(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _memory(s: _Sums, span: JobSpan, seconds: float) -> None:
+    """``span``'s memory over ``seconds`` of it, into ``s``."""
+    s.peak_max = _most(s.peak_max, span.peak_bytes)
+    if span.mem_bytes is None:
+        return
+    s.reserved_bs = _plus(s.reserved_bs, float(span.mem_bytes) * span.gpus * seconds)
+    if span.peak_bytes is not None:
+        s.peak_bs = _plus(s.peak_bs, float(span.peak_bytes) * span.gpus * seconds)
 
 
 @dataclass(frozen=True)
@@ -191,6 +221,11 @@ class Row:
     jobs_started: int  # jobs whose first start the waits are of
     wait_p50_s: float | None
     wait_p90_s: float | None
+    # Sharing GPUs by memory: GiB-hours reserved, and GiB-hours of the measured peaks of
+    # the same attempts (None: no such attempt / none measured); the highest peak, GiB.
+    mem_reserved_gib_h: float | None = None
+    mem_used_gib_h: float | None = None
+    mem_used_peak_gib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +236,9 @@ class Report:
     rows: list[Row]
     total: Row
 
+
+GIB = float(1 << 30)
+GIB_HOUR = GIB * 3600.0
 
 # At most this many rows of accounts that map to no user; the rest are summed as OTHER.
 MAX_ACCOUNT_ROWS = 100
@@ -273,10 +311,13 @@ def report(
         if end <= start or span.gpus <= 0:
             continue
         if by is By.USER:
-            sums("user", span.owner).jobs_s += span.gpus * (end - start)
+            group = sums("user", span.owner)
+            group.jobs_s += span.gpus * (end - start)
+            _memory(group, span, end - start)
         else:
             for key, seconds in _pieces(start, end, by):
                 sums(by.value, key).jobs_s += span.gpus * seconds
+                _memory(sums(by.value, key), span, seconds)
     for o in outside:
         start, end = clip(o.started_at, o.ended_at)
         if end <= start:
@@ -344,4 +385,7 @@ def _row(key: str, kind: str, s: _Sums) -> Row:
         jobs_started=len(s.waits),
         wait_p50_s=percentile(s.waits, 0.5),
         wait_p90_s=percentile(s.waits, 0.9),
+        mem_reserved_gib_h=None if s.reserved_bs is None else s.reserved_bs / GIB_HOUR,
+        mem_used_gib_h=None if s.peak_bs is None else s.peak_bs / GIB_HOUR,
+        mem_used_peak_gib=None if s.peak_max is None else s.peak_max / GIB,
     )

@@ -68,12 +68,20 @@ def job_spans(session: Session, since: float) -> list[core.JobSpan]:
     of GPUs it was leased (recorded on the attempt when the leases were taken)."""
     rows = session.execute(
         select(
-            Job.owner, func.json_array_length(Attempt.gpus), Attempt.started_at, Attempt.ended_at
+            Job.owner,
+            func.json_array_length(Attempt.gpus),
+            Attempt.started_at,
+            Attempt.ended_at,
+            Attempt.gpu_mem_bytes,
+            Attempt.peak_mem_bytes,
         )
         .join(Job, Job.id == Attempt.job_id)
         .where((Attempt.ended_at.is_(None)) | (Attempt.ended_at >= since))
     )
-    return [core.JobSpan(owner, int(n or 0), start, end) for owner, n, start, end in rows]
+    return [
+        core.JobSpan(owner, int(n or 0), start, end, mem, peak)
+        for owner, n, start, end, mem, peak in rows
+    ]
 
 
 def finished(session: Session, since: float) -> list[core.Finished]:

@@ -67,4 +67,7 @@ def _row(row: core.Row) -> UsageRow:
         jobs_started=row.jobs_started,
         wait_p50_s=row.wait_p50_s,
         wait_p90_s=row.wait_p90_s,
+        mem_reserved_gib_h=row.mem_reserved_gib_h,
+        mem_used_gib_h=row.mem_used_gib_h,
+        mem_used_peak_gib=row.mem_used_peak_gib,
     )
