@@ -46,7 +46,10 @@ def everything(folder: Path) -> list[str]:
 
 
 def test_the_records_are_what_is_not_a_checkpoint() -> None:
-    assert {"output.log", "exit.json", "metrics.jsonl", "shim.err"} == RECORDS
+    # A session's terminal socket and notice are ddpq's too (tiny), never a checkpoint.
+    assert {"output.log", "exit.json", "metrics.jsonl", "shim.err", "tty.sock", "notice"} == (
+        RECORDS
+    )
     assert not any(is_checkpoint(name) for name in RECORDS)
     assert all(is_checkpoint(n) for n in ("last.pt", "ckpt", "output.log.1", ".hidden"))
 
@@ -57,7 +60,7 @@ def test_removing_checkpoints_keeps_the_log_and_the_records(jobs: Path) -> None:
     assert usage is not None and usage.checkpoint_bytes >= 70_000
     assert 0 < usage.record_bytes < usage.checkpoint_bytes
     removed = sweep.remove_checkpoints(jobs, "7")
-    assert sorted(os.listdir(folder)) == sorted(RECORDS)
+    assert sorted(os.listdir(folder)) == ["exit.json", "metrics.jsonl", "output.log", "shim.err"]
     assert removed.checkpoint_bytes == usage.checkpoint_bytes and removed.record_bytes == 0
     assert (removed.left, removed.gone) == (0, False)
     after = sweep.folder_usage(jobs, "7")
