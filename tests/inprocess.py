@@ -6,14 +6,18 @@ runs the app without a daemon migrates here first, as ``ddpq.daemon.run`` would.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
 
 from ddpq.config import Settings
+from ddpq.core.gpus import Gpu
 from ddpq.server.app import create_app
-from ddpq.store.db import migrate
+from ddpq.store import devices as device_store
+from ddpq.store.db import Database, migrate
 
 BASE = "http://127.0.0.1:8765"
 
@@ -23,3 +27,15 @@ def make_client(home: Path, **settings: Any) -> TestClient:
     migrate(config.db_path)
     # 500s as answers, not exceptions: several tests assert that there is none.
     return TestClient(create_app(config), base_url=BASE, raise_server_exceptions=False)
+
+
+def client_with_gpus(
+    home: Path, gpus: int = 8, memory_mb: int = 16384, **settings: Any
+) -> Iterator[TestClient]:
+    """An in-process API whose store shows ``gpus`` fake GPUs, as a worker would have
+    published them (submissions are checked against what exists)."""
+    with make_client(home, **settings) as c:
+        with Database(home / "ddpq.db").write() as s:
+            rows = [Gpu(i, f"GPU-{i}", "fake", memory_mb, 0, (), True) for i in range(gpus)]
+            device_store.replace_all(s, rows, time.time())
+        yield c

@@ -3,7 +3,6 @@ for a Slurm daemon only, and checked as a Slurm site would need them."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,28 +10,17 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from ddpq.core.gpus import Gpu
-from ddpq.store import devices as device_store
-from ddpq.store.db import Database
-from tests.inprocess import make_client
-
-
-def _client(home: Path, **settings: Any) -> Iterator[TestClient]:
-    with make_client(home, **settings) as c:
-        with Database(home / "ddpq.db").write() as s:
-            rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(8)]
-            device_store.replace_all(s, rows, time.time())
-        yield c
+from tests.inprocess import client_with_gpus
 
 
 @pytest.fixture
 def slurm_api(tmp_path: Path) -> Iterator[TestClient]:
-    yield from _client(tmp_path / "home", executor="slurm")
+    yield from client_with_gpus(tmp_path / "home", executor="slurm")
 
 
 @pytest.fixture
 def local_api(tmp_path: Path) -> Iterator[TestClient]:
-    yield from _client(tmp_path / "home")
+    yield from client_with_gpus(tmp_path / "home")
 
 
 def submit(c: TestClient, **fields: Any) -> Any:

@@ -4,7 +4,6 @@ a local daemon takes the same submission."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,29 +11,18 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from ddpq.core.gpus import Gpu
-from ddpq.store import devices as device_store
-from ddpq.store.db import Database
-from tests.inprocess import make_client
+from tests.inprocess import client_with_gpus
 from tests.test_api_cluster_jobs import submit
-
-
-def _client(home: Path, **settings: Any) -> Iterator[TestClient]:
-    with make_client(home, **settings) as c:
-        with Database(home / "ddpq.db").write() as s:
-            rows = [Gpu(i, f"GPU-{i}", "fake", 16384, 0, (), True) for i in range(8)]
-            device_store.replace_all(s, rows, time.time())
-        yield c
 
 
 @pytest.fixture
 def slurm_api(tmp_path: Path) -> Iterator[TestClient]:
-    yield from _client(tmp_path / "home", executor="slurm")
+    yield from client_with_gpus(tmp_path / "home", executor="slurm")
 
 
 @pytest.fixture
 def local_api(tmp_path: Path) -> Iterator[TestClient]:
-    yield from _client(tmp_path / "home")
+    yield from client_with_gpus(tmp_path / "home")
 
 
 SHARING = [{"gpu_mem": "4G"}, {"gpu_mem": "auto"}, {"gpu_mem": 1 << 30, "gpu_share": 2}]

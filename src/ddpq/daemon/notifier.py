@@ -96,13 +96,10 @@ class Notifier:
             attempt, at = item.attempts + 1, self.clock()
             done = delivered(status)
             last = next_attempt_at(attempt, at, self.settings.notify_retry_s) is None
-            record = (
-                notification_store.record_attempt
-                if item.kind == "job"
-                else notification_store.record_sweep_attempt
-            )
             with self.db.write() as s:
-                record(s, item.id, attempt, at, status, error, settled=done or last)
+                notification_store.record_attempt(
+                    s, item.kind, item.id, attempt, at, status, error, settled=done or last
+                )
             if done:
                 log.info("%s: notification delivered (HTTP %s)", item, status)
             else:

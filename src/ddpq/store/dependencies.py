@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from sqlalchemy import case, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from ddpq.core.deps import SweepStanding
 from ddpq.core.states import TERMINAL, JobState
@@ -36,31 +36,27 @@ def dependencies_of(session: Session, job_id: int) -> list[int]:
 
 def dependencies_of_many(session: Session, job_ids: Iterable[int]) -> dict[int, list[int]]:
     """The jobs each of ``job_ids`` waits for, in one query (a listing's worth at once)."""
-    ids = list(job_ids)
-    out: dict[int, list[int]] = {}
-    if ids:
-        rows = session.execute(
-            select(JobDependency.job_id, JobDependency.depends_on)
-            .where(JobDependency.job_id.in_(ids))
-            .order_by(JobDependency.depends_on)
-        )
-        for job_id, dep in rows:
-            out.setdefault(job_id, []).append(dep)
-    return out
+    return _grouped(session, JobDependency.job_id, JobDependency.depends_on, job_ids)
 
 
 def sweep_dependencies_of_many(session: Session, job_ids: Iterable[int]) -> dict[int, list[int]]:
     """The sweeps each of ``job_ids`` waits for (``after_sweeps``), in one query."""
+    return _grouped(session, SweepDependency.job_id, SweepDependency.sweep_id, job_ids)
+
+
+def _grouped(
+    session: Session,
+    key: InstrumentedAttribute[int],
+    value: InstrumentedAttribute[int],
+    job_ids: Iterable[int],
+) -> dict[int, list[int]]:
     ids = list(job_ids)
     out: dict[int, list[int]] = {}
     if ids:
-        rows = session.execute(
-            select(SweepDependency.job_id, SweepDependency.sweep_id)
-            .where(SweepDependency.job_id.in_(ids))
-            .order_by(SweepDependency.sweep_id)
-        )
-        for job_id, sweep_id in rows:
-            out.setdefault(job_id, []).append(sweep_id)
+        for job_id, other in session.execute(
+            select(key, value).where(key.in_(ids)).order_by(value)
+        ):
+            out.setdefault(job_id, []).append(other)
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
@@ -75,23 +76,24 @@ def owed(session: Session) -> list[Owed]:
 
 def record_attempt(
     session: Session,
-    job_id: int,
+    kind: Literal["job", "sweep"],
+    owner_id: int,
     attempt: int,
     at: float,
     status: int | None,
     error: str,
     settled: bool,
 ) -> None:
-    """One attempt's outcome; ``settled`` (delivered, or the last one allowed) ends it."""
+    """One attempt's outcome for a job's message or a sweep's; ``settled`` (delivered, or
+    the last one allowed) ends it."""
+    table, of = (Job, {"job_id": owner_id}) if kind == "job" else (Sweep, {"sweep_id": owner_id})
     session.execute(
-        insert(Notification).values(
-            job_id=job_id, attempt=attempt, at=at, status=status, error=error
-        )
+        insert(Notification).values(**of, attempt=attempt, at=at, status=status, error=error)
     )
     if settled:
         session.execute(
-            update(Job)
-            .where(Job.id == job_id, Job.notify_done_at.is_(None))
+            update(table)
+            .where(table.id == owner_id, table.notify_done_at.is_(None))
             .values(notify_done_at=at)
             .execution_options(synchronize_session=False)
         )
@@ -163,30 +165,6 @@ def sweep_ended(session: Session, sweep_id: int) -> SweepEnded:
             for m in members
         ],
     )
-
-
-def record_sweep_attempt(
-    session: Session,
-    sweep_id: int,
-    attempt: int,
-    at: float,
-    status: int | None,
-    error: str,
-    settled: bool,
-) -> None:
-    """As ``record_attempt``, for a sweep's message."""
-    session.execute(
-        insert(Notification).values(
-            sweep_id=sweep_id, attempt=attempt, at=at, status=status, error=error
-        )
-    )
-    if settled:
-        session.execute(
-            update(Sweep)
-            .where(Sweep.id == sweep_id, Sweep.notify_done_at.is_(None))
-            .values(notify_done_at=at)
-            .execution_options(synchronize_session=False)
-        )
 
 
 @dataclass(frozen=True)
