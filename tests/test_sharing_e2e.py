@@ -150,7 +150,8 @@ def test_the_peak_is_measured_shown_and_learned_by_auto(
     peak = wait_for(lambda: c.show(first.id).peak_mem, what="the peak to be sampled")
     assert peak == 3000 * MIB
     nvml.put(0, pid_of(tmp_path, "t1"), 1000)  # less: the peak stays
-    time.sleep(0.5)
+    # The worker's look that sees 1000 MiB records peaks in the same transaction.
+    wait_for(lambda: c.devices().items[0].memory_used_mb == 1000, what="the worker to look again")
     assert c.show(first.id).attempts[-1].peak_mem == 3000 * MIB
     assert "2.9G" in d.cli("ls").stdout
     shown = d.cli("show", str(first.id)).stdout

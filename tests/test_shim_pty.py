@@ -235,23 +235,24 @@ def test_the_detach_key_leaves_the_session_running(
     r_out, w_out = os.pipe()
     os.write(w_in, b"echo before-$((8*8))\r")
     sock = relay.connect(str(s.dir.tty_socket))
-    # The key comes once the command's output is seen: the relay reads it in order.
-    out = b""
+    # The key is typed once the command's output has come through the relay: a helper
+    # process reads what the relay writes, and types the key when it sees the output.
     pid = os.fork()
-    if pid == 0:  # pragma: no cover - writes the key after a while, then exits
-        os.close(r_out)
+    if pid == 0:  # pragma: no cover - the typist
+        import select
         import time
 
-        time.sleep(1.0)
+        seen, deadline = b"", time.monotonic() + 30
+        while b"before-64" not in seen and time.monotonic() < deadline:
+            if select.select([r_out], [], [], 0.1)[0]:
+                seen += os.read(r_out, 65536)
         os.write(w_in, b"ignored\x1cnot sent")
-        os._exit(0)
+        os._exit(0 if b"before-64" in seen else 3)
     outcome = relay.relay(sock, r_in, w_out, relay.detach_byte("^\\"))
-    os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)
     os.close(w_out)
-    while chunk := os.read(r_out, 65536):
-        out += chunk
     assert outcome == relay.Outcome(detached=True)
-    assert b"before-64" in out
+    assert os.waitstatus_to_exitcode(status) == 0  # the output came through before the key
     assert s.proc.poll() is None  # still running
     c = s.client()
     c.expect(r"ignored")  # what came before the key was typed in
