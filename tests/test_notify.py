@@ -25,6 +25,7 @@ from ddpq.core.notify import (
 from ddpq.core.states import JobState
 from ddpq.daemon import webhook
 from ddpq.daemon.notifier import Notifier
+from ddpq.notify_target import refused_address
 from ddpq.schemas import JobSubmit
 from ddpq.store import jobs as job_store
 from ddpq.store import notifications as notification_store
@@ -227,12 +228,12 @@ def test_the_sender_refuses_this_host_and_metadata_addresses(receiver: Receiver)
     assert status is None and "loopback" in why and receiver.got == []
     # Never, whatever the admin allows: cloud metadata, unspecified, multicast, link-local.
     for address in ("169.254.169.254", "0.0.0.0", "::", "224.0.0.1", "fe80::1%eth0"):
-        assert webhook.refused_address(address, allow_loopback=True) is not None, address
+        assert refused_address(address, allow_loopback=True) is not None, address
     for address in ("127.0.0.1", "127.8.9.1", "::1", "::ffff:127.0.0.1"):
-        assert webhook.refused_address(address, allow_loopback=False) is not None, address
-        assert webhook.refused_address(address, allow_loopback=True) is None, address
+        assert refused_address(address, allow_loopback=False) is not None, address
+        assert refused_address(address, allow_loopback=True) is None, address
     for address in ("10.1.2.3", "192.168.0.9", "8.8.8.8", "2001:db8::1"):
-        assert webhook.refused_address(address, allow_loopback=False) is None, address
+        assert refused_address(address, allow_loopback=False) is None, address
 
 
 def test_the_sender_gives_up_on_a_receiver_that_hangs_or_is_not_there(

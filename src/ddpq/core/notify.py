@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ddpq.core.states import JobState
@@ -25,6 +25,9 @@ MAX_URL = 2048
 RETRY_DELAYS_S = (5.0, 30.0, 120.0, 600.0)
 MAX_ATTEMPTS = len(RETRY_DELAYS_S) + 1
 TIMEOUT_S = 10.0  # for one attempt: connecting, sending and reading the answer
+# Of one owner's messages, how many may be in flight at once: a user whose receivers hang
+# or drip holds at most this many of the senders all users share.
+PER_OWNER = 1
 MAX_METRICS = 16  # of the job's last progress record, the fields the message carries
 
 
@@ -32,8 +35,9 @@ def check_url(url: str) -> str:
     """``url`` if a notification may be sent there, else ValueError saying why.
 
     Only http and https, with a host, and nothing a header could be smuggled through.
-    Where the host leads (loopback, say) is judged when sending: a name can change
-    what it resolves to between now and then.
+    Where the host leads is judged apart (``ddpq.notify_target``, which needs the host's
+    resolver and addresses): at submission, and again at each delivery, as a name can
+    change what it resolves to between then and now.
     """
     if len(url) > MAX_URL:
         raise ValueError(f"is longer than {MAX_URL} characters")
@@ -208,3 +212,30 @@ def next_attempt_at(
 def delivered(status: int | None) -> bool:
     """A 2xx answer is a delivery; anything else (or none) is tried again."""
     return status is not None and 200 <= status < 300
+
+
+Item = TypeVar("Item")
+
+
+def take_fairly(
+    due: Sequence[Item],
+    owner_of: Callable[[Item], str],
+    in_flight: Mapping[str, int],
+    free: int,
+    per_owner: int = PER_OWNER,
+) -> list[Item]:
+    """Which of the messages ``due`` (the most urgent first) to start with ``free`` senders
+    left: never more than ``per_owner`` of one owner in flight, counting ``in_flight``
+    (owner: messages being sent), and round by round, so an owner with fewer in flight goes
+    before one with more, whatever their messages' order."""
+    taken: dict[int, Item] = {}  # by position in ``due``
+    counts = Counter(in_flight)
+    for level in range(per_owner):
+        for i, item in enumerate(due):
+            if len(taken) >= free:
+                return list(taken.values())
+            owner = owner_of(item)
+            if counts[owner] == level and i not in taken:
+                counts[owner] += 1
+                taken[i] = item
+    return list(taken.values())

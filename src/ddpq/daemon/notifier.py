@@ -3,9 +3,12 @@ ended sweep's one message, to its URL.
 
 Apart from the worker's pass, so a slow or dead receiver never delays scheduling: it reads
 which ended jobs and sweeps still owe a message (``store.notifications``), sends them from
-a few threads of its own, each attempt bounded in time, and records every attempt. What to
-send and when to try again is ``core.notify``'s. The URL may carry a webhook's secret: it
-is never logged.
+a few threads of its own, each attempt bounded in time as a whole, and records every
+attempt. The senders are shared fairly: an owner has at most ``core.notify.PER_OWNER``
+messages in flight, so one user's receivers that hang or drip hold at most that many of
+them, and the others' messages go meanwhile. What to send, when to try again and which
+message goes first is ``core.notify``'s. The URL may carry a webhook's secret: it is never
+logged.
 """
 
 from __future__ import annotations
@@ -14,13 +17,21 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ddpq.config import Settings
-from ddpq.core.notify import Ended, delivered, message, next_attempt_at, sweep_message
+from ddpq.core.notify import (
+    Ended,
+    delivered,
+    message,
+    next_attempt_at,
+    sweep_message,
+    take_fairly,
+)
 from ddpq.daemon import webhook
 from ddpq.store import notifications as notification_store
 from ddpq.store.db import Database
@@ -28,7 +39,7 @@ from ddpq.store.db import Database
 log = logging.getLogger("ddpq.notify")
 
 POLL_S = 1.0
-SENDERS = 4  # deliveries in flight at once: a receiver that hangs holds one of them
+SENDERS = 4  # deliveries in flight at once, all owners together
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,7 @@ class Due:
 
     kind: Literal["job", "sweep"]
     id: int
+    owner: str
     url: str
     attempts: int
     last_at: float | None
@@ -52,7 +64,10 @@ class Notifier:
         self.clock = clock
         self.db = Database(settings.db_path, durable=False)
         self._pool = ThreadPoolExecutor(SENDERS, thread_name_prefix="ddpq-notify")
-        self._in_flight: set[tuple[str, int]] = set()
+        self._in_flight: dict[tuple[str, int], str] = {}  # (kind, id): its owner
+        # (kind, id): the attempts recorded so far, so that a pass which read the store
+        # before an attempt was recorded does not start that attempt again.
+        self._recorded: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -69,26 +84,39 @@ class Notifier:
         self.db.dispose()
 
     def send_due(self) -> int:
-        """Start every attempt that is due; how many were started."""
+        """Start the attempts that are due, as far as senders are free and each owner's
+        share allows (the longest due first); how many were started."""
         with self.db.read() as s:
             owed = [
-                Due("job", o.job.job_id, o.url, o.attempts, o.last_at, o.job)
+                Due("job", o.job.job_id, o.job.owner, o.url, o.attempts, o.last_at, o.job)
                 for o in notification_store.owed(s)
             ] + [
-                Due("sweep", o.sweep_id, o.url, o.attempts, o.last_at)
+                Due("sweep", o.sweep_id, o.owner, o.url, o.attempts, o.last_at)
                 for o in notification_store.owed_sweeps(s)
             ]
         now = self.clock()
-        started = 0
+        due = []
         for item in owed:
-            due = next_attempt_at(item.attempts, item.last_at, self.settings.notify_retry_s)
-            with self._lock:
-                if (item.kind, item.id) in self._in_flight or due is None or due > now:
-                    continue
-                self._in_flight.add((item.kind, item.id))
+            at = next_attempt_at(item.attempts, item.last_at, self.settings.notify_retry_s)
+            if at is not None and at <= now:
+                due.append((at, item))
+        due.sort(key=lambda at_item: at_item[0])
+        with self._lock:
+            owed_keys = {(item.kind, item.id) for item in owed}
+            self._recorded = {k: n for k, n in self._recorded.items() if k in owed_keys}
+            waiting = [
+                item
+                for _, item in due
+                if (item.kind, item.id) not in self._in_flight
+                and item.attempts >= self._recorded.get((item.kind, item.id), 0)
+            ]
+            busy = Counter(self._in_flight.values())
+            chosen = take_fairly(waiting, _owner_of, busy, SENDERS - len(self._in_flight))
+            for item in chosen:
+                self._in_flight[(item.kind, item.id)] = item.owner
+        for item in chosen:
             self._pool.submit(self._deliver, item)
-            started += 1
-        return started
+        return len(chosen)
 
     def _deliver(self, item: Due) -> None:
         try:
@@ -100,6 +128,8 @@ class Notifier:
                 notification_store.record_attempt(
                     s, item.kind, item.id, attempt, at, status, error, settled=done or last
                 )
+            with self._lock:
+                self._recorded[(item.kind, item.id)] = attempt
             if done:
                 log.info("%s: notification delivered (HTTP %s)", item, status)
             else:
@@ -109,7 +139,7 @@ class Notifier:
             log.exception("%s: could not record a notification attempt", item)
         finally:
             with self._lock:
-                self._in_flight.discard((item.kind, item.id))
+                self._in_flight.pop((item.kind, item.id), None)
 
     def _message(self, item: Due) -> dict[str, Any]:
         if item.job is not None:
@@ -132,3 +162,7 @@ class Notifier:
         if status is not None and not delivered(status):
             error = f"HTTP {status}"
         return status, error
+
+
+def _owner_of(item: Due) -> str:
+    return item.owner

@@ -111,6 +111,7 @@ class OwedSweep:
     """
 
     sweep_id: int
+    owner: str
     url: str
     attempts: int
     last_at: float | None
@@ -132,7 +133,7 @@ def owed_sweeps(session: Session) -> list[OwedSweep]:
     )
     unfinished = select(Job.id).where(Job.sweep_id == Sweep.id, Job.state.not_in(list(TERMINAL)))
     rows = session.execute(
-        select(Sweep.id, Sweep.notify_url, tries.c.n, tries.c.last)
+        select(Sweep.id, Sweep.owner, Sweep.notify_url, tries.c.n, tries.c.last)
         .outerjoin(tries, tries.c.sweep_id == Sweep.id)
         .where(
             Sweep.notify_url.is_not(None),
@@ -141,7 +142,7 @@ def owed_sweeps(session: Session) -> list[OwedSweep]:
         )
         .order_by(Sweep.id)
     )
-    return [OwedSweep(r.id, r.notify_url, r.n or 0, r.last) for r in rows]
+    return [OwedSweep(r.id, r.owner, r.notify_url, r.n or 0, r.last) for r in rows]
 
 
 def sweep_ended(session: Session, sweep_id: int) -> SweepEnded:

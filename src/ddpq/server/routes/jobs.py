@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ddpq import wake
+from ddpq import notify_target, wake
 from ddpq.config import Settings
 from ddpq.core import jobenv
 from ddpq.core.interactive import idle_limit
@@ -113,6 +113,8 @@ def job_spec(
             command = workload_command(body.workload, body.args)
     if body.cwd is not None:
         check_cwd(settings, db, body.cwd, owner, run_as)
+    if body.notify is not None:
+        check_notify(body.notify, settings)
     cwd = body.cwd or str(settings.home)
     name = body.name or derive_name(body.workload or command[0])
     idle_s = None
@@ -152,6 +154,17 @@ def job_spec(
         partition=body.partition,
         slurm_options=tuple(body.slurm_options),
     )
+
+
+def check_notify(url: str, settings: Settings) -> None:
+    """Refuse now, not only at each delivery, a notification URL whose host is, or only
+    resolves to, an address no notification may go to, or does not resolve at all."""
+    try:
+        notify_target.url_destinations(
+            url, allow_loopback=settings.notify_allow_loopback, timeout=settings.notify_timeout_s
+        )
+    except notify_target.Refused as exc:  # names the host, never the rest of the URL
+        raise ApiError(422, "invalid", f"notify: {exc}") from None
 
 
 def workload_command(workload: str, args: list[str], where: str = "args") -> list[str]:
