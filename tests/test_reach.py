@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import tests.shared_install
 from ddpq.config import ConfigError, Settings
 from ddpq.daemon.reach import (
     probe_account,
@@ -152,3 +153,24 @@ def test_a_root_daemon_with_auth_from_a_private_install_refuses_to_start(
     assert "Permission denied" in line and "is mode 0700: others may not pass" in line
     assert "docs/admin.md" in line
     assert not (home / "ddpq.db").exists()
+
+
+@ROOT_ONLY
+def test_without_an_interpreter_others_can_run_the_tests_say_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, open_folder: Path
+) -> None:
+    """The shared install's tests are skipped, not failed, where every Python lies behind a
+    private folder (CI's pyenv under a 0700 /root): the reason names each and what shuts
+    others out."""
+    (open_folder / "private").mkdir(mode=0o700)
+    hidden = open_folder / "private" / "python3"
+    hidden.symlink_to(os.path.realpath(sys.executable))
+    monkeypatch.setattr(
+        tests.shared_install, "interpreter_candidates", lambda: [str(hidden), "/nonexistent/py"]
+    )
+    python, why = tests.shared_install.interpreter_for_everyone()
+    assert python is None
+    assert why == [
+        f"{hidden}: Permission denied ({open_folder}/private is mode 0700: others may not pass)",
+        "/nonexistent/py: No such file or directory",
+    ]
