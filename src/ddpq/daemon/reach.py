@@ -9,7 +9,7 @@ every such job with "permission denied"; it must not start.
 Checked for real rather than from mode bits: a child that is ``nobody`` (an account with no
 rights of its own, as a job's owner may be) runs the interpreter and imports the shim, so
 ACLs, mounts and a missing library count as a job would meet them. It costs one ``python
--S`` start (tens of milliseconds), once per daemon start. The mode bits only name, in the
+-S`` start (30-110 ms measured), once per daemon start. The mode bits only name, in the
 refusal, the folder that shuts others out.
 """
 
@@ -26,7 +26,7 @@ from ddpq.config import ConfigError, Settings
 
 PROBE_ACCOUNT = "nobody"
 NOBODY_ID = 65534  # nobody's uid and gid where the account has no name
-PROBE_TIMEOUT_S = 30.0  # a cold disk under a busy host; a start takes ~20 ms
+PROBE_TIMEOUT_S = 30.0  # a cold disk under a busy host; a start takes ~0.1 s
 # The shim's folder comes first on sys.path, as it does when the shim runs by its path;
 # importing it reads the shim and its helpers beside it.
 IMPORT_SHIM = "import sys; sys.path.insert(0, sys.argv[1]); import shim"
