@@ -6,6 +6,15 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Daemon, free_port
+from tests.shared_install import remove_shared_install
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_install_removed() -> Iterator[None]:
+    """The install other accounts reach (``tests/shared_install.py``) is made on first
+    use; removed when the session ends."""
+    yield
+    remove_shared_install()
 
 
 @pytest.fixture

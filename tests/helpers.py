@@ -18,6 +18,7 @@ import httpx
 from ddpq.client.api import DdpqClient
 from ddpq.executors.local import procs
 from ddpq.schemas import JobDetail
+from tests.shared_install import shared_install
 
 T = TypeVar("T")
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
@@ -38,6 +39,12 @@ def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "
 def root_flags(args: list[str]) -> list[str]:
     """CI runs as root: a daemon without --auth then needs --allow-root to start."""
     return ["--allow-root"] if os.geteuid() == 0 and "--auth" not in args else []
+
+
+def runs_jobs_as_others(args: list[str]) -> bool:
+    """A root daemon with --auth runs jobs as their owners' accounts, so it starts only from
+    an install they can reach (``tests/shared_install.py``), not from the checkout."""
+    return os.geteuid() == 0 and "--auth" in args
 
 
 def free_port() -> int:
@@ -63,10 +70,14 @@ class Daemon:
     def start(self, timeout: float = 30.0) -> Daemon:
         env = {**os.environ, **self.env}
         env.pop("DDPQ_URL", None)
+        python = sys.executable
+        if runs_jobs_as_others(self.args):
+            shared = shared_install()  # skips the test where there can be none
+            python, env = shared.python, shared.env(env)
         self.log = open(self.home / "daemon.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
-                sys.executable,
+                python,
                 "-m",
                 "ddpq",
                 "serve",

@@ -5,11 +5,10 @@ X-Ddpq-User changes nothing, and a token made through the socket works over TCP 
 is revoked or expires.
 
 Each account's requests come from a child of the test that switched to the account after
-everything was imported (``as_account``): CI's Python lives under a 0700 /root that other
-accounts cannot reach, and the socket's credentials are those of the process that
-connects. The jobs themselves run the daemon's Python as their accounts, which
-``python_for_everyone`` makes reachable for the length of these tests; one test runs the
-real `ddpq` command as an account the same way.
+everything was imported (``as_account``): the checkout may lie where other accounts cannot
+reach it (a 0700 home; CI's Python under a 0700 /root), and the socket's credentials are
+those of the process that connects. The daemon, and the real `ddpq` command one test runs
+as an account, come from the install other accounts reach (``tests/shared_install.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import pwd
 import secrets
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,7 +28,8 @@ import pytest
 from ddpq.client.api import DdpqClient, DdpqError, JsonApi
 from ddpq.client.transport import Transport
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
-from tests.test_trust import python_for_everyone, shared_home
+from tests.shared_install import shared_install
+from tests.test_trust import shared_home
 
 T = TypeVar("T")
 
@@ -41,7 +40,6 @@ pytestmark = [
         reason="useradd and groupadd (the passwd package) are not installed",
     ),
 ]
-__all__ = ["python_for_everyone"]  # a fixture these tests use, imported for pytest
 
 
 @dataclass(frozen=True)
@@ -75,11 +73,7 @@ def accounts() -> Iterator[Accounts]:
 
 
 @pytest.fixture
-def daemon(
-    accounts: Accounts,
-    make_daemon: Callable[..., Daemon],
-    python_for_everyone: None,
-) -> Daemon:
+def daemon(accounts: Accounts, make_daemon: Callable[..., Daemon]) -> Daemon:
     home = shared_home()
     return make_daemon(
         "--fake-gpus", "2", "--auth", "--grace", "1s", "--admin-group", accounts.group, home=home
@@ -244,29 +238,29 @@ def test_a_token_made_on_the_socket_works_over_tcp_until_revoked_or_expired(
 
 
 def command_as(name: str, d: Daemon) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """The real `ddpq` command as the account ``name``, with no URL and no token: the
-    socket found where $DDPQ_SOCKET says (the system's, /run/ddpq/ddpq.sock, is no test's
-    to take); ``env`` adds to that."""
+    """The real `ddpq` command as the account ``name`` (its uid, gid and groups), from the
+    install other accounts reach, with no URL and no token: the socket found where
+    $DDPQ_SOCKET says (the system's, /run/ddpq/ddpq.sock, is no test's to take); ``env``
+    adds to that."""
     entry = pwd.getpwnam(name)
+    shared = shared_install()
     base = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        # Absolute: the command runs in / (a relative PYTHONPATH, as CI's, would not hold).
-        "PYTHONPATH": os.pathsep.join(
-            os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
-        ),
         "DDPQ_SOCKET": str(d.home / "ddpq.sock"),
         "HOME": "/nonexistent",
     }
 
     def ddpq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        setpriv = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups"]
         return subprocess.run(
-            [*setpriv, sys.executable, "-m", "ddpq", *args],
+            [shared.python, "-m", "ddpq", *args],
             capture_output=True,
             text=True,
             env={**base, **env},
             cwd="/",
             timeout=60,
+            user=entry.pw_uid,
+            group=entry.pw_gid,
+            extra_groups=os.getgrouplist(name, entry.pw_gid),
         )
 
     return ddpq

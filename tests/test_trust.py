@@ -8,14 +8,15 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from ddpq.config import ConfigError, Settings
 from ddpq.schemas import JobSubmit
-from tests.helpers import Daemon, free_port, wait_done, wait_for
+from tests.helpers import Daemon, free_port, runs_jobs_as_others, wait_done, wait_for
+from tests.shared_install import shared_install
 from tests.test_auth import add_user
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (switching accounts)")
@@ -24,37 +25,29 @@ ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (switching 
 def ddpq(
     *args: str, user: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run the ddpq command, as another account with ``user`` (through setpriv)."""
-    prefix: list[str] = []
+    """Run the ddpq command; as the account ``user`` (its ids, no groups, in /). That, and a
+    root daemon that runs jobs as other accounts, from the install they reach
+    (``tests/shared_install.py``)."""
+    python, env, cwd = sys.executable, None, None
+    uid = gid = None
     if user is not None:
         entry = pwd.getpwnam(user)
-        prefix = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
+        uid, gid, cwd = entry.pw_uid, entry.pw_gid, "/"
+    if user is not None or runs_jobs_as_others(list(args)):
+        shared = shared_install()
+        python, env = shared.python, shared.env(dict(os.environ))
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "ddpq", *args],
+        [python, "-m", "ddpq", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        user=uid,
+        group=gid,
+        extra_groups=[] if user is not None else None,
     )
-
-
-@pytest.fixture(scope="module")
-def python_for_everyone() -> Iterator[None]:
-    """Let other accounts reach this interpreter for the duration of these tests.
-
-    ddpq runs each job's shim with the daemon's Python, so (README) it must be installed
-    where the jobs' accounts can reach it. A CI machine's pyenv lives under a 0700 /root:
-    give the folders on the way the search bit (o+x, no listing), and take it back after.
-    """
-    changed = []
-    for folder in Path(os.path.realpath(sys.executable)).parents:
-        mode = folder.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            folder.chmod(mode | stat.S_IXOTH)
-            changed.append((folder, mode))
-    yield
-    for folder, mode in changed:
-        folder.chmod(stat.S_IMODE(mode))
 
 
 def shared_home() -> Path:
@@ -202,7 +195,6 @@ def test_state_is_private_to_the_daemon(daemon: Daemon) -> None:
 
 
 @ROOT_ONLY
-@pytest.mark.usefixtures("python_for_everyone")
 def test_a_job_cannot_read_the_database_or_other_jobs(make_daemon: Callable[..., Daemon]) -> None:
     """Under a root --auth daemon, a job (as nobody) probes the state folder and fails."""
     home = shared_home()
@@ -227,7 +219,6 @@ def test_a_job_cannot_read_the_database_or_other_jobs(make_daemon: Callable[...,
 
 
 @ROOT_ONLY
-@pytest.mark.usefixtures("python_for_everyone")
 def test_the_working_directory_is_entered_as_the_jobs_account(
     make_daemon: Callable[..., Daemon],
 ) -> None:

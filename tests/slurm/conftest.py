@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -72,19 +70,3 @@ def slurm_daemons(slurm: SlurmCluster) -> Iterator[Callable[..., Daemon]]:
     slurm.cancel_all()
     for d in started:
         shutil.rmtree(d.home.parent, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def python_for_everyone() -> Iterator[None]:
-    """Let other accounts reach this interpreter while the module's tests run: Slurm runs
-    a job's shim with the daemon's Python, as its owner (a CI machine's pyenv lives under
-    a 0700 /root: the folders on the way get the search bit, taken back after)."""
-    changed = []
-    for folder in Path(os.path.realpath(sys.executable)).parents:
-        mode = folder.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            folder.chmod(mode | stat.S_IXOTH)
-            changed.append((folder, mode))
-    yield
-    for folder, mode in changed:
-        folder.chmod(stat.S_IMODE(mode))

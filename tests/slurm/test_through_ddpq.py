@@ -171,7 +171,6 @@ def test_kill_9_and_restart_readopts_slurm_jobs_by_id(
 
 
 @ROOT_ONLY
-@pytest.mark.usefixtures("python_for_everyone")
 def test_with_auth_the_owners_account_submits_never_root(
     slurm_daemons: Callable[..., Daemon], slurm: SlurmCluster
 ) -> None:
@@ -195,7 +194,6 @@ def test_with_auth_the_owners_account_submits_never_root(
 
 
 @ROOT_ONLY
-@pytest.mark.usefixtures("python_for_everyone")
 def test_on_the_socket_the_caller_submits_to_slurm_and_root_is_refused_with_the_reason(
     slurm_daemons: Callable[..., Daemon], slurm: SlurmCluster
 ) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ddpq.config import ConfigError, Settings
 from ddpq.core.names import SYSTEM_SOCKET
+from ddpq.daemon.reach import require_jobs_can_run_the_shim
 from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
 from ddpq.daemon.unix_socket import UnixListener, closed_to_others, listen_unix
 from ddpq.server import identity
@@ -146,6 +147,7 @@ def _say_where_the_socket_is(settings: Settings, listener: UnixListener | None) 
 
 def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     settings.validate(runs_jobs=worker, listens=api)
+    require_jobs_can_run_the_shim(settings, runs_jobs=worker)
     setup_logging()
     # Everything the daemon creates is its own alone (the database holds token hashes
     # and every job's environment); jobs get an ordinary umask of their own.
