@@ -13,6 +13,7 @@ import resource
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,9 @@ def test_a_worker_waiting_on_more_than_1024_descriptors_keeps_scheduling(
             died.append(exc)
             raise
 
+    def started_or_died(job_id: int) -> bool:
+        return bool(died) or job_id in host.running()
+
     thread = threading.Thread(target=run, name="test-worker", daemon=True)
     thread.start()
     api = Database(settings.db_path)
@@ -102,11 +106,7 @@ def test_a_worker_waiting_on_more_than_1024_descriptors_keeps_scheduling(
                 )
                 job_id = job_store.create_job(s, new, time.time()).id
             wake.nudge(settings.wake_socket)
-            wait_for(
-                lambda job_id=job_id: died or job_id in host.running(),
-                30,
-                f"job {job_id} to be started",
-            )
+            wait_for(partial(started_or_died, job_id), 30, f"job {job_id} to be started")
             assert not died, f"the worker died: {died[0]!r}"
             host.finish(job_id)
     finally:
