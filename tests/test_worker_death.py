@@ -21,6 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ddpq.daemon import watchdog
+from ddpq.daemon.watchdog import Shutdown, watched
 from tests.helpers import free_port, root_flags, wait_for
 
 # The daemon, with its worker's wait made to fail once the file $TEST_WORKER_DIES names exists.
@@ -134,3 +136,84 @@ def test_a_worker_that_dies_takes_the_daemon_down_with_status_1(
     assert "Traceback" in log  # where it died
     # The command's own last line says it too (the journal's last word).
     assert log.rstrip().splitlines()[-1].startswith("ddpq: the worker died (RuntimeError")
+
+
+# ---- the pieces, in-process ------------------------------------------------------------------
+
+
+class FakeServer:
+    should_exit = False
+    force_exit = False
+
+
+def test_a_worker_that_returns_unasked_is_a_death_too() -> None:
+    shutdown = Shutdown()
+    watched("worker", lambda: None, shutdown)()
+    assert shutdown.died == "the worker stopped without being asked to"
+    assert shutdown.event.is_set()
+    asked = Shutdown()
+    asked.stopping = True  # the daemon's own stop: the worker's end is no death
+    watched("worker", lambda: None, asked)()
+    assert asked.died is None
+
+
+def test_a_death_before_the_api_serves_stops_it_as_soon_as_it_does() -> None:
+    """The worker starts before the API: a death in between must not be missed."""
+    shutdown = Shutdown()
+
+    def boom() -> None:
+        raise KeyboardInterrupt  # not an Exception: caught all the same
+
+    watched("worker", boom, shutdown)()
+    server = FakeServer()
+    shutdown.attach(server)
+    assert server.should_exit and server.force_exit  # force: not after every logs -f ends
+    assert shutdown.died is not None and "KeyboardInterrupt" in shutdown.died
+
+
+class FakeLimits:
+    RLIMIT_NOFILE = resource.RLIMIT_NOFILE
+    RLIM_INFINITY = resource.RLIM_INFINITY
+
+    def __init__(self, soft: int, hard: int, refuse: bool = False) -> None:
+        self.limits = (soft, hard)
+        self.refuse = refuse
+
+    def getrlimit(self, _which: int) -> tuple[int, int]:
+        return self.limits
+
+    def setrlimit(self, _which: int, limits: tuple[int, int]) -> None:
+        if self.refuse:
+            raise ValueError("not allowed")
+        self.limits = limits
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "refuse", "now"),
+    [
+        (1024, 524288, False, 524288),  # systemd's defaults: raised to the hard limit
+        (1024, resource.RLIM_INFINITY, False, 777777),  # unlimited: the kernel's nr_open
+        (1024, 4096, True, 1024),  # refused: said, and the daemon runs on
+        (4096, 4096, False, 4096),  # nothing to raise
+    ],
+)
+def test_the_open_files_limit_is_raised_to_what_the_kernel_allows(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    soft: int,
+    hard: int,
+    refuse: bool,
+    now: int,
+) -> None:
+    limits = FakeLimits(soft, hard, refuse)
+    monkeypatch.setattr(watchdog, "resource", limits)
+    nr_open = tmp_path / "nr_open"
+    nr_open.write_text("777777\n")
+    monkeypatch.setattr(watchdog, "NR_OPEN", str(nr_open))
+    with caplog.at_level("INFO", logger="ddpq"):
+        assert watchdog.raise_open_files_limit() == now
+    assert limits.limits[0] == now
+    assert f"open files: at most {now}" in caplog.text
+    if refuse:
+        assert "cannot raise it" in caplog.text
