@@ -240,11 +240,14 @@ def _run_daemon(*, api: bool, worker: bool, config: Path | None, flags: dict[str
     from ddpq.config import ConfigError
     from ddpq.daemon.run import run
     from ddpq.daemon.settings import load_settings
+    from ddpq.daemon.watchdog import WorkerDied
 
     try:
         run(load_settings(flags, config), api=api, worker=worker)
     except ConfigError as exc:
         fail(str(exc), 2)
+    except WorkerDied as exc:  # 1: a failure the service manager restarts (2 it does not)
+        fail(str(exc), 1)
 
 
 def _api_command(with_worker: bool, doc: str) -> Any:

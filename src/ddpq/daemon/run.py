@@ -15,6 +15,7 @@ from ddpq.core.names import SYSTEM_SOCKET
 from ddpq.daemon.reach import require_jobs_can_run_the_shim
 from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
 from ddpq.daemon.unix_socket import UnixListener, closed_to_others, listen_unix
+from ddpq.daemon.watchdog import Shutdown, WorkerDied, raise_open_files_limit, watched
 from ddpq.server import identity
 from ddpq.store.db import migrate
 
@@ -146,6 +147,7 @@ def _say_where_the_socket_is(settings: Settings, listener: UnixListener | None) 
 
 
 def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
+    """Run the daemon until a signal stops it; ``WorkerDied`` if its worker died."""
     settings.validate(runs_jobs=worker, listens=api)
     require_jobs_can_run_the_shim(settings, runs_jobs=worker)
     setup_logging()
@@ -161,15 +163,19 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             "logs, and signal other jobs. Tokens only keep honest users apart.",
             getpass.getuser(),
         )
+    # Before the worker opens a pidfd per running job and the API a socket per connection.
+    open_files = raise_open_files_limit()
     migrate(settings.db_path)
     sock = listen_socket(settings.host, settings.port) if api else None
     unix = listen_unix(settings.socket_file) if api and settings.socket_file else None
     lock = worker_lock(settings.home) if worker else None
+    shutdown = Shutdown()
     agent: Worker | None = None
     thread: threading.Thread | None = None
     if worker:
         agent = _start_worker(settings)
-        thread = threading.Thread(target=agent.run, name="ddpq-worker", daemon=True)
+        target = watched("worker", agent.run, shutdown)
+        thread = threading.Thread(target=target, name="ddpq-worker", daemon=True)
         thread.start()
         log.info(
             "worker: %d GPU(s)%s, ports %d-%d",
@@ -185,35 +191,16 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     notifier = _start_notifier(settings) if worker else None
     janitor = _start_janitor(settings) if worker else None
     try:
-        if sock is not None:
-            import uvicorn
-
-            from ddpq.server.app import create_app
-            from ddpq.server.protocol import http_config
-
-            # uvicorn with a header deadline and a connection bound (slowloris).
-            config = http_config(create_app(settings))
-            log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
-            listening = [sock] if unix is None else [sock, unix.sock]
-            # uvicorn re-raises the signal that stopped it once it is done; with
-            # the default handler that would kill us before the worker is stopped.
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: None)
-            uvicorn.Server(config).run(sockets=listening)
-        else:
-            stop = threading.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
-            while not stop.wait(3600):
-                pass
+        _serve(settings, sock, unix, shutdown, open_files)
     finally:
+        shutdown.stopping = True
         if unix is not None:
             unix.close()
         if janitor is not None:
             janitor[0].stop()
             janitor[1].join(timeout=5)  # a pass half done is finished by the next daemon
         if agent is not None and thread is not None:
-            if settings.stop_jobs_on_exit:
+            if settings.stop_jobs_on_exit and thread.is_alive():
                 log.info("stopping: cancelling running jobs (--stop-jobs)")
             else:
                 log.info("stopping: running jobs keep running and are re-adopted on restart")
@@ -224,3 +211,37 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
         if lock is not None:
             lock.close()
         trust.close()
+    if shutdown.died is not None:
+        raise WorkerDied(f"{shutdown.died}; see the log above")
+
+
+def _serve(
+    settings: Settings,
+    sock: socket.socket | None,
+    unix: UnixListener | None,
+    shutdown: Shutdown,
+    open_files: int,
+) -> None:
+    """Answer the API (if it listens) until a signal, or a death in ``shutdown``."""
+    if sock is not None:
+        import uvicorn
+
+        from ddpq.server.app import create_app
+        from ddpq.server.protocol import http_config
+
+        # uvicorn with a header deadline and a connection bound (slowloris).
+        config = http_config(create_app(settings), open_files)
+        log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
+        listening = [sock] if unix is None else [sock, unix.sock]
+        # uvicorn re-raises the signal that stopped it once it is done; with
+        # the default handler that would kill us before the worker is stopped.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
+        server = uvicorn.Server(config)
+        shutdown.attach(server)
+        server.run(sockets=listening)
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: shutdown.event.set())
+    while not shutdown.event.wait(3600):
+        pass

@@ -18,7 +18,8 @@ from ddpq.core.names import UNIX_NAME
 from ddpq.schemas import NAME_PATTERN, NAME_RE, NAME_RULE
 from ddpq.server import identity
 from ddpq.server.errors import ApiError
-from ddpq.server.peer import PeerCredentials, peer_of
+from ddpq.server.exhaustion import Exhausted
+from ddpq.server.peer import Peer, UnknownPeer, peer_of
 from ddpq.store import tokens as token_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database
@@ -121,7 +122,11 @@ def get_caller(
     )
 
 
-def _socket_caller(settings: Settings, peer: PeerCredentials) -> Caller:
+def _socket_caller(settings: Settings, peer: Peer) -> Caller:
+    if isinstance(peer, UnknownPeer):
+        if peer.exhausted:  # the daemon's condition, not the caller's: 503 (server.faults)
+            raise Exhausted(peer.why)
+        raise ApiError(403, "forbidden", f"the Unix socket's caller is unknown: {peer.why}")
     try:
         account = identity.account_of_uid(peer.uid)
     except identity.NotAnAccount as exc:

@@ -1,9 +1,10 @@
-"""Storage faults (a full disk, a read-only or locked database) answered as 503, logged once.
+"""Storage faults (a full disk, a read-only or locked database) and exhausted resources (no
+file descriptor or memory left, ``server.exhaustion``) answered as 503, logged once.
 
-They are conditions of the machine, not bugs: the client gets one ``{detail, code:
-"unavailable"}`` body naming the cause, and the log gets one line per condition (repeated
-at most every ``REPEAT_S`` while it lasts), not a traceback per request. Any other
-exception goes on to the usual 500 and its traceback.
+They are conditions of the machine, not bugs, nor anything the caller did: the client gets
+one ``{detail, code: "unavailable"}`` body naming the cause, and the log gets one line per
+condition (repeated at most every ``REPEAT_S`` while it lasts), not a traceback per
+request. Any other exception goes on to the usual 500 and its traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ddpq.server.exhaustion import cause_of
 from ddpq.store.db import storage_fault
 
 log = logging.getLogger("ddpq.server")
@@ -39,7 +41,7 @@ class StorageFaults:
         try:
             await self.app(scope, receive, tracked)
         except Exception as exc:
-            why = storage_fault(exc)
+            why = storage_fault(exc) or cause_of(exc)
             if why is None or started:  # a bug, or too late to answer: the usual path
                 raise
             self._note(why, scope)

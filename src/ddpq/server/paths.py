@@ -17,6 +17,8 @@ import stat
 from collections import deque
 from dataclasses import dataclass
 
+from ddpq.server import identity
+
 # Linux gives up after 40 links in one lookup (ELOOP); so does the walk.
 MAX_LINKS = 40
 ACL_XATTR = "system.posix_acl_access"
@@ -30,12 +32,12 @@ class Account:
 
 def account(name: str) -> Account | None:
     """The Unix account ``name`` with all its groups, or None if there is no such account."""
-    try:
-        pw = pwd.getpwnam(name)
-    except KeyError:
+    pw = identity.look_up(lambda: pwd.getpwnam(name))
+    if pw is None:
         return None
+    groups = identity.look_up(lambda: os.getgrouplist(name, pw.pw_gid)) or []
     # The groups a login (and the launch's initgroups) would give it.
-    return Account(pw.pw_uid, frozenset({pw.pw_gid, *os.getgrouplist(name, pw.pw_gid)}))
+    return Account(pw.pw_uid, frozenset({pw.pw_gid, *groups}))
 
 
 def _searchable(path: str, info: os.stat_result, who: Account) -> bool:

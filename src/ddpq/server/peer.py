@@ -9,6 +9,10 @@ connection never has them: ``peer_of`` is None for it.
 The credentials are those of the process that called ``connect()``, fixed at that moment:
 a connection handed to another process, or kept across a ``setuid``, still speaks for
 whoever opened it (as for Docker's and systemd's sockets).
+
+A connection on the Unix socket whose credentials cannot be read is no TCP connection for
+that: it carries an ``UnknownPeer`` (why), which ``server.deps`` refuses, 503 when the
+daemon ran out of a resource (``server.exhaustion``), else 403.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ddpq.server.exhaustion import cause_of
 
 PEER_KEY = "ddpq.peer_credentials"
 _UCRED = struct.Struct("iII")  # struct ucred: pid_t pid, uid_t uid, gid_t gid
@@ -32,22 +38,34 @@ class PeerCredentials:
     gid: int
 
 
-def read_peer_credentials(sock: Any) -> PeerCredentials | None:
+@dataclass(frozen=True)
+class UnknownPeer:
+    """A connection on the Unix socket whose caller the kernel did not name."""
+
+    why: str
+    exhausted: bool  # because the daemon ran out of a resource: try again later
+
+
+Peer = PeerCredentials | UnknownPeer
+
+
+def read_peer_credentials(sock: Any) -> Peer | None:
     """The credentials of a connected AF_UNIX socket (or asyncio's TransportSocket of one);
-    None for any other kind of socket, or where the kernel does not say."""
+    None for any other kind of socket; ``UnknownPeer`` where the kernel does not say."""
     if getattr(sock, "family", None) != socket.AF_UNIX:
         return None
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    except (OSError, AttributeError):
-        return None
+    except (OSError, AttributeError) as exc:
+        cause = cause_of(exc)
+        return UnknownPeer(cause or f"its credentials cannot be read: {exc}", cause is not None)
     pid, uid, gid = _UCRED.unpack(raw)
     if _NO_ID in (uid, gid):
-        return None
+        return UnknownPeer("the kernel names no user for it", exhausted=False)
     return PeerCredentials(pid, uid, gid)
 
 
-def with_peer(app: ASGIApp, peer: PeerCredentials) -> ASGIApp:
+def with_peer(app: ASGIApp, peer: Peer) -> ASGIApp:
     """``app`` for one connection: each request's scope carries ``peer``."""
 
     async def connection_app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -58,8 +76,9 @@ def with_peer(app: ASGIApp, peer: PeerCredentials) -> ASGIApp:
     return connection_app
 
 
-def peer_of(scope: Scope) -> PeerCredentials | None:
-    """The request's peer credentials: set only for a connection on the Unix socket."""
+def peer_of(scope: Scope) -> Peer | None:
+    """The request's peer credentials (or why there are none): set only for a connection
+    on the Unix socket."""
     extensions = scope.get("extensions") or {}
     peer = extensions.get(PEER_KEY)
-    return peer if isinstance(peer, PeerCredentials) else None
+    return peer if isinstance(peer, PeerCredentials | UnknownPeer) else None

@@ -9,9 +9,9 @@ daemon runs out of file descriptors and cannot accept the next ``/healthz``. Her
   or after the previous response on it ended; trickling bytes does not extend that. A
   connection that misses it is closed.
 - at most ``max_connections`` connections are open (fewer if the descriptor limit is
-  low, which is raised to its hard limit first). When one more arrives, the one that has
-  waited longest for its headers is closed to make room; if every connection is busy
-  with a request, the newcomer gets 503 and is closed.
+  low, which the daemon raised to its hard limit at its start). When one more arrives,
+  the one that has waited longest for its headers is closed to make room; if every
+  connection is busy with a request, the newcomer gets 503 and is closed.
 
 ``$DDPQ_HEADER_TIMEOUT`` (seconds) and ``$DDPQ_MAX_CONNECTIONS`` override the defaults
 (tests shorten them).
@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import resource
 from typing import Any
 
 import h11
@@ -129,18 +128,6 @@ class GuardedH11Protocol(H11Protocol):
         return True
 
 
-def raise_fd_limit() -> int:
-    """Raise the soft limit on open files to the hard one; return the soft limit now."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass
-    return soft
-
-
 def _env_number(name: str, default: float) -> float:
     text = os.environ.get(name, "").strip()
     if not text:
@@ -154,9 +141,10 @@ def _env_number(name: str, default: float) -> float:
     return value
 
 
-def http_config(app: Any) -> uvicorn.Config:
-    """uvicorn's configuration for the API: the guarded protocol with its bounds."""
-    fds = raise_fd_limit()
+def http_config(app: Any, open_files: int) -> uvicorn.Config:
+    """uvicorn's configuration for the API: the guarded protocol with its bounds, under
+    ``open_files`` descriptors (the limit the daemon raised at its start)."""
+    fds = open_files
     timeout = _env_number("DDPQ_HEADER_TIMEOUT", HEADER_TIMEOUT_S)
     wanted = int(_env_number("DDPQ_MAX_CONNECTIONS", MAX_CONNECTIONS))
     limit = max(8, min(wanted, fds - RESERVED_FDS))

@@ -10,7 +10,6 @@ have ended. The worker itself starts no process.
 from __future__ import annotations
 
 import logging
-import select
 import threading
 import time
 from collections.abc import Callable
@@ -130,14 +129,11 @@ class Worker:
         self.db.dispose()
 
     def _wait(self) -> None:
-        fds: list[Any] = [self._sock] if self._sock is not None else []
-        fds += self.executor.wait_fds()
-        try:
-            ready, _, _ = select.select(fds, [], [], self.settings.poll_s)
-        except InterruptedError:
-            ready = []
+        fds = [self._sock.fileno()] if self._sock is not None else []
+        fds += self.executor.wait_fds()  # one per running job: no ceiling (wake.wait_readable)
+        ready = wake.wait_readable(fds, self.settings.poll_s)
         self._woke_at = self.clock()
-        if self._sock is not None and self._sock in ready:
+        if self._sock is not None and self._sock.fileno() in ready:
             wake.drain(self._sock)
 
     def step(self) -> None:

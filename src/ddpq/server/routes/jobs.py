@@ -26,7 +26,7 @@ from ddpq.schemas import (
     JobSubmit,
     derive_name,
 )
-from ddpq.server import paths, views
+from ddpq.server import exhaustion, paths, views
 from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, may_touch, proven_account
 from ddpq.server.errors import CONFLICT, WRITE_ERRORS, ApiError
 from ddpq.server.params import JobId, Offset
@@ -226,6 +226,7 @@ def check_cwd(
     else:
         ok = paths.daemon_can_enter(cwd)
     if not ok:
+        exhaustion.check()  # a walk that could not open a folder proves nothing then
         raise ApiError(422, "invalid", f"cwd: {cwd} is not a directory the job can enter")
 
 
