@@ -217,3 +217,27 @@ def test_the_open_files_limit_is_raised_to_what_the_kernel_allows(
     assert f"open files: at most {now}" in caplog.text
     if refuse:
         assert "cannot raise it" in caplog.text
+
+
+@pytest.mark.parametrize("which", ["notifier", "janitor"])
+def test_the_notifier_and_the_janitor_are_watched_as_the_worker_is(
+    which: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dead alone, one would leave every message unsent, the other every folder kept:
+    their death stops the daemon too (with the thread's name in the reason)."""
+    from ddpq.config import Settings
+    from ddpq.daemon import janitor, notifier, run
+
+    def boom(_self: object) -> None:
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(notifier.Notifier, "run", boom)
+    monkeypatch.setattr(janitor.Janitor, "run", boom)
+    settings = Settings(home=tmp_path, keep_finished_s=3600.0)
+    shutdown = Shutdown()
+    if which == "notifier":
+        run._start_notifier(settings, shutdown)
+    else:
+        run._start_janitor(settings, shutdown)
+    assert wait_for(lambda: shutdown.died is not None, timeout=10)
+    assert shutdown.died == f"the {which} died (RuntimeError: broken)"

@@ -70,15 +70,19 @@ def _start_worker(settings: Settings) -> Worker:
         raise ConfigError(str(exc)) from None
 
 
-def _start_notifier(settings: Settings) -> Notifier:
+def _start_notifier(settings: Settings, shutdown: Shutdown) -> Notifier:
     from ddpq.daemon.notifier import Notifier
 
     notifier = Notifier(settings)
-    threading.Thread(target=notifier.run, name="ddpq-notifier", daemon=True).start()
+    # Watched as the worker is: a notifier dead alone would leave every message unsent.
+    target = watched("notifier", notifier.run, shutdown)
+    threading.Thread(target=target, name="ddpq-notifier", daemon=True).start()
     return notifier
 
 
-def _start_janitor(settings: Settings) -> tuple[Janitor, threading.Thread] | None:
+def _start_janitor(
+    settings: Settings, shutdown: Shutdown
+) -> tuple[Janitor, threading.Thread] | None:
     """Retention in a thread of its own beside the worker (not in its pass: removing a
     year of checkpoints must not delay a job's start), when a limit is set."""
     from ddpq.daemon.janitor import Janitor, policy_of
@@ -87,7 +91,8 @@ def _start_janitor(settings: Settings) -> tuple[Janitor, threading.Thread] | Non
     if not policy.active:
         return None
     janitor = Janitor(settings)
-    thread = threading.Thread(target=janitor.run, name="ddpq-janitor", daemon=True)
+    target = watched("janitor", janitor.run, shutdown)  # dead alone, no folder is ever freed
+    thread = threading.Thread(target=target, name="ddpq-janitor", daemon=True)
     thread.start()
     limits = []
     if policy.keep_finished_s is not None:
@@ -188,8 +193,8 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
         _say_who_is_trusted(settings)
         _say_where_the_socket_is(settings, unix)
     # Beside the worker, not in its pass: a receiver that hangs never delays scheduling.
-    notifier = _start_notifier(settings) if worker else None
-    janitor = _start_janitor(settings) if worker else None
+    notifier = _start_notifier(settings, shutdown) if worker else None
+    janitor = _start_janitor(settings, shutdown) if worker else None
     try:
         _serve(settings, sock, unix, shutdown, open_files)
     finally:
