@@ -40,6 +40,12 @@ def root_flags(args: list[str]) -> list[str]:
     return ["--allow-root"] if os.geteuid() == 0 and "--auth" not in args else []
 
 
+def reserve_flags(args: list[str]) -> list[str]:
+    """A small database reserve (the default is 64M of allocated blocks): a test run starts
+    hundreds of daemons, and pytest keeps their folders."""
+    return [] if any(a.startswith("--state-reserve") for a in args) else ["--state-reserve", "1M"]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,6 +82,7 @@ class Daemon:
                 str(self.port),
                 *self.args,
                 *root_flags(self.args),
+                *reserve_flags(self.args),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

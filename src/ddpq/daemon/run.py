@@ -20,6 +20,7 @@ from ddpq.store.db import migrate
 if TYPE_CHECKING:
     from ddpq.daemon.janitor import Janitor
     from ddpq.daemon.notifier import Notifier
+    from ddpq.daemon.quota import DiskWatch
     from ddpq.worker.loop import Worker
 
 log = logging.getLogger("ddpq")
@@ -102,6 +103,15 @@ def _start_janitor(settings: Settings) -> tuple[Janitor, threading.Thread] | Non
     return janitor, thread
 
 
+def _start_disk_watch(settings: Settings) -> DiskWatch:
+    """The database's reserve and the per-job folder limit, in a thread of their own."""
+    from ddpq.daemon.quota import DiskWatch
+
+    watch = DiskWatch(settings)
+    threading.Thread(target=watch.run, name="ddpq-disk", daemon=True).start()
+    return watch
+
+
 def _say_who_is_trusted(settings: Settings) -> None:
     """The trust mode, before the API listens: whom the API believes, and why."""
     if not settings.auth:
@@ -182,6 +192,7 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     # Beside the worker, not in its pass: a receiver that hangs never delays scheduling.
     notifier = _start_notifier(settings) if worker else None
     janitor = _start_janitor(settings) if worker else None
+    disk = _start_disk_watch(settings) if worker else None
     try:
         if sock is not None:
             import uvicorn
@@ -207,6 +218,8 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     finally:
         if unix is not None:
             unix.close()
+        if disk is not None:
+            disk.stop()
         if janitor is not None:
             janitor[0].stop()
             janitor[1].join(timeout=5)  # a pass half done is finished by the next daemon
