@@ -196,6 +196,9 @@ def test_submissions_wait_while_the_disk_is_short_and_cancel_hold_release_do_not
     assert api.post(f"/v1/jobs/{other}/cancel").json()["state"] == "cancelled"
     monkeypatch.setattr(headroom, "free_bytes", lambda _folder: 64 * MIB)
     assert api.post("/v1/jobs", json={"command": ["true"]}).status_code == 201
+    documented = api.get("/openapi.json").json()["paths"]
+    for path in ("/v1/jobs", "/v1/sweeps"):
+        assert "507" in documented[path]["post"]["responses"], path
 
 
 def test_a_cancel_refused_by_a_full_disk_is_written_with_the_reserve(

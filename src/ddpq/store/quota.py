@@ -25,7 +25,7 @@ def running_folders(session: Session) -> dict[int, str]:
             Job.state == JobState.RUNNING, Job.stop_request.is_(None), Job.job_dir.is_not(None)
         )
     )
-    return {job_id: job_dir for job_id, job_dir in rows}
+    return {job_id: job_dir for job_id, job_dir in rows if job_dir is not None}
 
 
 def request_quota_stop(session: Session, job_id: int, reason: str, now: float) -> bool:
