@@ -47,6 +47,12 @@ def runs_jobs_as_others(args: list[str]) -> bool:
     return os.geteuid() == 0 and "--auth" in args
 
 
+def reserve_flags(args: list[str]) -> list[str]:
+    """A small database reserve (the default is 64M of allocated blocks): a test run starts
+    hundreds of daemons, and pytest keeps their folders."""
+    return [] if any(a.startswith("--state-reserve") for a in args) else ["--state-reserve", "1M"]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -87,6 +93,7 @@ class Daemon:
                 str(self.port),
                 *self.args,
                 *root_flags(self.args),
+                *reserve_flags(self.args),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -56,14 +56,17 @@ def test_every_ddpq_command_in_the_guide_exists_with_its_options() -> None:
                 assert word.split("=")[0] in options, f"ddpq {' '.join(path)} has no {word}"
 
 
-def test_the_guides_config_example_is_one_ddpq_reads(tmp_path: Path) -> None:
+def test_the_guides_config_examples_are_ones_ddpq_reads(tmp_path: Path) -> None:
     from ddpq.daemon.settings import load_settings
 
-    (example,) = blocks("toml")
+    retention_example, disk_example = blocks("toml")
     config = tmp_path / "ddpq.toml"
-    config.write_text(example)
+    config.write_text(retention_example)
     s = load_settings({}, config)
     assert (s.keep_finished_s, s.jobs_budget_bytes, s.prune_rows) == (30 * 86400, 500 << 30, True)
+    config.write_text(disk_example)
+    s = load_settings({}, config)
+    assert (s.state_reserve_bytes, s.job_folder_max) == (64 << 20, 200 << 30)
 
 
 def served_metrics(tmp_path: Path) -> set[str]:

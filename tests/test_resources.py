@@ -7,9 +7,11 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ddpq.schemas import JobSubmit
+from ddpq.store.headroom import Reserve
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
 
 
@@ -69,7 +71,10 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def test_a_job_that_fills_the_disk_ends_saying_so(
     make_daemon: Callable[..., Daemon], small_disk: Path
 ) -> None:
-    d = make_daemon("--fake-gpus", "1", "--grace", "1s", home=small_disk / "home")
+    d = make_daemon(
+        "--fake-gpus", "1", "--grace", "1s", "--job-folder-max", "unlimited",
+        home=small_disk / "home",
+    )  # fmt: skip
     c = d.client()
     # Fill the disk from the job's folder, then print: the shim cannot write the log.
     fill = (
@@ -92,3 +97,36 @@ def test_a_job_that_fills_the_disk_ends_saying_so(
     log = (d.home / "daemon.log").read_text()
     # Failures while the disk was full are logged once per condition, not every pass.
     assert log.count("Traceback") <= 5, log[-4000:]
+
+
+def test_a_full_state_disk_still_takes_cancels_holds_and_jobs_ends(
+    make_daemon: Callable[..., Daemon], small_disk: Path
+) -> None:
+    """A job fills the disk that holds the database and stays: new jobs are refused with a
+    507 that says why, while its cancel, a hold and a release are taken and its end is
+    recorded (the reserve given back); once an admin makes room, all is as before."""
+    home = small_disk / "home"
+    # No per-job limit: the job is to fill the disk (the default, half of it, would stop it).
+    limits = ["--state-reserve", "4M", "--job-folder-max", "unlimited"]
+    d = make_daemon("--fake-gpus", "1", "--grace", "1s", *limits, home=home)
+    reserve = Reserve(home / "db-reserve", 4 << 20)
+    wait_for(lambda: reserve.held() == 4 << 20, 30, "the disk watch to make the reserve")
+    c = d.client()
+    held = c.submit(JobSubmit(command=["true"], gpus=1, hold=True))  # waits on the GPU
+    fill = 'dd if=/dev/zero of="$DDPQ_JOB_DIR/fill" bs=1M 2>/dev/null; sleep 300'
+    job = c.submit(JobSubmit(command=["sh", "-c", fill], gpus=1))
+    fill_file = home / "jobs" / str(job.id) / "fill"
+    wait_for(lambda: os.statvfs(small_disk).f_bfree == 0, 30, "the job to fill the disk")
+    refused = httpx.post(d.url + "/v1/jobs", json={"command": ["true"]}, timeout=30)
+    assert refused.status_code == 507, refused.text
+    assert refused.json()["detail"].startswith("the disk holding ddpq's state is full (0 free")
+    assert c.hold(held.id, False).state == "queued"
+    assert c.hold(held.id).state == "held"
+    assert c.cancel(job.id).state in ("running", "cancelled")
+    done = wait_done(c, job.id, 30)
+    assert done.state == "cancelled", done.reason
+    assert reserve.held() < 4 << 20  # what the writes took it from
+    fill_file.unlink()  # the admin makes room
+    wait_for(lambda: reserve.held() == 4 << 20, 30, "the reserve to be whole again")
+    nxt = c.submit(JobSubmit(command=["true"], gpus=1))
+    assert wait_done(c, nxt.id).state == "succeeded"

@@ -21,7 +21,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from ddpq.core import notify
+from ddpq.core import notify, quota
 from ddpq.core.names import MAX_SOCKET_PATH, SOCKET_FILE, state_folder
 from ddpq.core.policy import DEFAULT_POLICY, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS
@@ -254,6 +254,10 @@ def _fraction(value: object) -> object:
 Fraction = Annotated[float, BeforeValidator(_fraction), Field(ge=0, le=10, allow_inf_nan=False)]
 
 
+# A job folder's limit (core.quota): bytes, a share of the disk (a float), or None.
+FolderMax = Annotated[int | float | None, BeforeValidator(quota.read_limit)]
+
+
 class Settings(BaseSettings):
     """What the daemon runs with. The worker and the server read these attributes."""
 
@@ -305,6 +309,13 @@ class Settings(BaseSettings):
     prune_rows: bool = False
     # How often the janitor looks (it also looks once when the daemon starts).
     prune_every_s: float = 600.0
+    # The state disk (store.headroom, core.quota): room kept for the database's cancels and
+    # jobs' ends when the disk fills (0: none), and the most one job's folder may hold (a
+    # size, a share of the disk the folders are on as a float, None: no limit), measured
+    # every disk_every_s by the process that runs jobs.
+    state_reserve_bytes: AnySize = 64 << 20
+    job_folder_max: FolderMax = 0.5
+    disk_every_s: float = 5.0
     # Interpreter for the shim and for torchrun: the daemon's own, which has torch
     # installed on a GPU host.
     python: str = sys.executable
@@ -368,6 +379,10 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
+
+    @property
+    def reserve_path(self) -> Path:
+        return self.home / "db-reserve"
 
     @property
     def wake_socket(self) -> Path:

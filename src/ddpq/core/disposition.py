@@ -93,6 +93,9 @@ def after_exit(
         if preempted is not None:
             return preempted
     outcome = outcome_of(record, job.stop, grace_s, job.stop_reason)
+    if job.stop is StopRequest.QUOTA:
+        # No retry nor requeue: the next attempt would find the same folder over its limit.
+        return Disposition(outcome.state, outcome.reason, outcome.state, outcome.reason)
     failed = outcome.state is JobState.FAILED
     if failed and job.port_retries < max_port_retries and port_clash():
         tries = job.port_retries + 1

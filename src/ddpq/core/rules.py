@@ -16,6 +16,9 @@ class StopRequest(StrEnum):
     TIMEOUT = "timeout"
     PREEMPT = "preempt"  # checkpoint and go back to the queue (an admin, or the policy)
     IDLE = "idle"  # an interactive session whose GPUs stayed unused (core.interactive)
+    # Its folder holds more than the per-job limit (core.quota): the daemon's word, which
+    # a retry would not change (the folder still holds it), so the job ends failed.
+    QUOTA = "quota"
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,9 @@ def outcome_of(
         # A limit as a time limit is, so the same end; the reason says which ("idle: ...").
         why = stop_reason or "idle"
         return Outcome(JobState.TIMED_OUT, f"{why} (SIGTERM, SIGKILL after {grace_s:g}s); {how}")
+    if stop is StopRequest.QUOTA:
+        why = stop_reason or "its folder holds more than the per-job limit"
+        return Outcome(JobState.FAILED, f"{why} (SIGTERM, SIGKILL after {grace_s:g}s); {how}")
     if record.error is None and record.signal is None and record.exit_code == 0:
         return Outcome(JobState.SUCCEEDED, how)
     return Outcome(JobState.FAILED, how)

@@ -149,6 +149,20 @@ PruneRowsOpt = Annotated[
     bool | None,
     typer.Option(help="with --keep-finished, also delete those jobs from the database"),
 ]
+StateReserveOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="room kept on the state folder's disk for cancels and jobs' ends when a job "
+        "fills it (64M, 0 for none); new jobs are refused while less is free"
+    ),
+]
+JobFolderMaxOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="most one running job's folder may hold (10G, or 50% of the disk it is on; "
+        "'unlimited'): a job over it is stopped and fails saying so"
+    ),
+]
 # The options of the processes that run jobs (their folders are on that host), not the API's.
 RETENTION_OPTIONS = ("keep_finished", "jobs_budget", "prune_rows")
 HeadroomOpt = Annotated[
@@ -158,7 +172,7 @@ HeadroomOpt = Annotated[
         "as 1G, 512M or 0"
     ),
 ]
-WORKER_ONLY_OPTIONS = (*RETENTION_OPTIONS, "gpu_mem_headroom")
+WORKER_ONLY_OPTIONS = (*RETENTION_OPTIONS, "gpu_mem_headroom", "job_folder_max")
 
 
 PolicyOpt = Annotated[
@@ -290,6 +304,8 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         slurm_options: SlurmOptionsOpt = None,
         slurm_gpus: SlurmGpusOpt = None,
         gpu_mem_headroom: HeadroomOpt = None,
+        state_reserve: StateReserveOpt = None,
+        job_folder_max: JobFolderMaxOpt = None,
     ) -> None:
         flags = {k: v for k, v in locals().items() if k not in ("config", "with_worker")}
         _run_daemon(api=True, worker=with_worker, config=config, flags=flags)
@@ -343,6 +359,8 @@ def worker(
     slurm_options: SlurmOptionsOpt = None,
     slurm_gpus: SlurmGpusOpt = None,
     gpu_mem_headroom: HeadroomOpt = None,
+    state_reserve: StateReserveOpt = None,
+    job_folder_max: JobFolderMaxOpt = None,
 ) -> None:
     """Run only the worker loop (launches and watches jobs, sends notifications); --auth as
     the API has it."""

@@ -22,6 +22,7 @@ from ddpq.store.db import migrate
 if TYPE_CHECKING:
     from ddpq.daemon.janitor import Janitor
     from ddpq.daemon.notifier import Notifier
+    from ddpq.daemon.quota import DiskWatch
     from ddpq.worker.loop import Worker
 
 log = logging.getLogger("ddpq")
@@ -107,6 +108,17 @@ def _start_janitor(
         limits.append(f"job folders kept under {approx_size(policy.budget_bytes)}")
     log.info("retention: %s", "; ".join(limits))
     return janitor, thread
+
+
+def _start_disk_watch(settings: Settings, shutdown: Shutdown) -> DiskWatch:
+    """The database's reserve and the per-job folder limit, in a thread of their own
+    (watched: dead alone, no folder limit would hold and no reserve come back)."""
+    from ddpq.daemon.quota import DiskWatch
+
+    watch = DiskWatch(settings)
+    target = watched("disk watch", watch.run, shutdown)
+    threading.Thread(target=target, name="ddpq-disk", daemon=True).start()
+    return watch
 
 
 def _say_who_is_trusted(settings: Settings) -> None:
@@ -195,12 +207,15 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     # Beside the worker, not in its pass: a receiver that hangs never delays scheduling.
     notifier = _start_notifier(settings, shutdown) if worker else None
     janitor = _start_janitor(settings, shutdown) if worker else None
+    disk = _start_disk_watch(settings, shutdown) if worker else None
     try:
         _serve(settings, sock, unix, shutdown, open_files)
     finally:
         shutdown.stopping = True
         if unix is not None:
             unix.close()
+        if disk is not None:
+            disk.stop()
         if janitor is not None:
             janitor[0].stop()
             janitor[1].join(timeout=5)  # a pass half done is finished by the next daemon

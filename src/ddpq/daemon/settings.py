@@ -55,6 +55,8 @@ PUBLIC_NAMES: dict[str, str] = {
     "keep_finished": "keep_finished_s",
     "jobs_budget": "jobs_budget_bytes",
     "prune_rows": "prune_rows",
+    "state_reserve": "state_reserve_bytes",
+    "job_folder_max": "job_folder_max",
     "idle": "idle_default_s",
     "idle_max": "idle_max_s",
     "idle_grace": "idle_grace_s",
@@ -99,8 +101,10 @@ def written_defaults() -> dict[str, object]:
         value = info.default
         if field in ("grace_s", "idle_default_s", "idle_max_s", "idle_grace_s"):
             value = human_duration(value)
-        elif field in ("log_cap_bytes", "gpu_mem_headroom_bytes"):
+        elif field in ("log_cap_bytes", "gpu_mem_headroom_bytes", "state_reserve_bytes"):
             value = human_size(value)
+        elif field == "job_folder_max":
+            value = human_size(value) if isinstance(value, int) else f"{value:.0%}"
         elif field == "gpu_poll_s":
             value = human_duration(value)
         elif field == "gpu_mem_margin":

@@ -39,8 +39,8 @@ class Removed:
     gone: bool = False  # the folder itself is gone (removed now, or not there)
 
 
-# A job may nest folders deeper than a descriptor per level allows: below this depth its
-# subfolders are moved up to the top of its folder and removed from there.
+# A job may nest folders deeper than a descriptor per level allows: removing, below this
+# depth its subfolders are moved up to the top of its folder and removed from there.
 MAX_DEPTH = 32
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
@@ -77,8 +77,9 @@ def _bytes(st: os.stat_result) -> int:
 
 
 def folder_usage(jobs_dir: Path, name: str) -> Usage | None:
-    """What the folder ``jobs_dir/name`` holds (None: there is no such folder). Links are
-    counted as themselves, never followed; below MAX_DEPTH nothing more is counted."""
+    """What the folder ``jobs_dir/name`` holds (None: there is no such folder), however deep
+    its job nested it (a job must not hide bytes from its limit below some depth). Links
+    are counted as themselves, never followed."""
     with _folder(jobs_dir, None, None) as top, _folder(name, top, None) as fd:
         if top is None or fd is None:
             return None
@@ -88,19 +89,73 @@ def folder_usage(jobs_dir: Path, name: str) -> Usage | None:
             size = _bytes(st)
             if stat.S_ISDIR(st.st_mode):
                 with _folder(entry, fd, dev) as sub:
-                    size += _tree_bytes(sub, dev, 1) if sub is not None else 0
+                    size += _tree_bytes(sub, dev) if sub is not None else 0
             usage[is_checkpoint(entry)] += size
         return Usage(checkpoint_bytes=usage[True], record_bytes=usage[False])
 
 
-def _tree_bytes(fd: int, dev: int, depth: int) -> int:
-    total = 0
-    for name, st in _entries(fd):
-        total += _bytes(st)
-        if stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
-            with _folder(name, fd, dev) as sub:
-                total += _tree_bytes(sub, dev, depth + 1) if sub is not None else 0
+def _tree_bytes(top: int, dev: int) -> int:
+    """What the folder open as ``top`` holds below it, walked with one descriptor at a time:
+    down by name, back up by "..", which must be the folder it left (else the job moved it
+    meanwhile and the walk ends with what it counted). So any depth costs neither
+    descriptors nor Python's stack."""
+    total, todo = _level(top)
+    path: list[tuple[int, int]] = []  # the folders above the one open, by identity
+    pending = [todo]  # each level's subfolders still to walk
+    fd = os.dup(top)
+    try:
+        while pending:
+            if not pending[-1]:
+                pending.pop()
+                if not pending:
+                    break
+                parent = os.open("..", _DIR, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                if _identity(fd) != path.pop():
+                    break
+                continue
+            name = pending[-1].pop()
+            child = _open_below(fd, name, dev)
+            if child is None:
+                continue
+            path.append(_identity(fd))
+            os.close(fd)
+            fd = child
+            size, todo = _level(fd)
+            total += size
+            pending.append(todo)
+    except OSError:
+        pass  # a folder gone meanwhile: what was counted stands
+    finally:
+        os.close(fd)
     return total
+
+
+def _level(fd: int) -> tuple[int, list[str]]:
+    """The bytes of a folder's entries, and its subfolders' names."""
+    size, folders = 0, []
+    for name, st in _entries(fd):
+        size += _bytes(st)
+        if stat.S_ISDIR(st.st_mode):
+            folders.append(name)
+    return size, folders
+
+
+def _open_below(fd: int, name: str, dev: int) -> int | None:
+    try:
+        sub = os.open(name, _DIR, dir_fd=fd)
+    except OSError:
+        return None
+    if os.fstat(sub).st_dev != dev:
+        os.close(sub)
+        return None
+    return sub
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 def remove_checkpoints(jobs_dir: Path, name: str) -> Removed:

@@ -29,6 +29,7 @@ from ddpq.server.routes import (
     usage,
 )
 from ddpq.store.db import Database
+from ddpq.store.headroom import Reserve
 
 # In this order in the OpenAPI document.
 ROUTERS = (
@@ -47,7 +48,9 @@ ROUTERS = (
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
-    app.state.db = Database(settings.db_path)
+    # Given back when the disk is full; made whole by the process that runs jobs.
+    reserve = Reserve(settings.reserve_path, settings.state_reserve_bytes)
+    app.state.db = Database(settings.db_path, reserve=reserve)
     yield
     app.state.db.dispose()
 

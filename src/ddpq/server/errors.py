@@ -49,6 +49,15 @@ ERRORS: Responses = {
 WRITE_ERRORS: Responses = {
     415: {"model": ErrorOut, "description": "a write whose body is not JSON"},
 }
+# Submissions: refused while the state disk is short (store.headroom).
+NO_ROOM: Responses = {
+    507: {
+        "model": ErrorOut,
+        "description": "the disk holding ddpq's state is short of the room kept for cancels "
+        "and jobs' ends: new jobs are refused (cancel, hold and release are not); `detail` "
+        "says how much is free",
+    },
+}
 CONFLICT: Responses = {
     409: {"model": ErrorOut, "description": "the job is not waiting, so it cannot be held"},
 }

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import errno
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import OperationalError
@@ -21,6 +21,10 @@ from sqlalchemy.exc import OperationalError
 # Re-exported: the worker and the server annotate with it without importing SQLAlchemy.
 from sqlalchemy.orm import Session as Session
 from sqlalchemy.orm import sessionmaker
+
+from ddpq.store.headroom import Reserve
+
+T = TypeVar("T")
 
 
 def make_engine(path: Path, *, immediate: bool, durable: bool = True) -> Engine:
@@ -60,8 +64,10 @@ class Database:
     about; the restarted worker reconciles. It saves an fsync per state change.
     """
 
-    def __init__(self, path: Path, *, durable: bool = True) -> None:
+    def __init__(self, path: Path, *, durable: bool = True, reserve: Reserve | None = None) -> None:
         self.path = path
+        # Room kept on the database's disk for the writes that must happen (store.headroom).
+        self.reserve = reserve
         self.write_engine = make_engine(path, immediate=True, durable=durable)
         self.read_engine = make_engine(path, immediate=False, durable=durable)
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
@@ -78,9 +84,39 @@ class Database:
         with self._read() as session, session.begin():
             yield session
 
+    def making_room(self, work: Callable[[], T]) -> T:
+        """``work`` (a write that must happen: a cancel, a hold, a job's end), done again
+        each time the disk was full and a part of the reserve could be given back."""
+        while True:
+            try:
+                return work()
+            except Exception as exc:
+                if not is_disk_full(exc) or self.reserve is None or not self.reserve.give_back():
+                    raise
+
+    def shortage(self) -> str | None:
+        """Why new work is refused now (the disk is short of the reserve's room), or None."""
+        return self.reserve.shortage() if self.reserve is not None else None
+
     def dispose(self) -> None:
         self.write_engine.dispose()
         self.read_engine.dispose()
+
+
+SQLITE_FULL = 13
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the account's quota) is full."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    cause = getattr(exc, "orig", exc)  # SQLAlchemy wraps sqlite3's error
+    if not isinstance(cause, sqlite3.Error):
+        return False
+    code = getattr(cause, "sqlite_errorcode", None)
+    if code is not None and (code & 0xFF) == SQLITE_FULL:
+        return True
+    return "disk is full" in str(cause)
 
 
 def storage_fault(exc: BaseException) -> str | None:
@@ -89,14 +125,14 @@ def storage_fault(exc: BaseException) -> str | None:
     These are conditions of the machine (a full disk, a read-only file), not bugs:
     callers report them plainly (503, one log line) instead of as a traceback.
     """
+    if is_disk_full(exc):
+        return "the disk holding ddpq's state is full"
     if isinstance(exc, OperationalError | sqlite3.OperationalError):
         text = str(exc).lower()
-    elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT):
-        text = {errno.EROFS: "readonly"}.get(exc.errno, "disk is full")
+    elif isinstance(exc, OSError) and exc.errno == errno.EROFS:
+        text = "readonly"
     else:
         return None
-    if "disk is full" in text or "database or disk is full" in text:
-        return "the disk holding ddpq's state is full"
     if "readonly" in text or "read-only" in text:
         return "ddpq's database is read-only"
     if "locked" in text or "busy" in text:

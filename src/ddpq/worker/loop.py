@@ -30,6 +30,7 @@ from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
 from ddpq.store import waits as wait_store
 from ddpq.store.db import Database, storage_fault
+from ddpq.store.headroom import Reserve
 from ddpq.worker.devices import discover
 from ddpq.worker.exits import record_exits
 from ddpq.worker.gpu_use import GpuSampler
@@ -63,7 +64,8 @@ class Worker:
         with fake GPUs)."""
         self.settings = settings
         self.clock = clock
-        self.db = Database(settings.db_path, durable=False)
+        reserve = Reserve(settings.reserve_path, settings.state_reserve_bytes)
+        self.db = Database(settings.db_path, durable=False, reserve=reserve)
         # Its mode (0711: jobs pass through, nobody lists) is set by daemon.make_private.
         settings.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.inventory = Inventory(
@@ -157,7 +159,8 @@ class Worker:
         failure again is not, and the recovery is.
         """
         try:
-            run()
+            # Recording ends and sending stops must work on a full disk (store.headroom).
+            self.db.making_room(run)
         except Exception as exc:
             condition = f"{type(exc).__name__}: {storage_fault(exc) or exc}"
             if self._failing.get(phase) != condition:

@@ -28,7 +28,7 @@ from ddpq.schemas import (
 )
 from ddpq.server import exhaustion, paths, views
 from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, may_touch, proven_account
-from ddpq.server.errors import CONFLICT, WRITE_ERRORS, ApiError
+from ddpq.server.errors import CONFLICT, NO_ROOM, WRITE_ERRORS, ApiError
 from ddpq.server.params import JobId, Offset
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
@@ -40,9 +40,10 @@ from ddpq.workloads.registry import BadWorkload, resolve
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
-@router.post("", status_code=201, response_model=JobOut, responses=WRITE_ERRORS)
+@router.post("", status_code=201, response_model=JobOut, responses={**WRITE_ERRORS, **NO_ROOM})
 def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -> JobOut:
     spec = job_spec(body, who, settings, db)
+    refuse_if_disk_short(db)
     with db.write() as s:
         check_gpus(s, body.gpus, body.gpu_mem_bytes, settings)
         job = job_store.create_job(s, spec, time.time())
@@ -167,6 +168,14 @@ def check_notify(url: str, settings: Settings) -> None:
         raise ApiError(422, "invalid", f"notify: {exc}") from None
 
 
+def refuse_if_disk_short(db: Database) -> None:
+    """New work waits while the state disk is short of the room kept for cancels and jobs'
+    ends (store.headroom): 507, naming it. Cancels, holds and releases are still taken."""
+    why = db.shortage()
+    if why is not None:
+        raise ApiError(507, "insufficient_storage", why)
+
+
 def workload_command(workload: str, args: list[str], where: str = "args") -> list[str]:
     """The command of a built-in workload with ``args``; 422 naming what is wrong."""
     try:
@@ -268,7 +277,15 @@ def job_env(job_id: JobId, who: Auth, db: DatabaseDep) -> JobEnvOut:
 @router.post("/{job_id}/cancel", response_model=CancelResult, responses=WRITE_ERRORS)
 def cancel(job_id: JobId, who: Auth, settings: SettingsDep, db: DatabaseDep) -> CancelResult:
     """Cancel a job. One that has already ended stays as it is: 200 with its state and
-    a reason that says so (cancelling is idempotent)."""
+    a reason that says so (cancelling is idempotent). Taken on a full disk too."""
+    result, changed = db.making_room(lambda: _cancel(db, job_id, who))
+    if changed:
+        wake.nudge(settings.wake_socket)
+    return result
+
+
+def _cancel(db: Database, job_id: int, who: Caller) -> tuple[CancelResult, bool]:
+    """The cancel in one transaction; whether it changed the job."""
     with db.write() as s:
         job = job_store.get_job(s, job_id)
         may_touch(who, job.owner, job_id)
@@ -276,21 +293,15 @@ def cancel(job_id: JobId, who: Auth, settings: SettingsDep, db: DatabaseDep) -> 
             # Checked first: an ended job may still carry the stop request that ended
             # it (a time limit, an earlier cancel), which is no news now.
             why = f"already {job.state}" + (f": {job.reason}" if job.reason else "")
-            return CancelResult(
-                id=job.id,
-                state=job.state,
-                reason=views.servable(why),
-            )
+            return CancelResult(id=job.id, state=job.state, reason=views.servable(why)), False
         job_store.cancel(s, job, time.time())
-        result = CancelResult(
+        return CancelResult(
             id=job.id,
             state=job.state,
             reason="stopping (SIGTERM sent, SIGKILL after the grace period)"
             if job.stop_request
             else views.servable(job.reason),
-        )
-    wake.nudge(settings.wake_socket)
-    return result
+        ), True
 
 
 @router.post("/{job_id}/hold", response_model=JobOut, responses={**CONFLICT, **WRITE_ERRORS})
@@ -304,14 +315,19 @@ def release(job_id: JobId, who: Auth, settings: SettingsDep, db: DatabaseDep) ->
 
 
 def set_hold(settings: Settings, db: Database, job_id: int, who: Caller, hold: bool) -> JobOut:
-    with db.write() as s:
-        job = job_store.get_job(s, job_id)
-        may_touch(who, job.owner, job_id)
-        try:
-            job_store.set_hold(s, job, hold, time.time())
-        except ValueError as exc:
-            raise ApiError(409, "conflict", str(exc)) from None
-        out = views.jobs_out(s, [job])[0]
+    """Hold or release a waiting job; taken on a full disk too (store.headroom)."""
+
+    def write() -> JobOut:
+        with db.write() as s:
+            job = job_store.get_job(s, job_id)
+            may_touch(who, job.owner, job_id)
+            try:
+                job_store.set_hold(s, job, hold, time.time())
+            except ValueError as exc:
+                raise ApiError(409, "conflict", str(exc)) from None
+            return views.jobs_out(s, [job])[0]
+
+    out = db.making_room(write)
     wake.nudge(settings.wake_socket)
     return out
 

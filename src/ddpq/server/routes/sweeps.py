@@ -15,12 +15,18 @@ from fastapi.responses import Response
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import sweeps as core_sweeps
+from ddpq.core.states import JobState
 from ddpq.schemas import SweepAction, SweepDetail, SweepList, SweepOut, SweepSubmit
 from ddpq.server import views
 from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep
-from ddpq.server.errors import WRITE_ERRORS, ApiError, error_response
+from ddpq.server.errors import NO_ROOM, WRITE_ERRORS, ApiError, error_response
 from ddpq.server.params import INT64_MAX, Offset
-from ddpq.server.routes.jobs import check_gpus, job_spec, workload_command
+from ddpq.server.routes.jobs import (
+    check_gpus,
+    job_spec,
+    refuse_if_disk_short,
+    workload_command,
+)
 from ddpq.store import notifications as notification_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store.db import Database, Session
@@ -34,7 +40,7 @@ SweepId = Annotated[int, Path(ge=1, le=INT64_MAX)]
 _SORT = re.compile(r"-?[A-Za-z0-9_.:/-]{1,64}")
 
 
-@router.post("", status_code=201, response_model=SweepOut, responses=WRITE_ERRORS)
+@router.post("", status_code=201, response_model=SweepOut, responses={**WRITE_ERRORS, **NO_ROOM})
 def submit(body: SweepSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -> SweepOut:
     """Queue every member in one transaction: all of them, or none (422 says why)."""
     t = body.template
@@ -56,6 +62,7 @@ def submit(body: SweepSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep)
         max_running=body.max_running or (array.max_running if array else None),
         members=built,
     )
+    refuse_if_disk_short(db)
     with db.write() as s:
         check_gpus(s, t.gpus, t.gpu_mem_bytes, settings)
         sweep = sweep_store.create_sweep(s, spec, time.time())
@@ -201,11 +208,16 @@ def _set_hold(on: bool) -> Act:
 def _on_sweep(
     settings: Settings, db: Database, sweep_id: int, who: Caller, act: Act
 ) -> SweepAction:
-    with db.write() as s:
-        sweep = sweep_store.get_sweep(s, sweep_id)
-        may_touch_sweep(who, sweep)
-        acted, detail = act(s, sweep)
-        counts = sweep_store.counts(s, [sweep_id])[sweep_id]
+
+    def write() -> tuple[sweep_store.Acted, str, dict[JobState, int]]:
+        with db.write() as s:
+            sweep = sweep_store.get_sweep(s, sweep_id)
+            may_touch_sweep(who, sweep)
+            acted, detail = act(s, sweep)
+            return acted, detail, sweep_store.counts(s, [sweep_id])[sweep_id]
+
+    # Cancel, hold and release: taken on a full disk too (store.headroom).
+    acted, detail, counts = db.making_room(write)
     wake.nudge(settings.wake_socket)
     return SweepAction(
         id=sweep_id, changed=acted.changed, stopping=acted.stopping, detail=detail, counts=counts

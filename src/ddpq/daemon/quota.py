@@ -1,0 +1,132 @@
+"""The disk watch: the state disk kept usable by everyone while one job writes.
+
+A thread of its own in the process that runs jobs (``ddpq serve``, ``ddpq worker``),
+started by ``daemon.run`` beside the worker, as the janitor is: measuring a folder of a
+million files takes seconds, which no job's start should wait for. Every
+``disk_every_s`` (longer when measuring took long: it spends at most a fifth of its time
+measuring) it
+
+- makes the database's reserve whole again once there is room (``store.headroom``), and
+  says once when the disk is short and once when it is not any more;
+- measures each running job's folder as retention does (``daemon.sweep``: allocated blocks,
+  never through a link or into another filesystem) and asks for the stop of each one over
+  the per-job limit (``core.quota``), as a cancel asks for it: the worker's stop phase
+  sends it (SIGTERM, then SIGKILL after the grace), and the job ends failed with the
+  reason ("its folder holds 12.3G, over the 10G per-job limit").
+
+A job may write much between two looks; the exact bound is a filesystem (or a project
+quota) of the job folders' own (docs/admin.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ddpq import wake
+from ddpq.config import Settings
+from ddpq.core import quota
+from ddpq.daemon import sweep
+from ddpq.store import quota as quota_store
+from ddpq.store.db import Database, storage_fault
+from ddpq.store.headroom import Reserve
+
+log = logging.getLogger("ddpq.disk")
+
+# The most of its time the watch spends measuring (a folder of millions of files).
+BUSY_SHARE = 0.2
+
+
+class DiskWatch:
+    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.reserve = Reserve(settings.reserve_path, settings.state_reserve_bytes)
+        self.db = Database(settings.db_path, durable=False, reserve=self.reserve)
+        self._stop = threading.Event()
+        self._failing: str | None = None  # the failure last logged
+        self._short: str | None = None  # the shortage last logged
+
+    def run(self) -> None:
+        try:
+            while True:
+                began = time.monotonic()
+                self.step()
+                took = time.monotonic() - began
+                if self._stop.wait(max(self.settings.disk_every_s, took / BUSY_SHARE)):
+                    return
+        finally:
+            self.db.dispose()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def step(self) -> dict[int, str]:
+        """One look, logged: one line per kind of failure, not one per look."""
+        try:
+            self._say_shortage()
+            asked = self.stop_over_limit()
+        except Exception as exc:
+            why = storage_fault(exc) or f"{type(exc).__name__}: {exc}"
+            if why != self._failing:
+                log.error("disk watch failed: %s", why, exc_info=storage_fault(exc) is None)
+            self._failing = why
+            return {}
+        self._failing = None
+        return asked
+
+    def _say_shortage(self) -> None:
+        self.reserve.fill()
+        short = self.reserve.shortage()
+        if short is not None and self._short is None:
+            log.warning("%s", short)
+        elif short is None and self._short is not None:
+            log.info("the disk holding ddpq's state has room again: new jobs are taken")
+        self._short = short
+
+    def stop_over_limit(self) -> dict[int, str]:
+        """Ask for the stop of each running job whose folder holds more than the limit;
+        those asked, and why."""
+        setting = self.settings.job_folder_max
+        if setting is None:
+            return {}
+        with self.db.read() as s:
+            folders = quota_store.running_folders(s)
+        over: dict[int, str] = {}
+        for job_id, job_dir in folders.items():
+            path = Path(job_dir)
+            usage = sweep.folder_usage(path.parent, path.name)
+            if usage is None:
+                continue  # not there (yet), or not a folder
+            limit = quota.folder_limit(setting, _filesystem_bytes(path.parent))
+            why = quota.over_limit(usage.checkpoint_bytes + usage.record_bytes, limit, setting)
+            if why is not None:
+                over[job_id] = why
+        if not over:
+            return {}
+        now = self.clock()
+
+        def ask() -> dict[int, str]:
+            with self.db.write() as s:
+                return {
+                    job_id: why
+                    for job_id, why in over.items()
+                    if quota_store.request_quota_stop(s, job_id, why, now)
+                }
+
+        # A job over its limit may well have filled the disk: this write must happen.
+        asked = self.db.making_room(ask)
+        for job_id, why in asked.items():
+            log.info("job %s: %s; stopping it", job_id, why)
+        if asked:
+            wake.nudge(self.settings.wake_socket)
+        return asked
+
+
+def _filesystem_bytes(folder: Path) -> int:
+    st = os.statvfs(folder)
+    return st.f_blocks * st.f_frsize

@@ -1,0 +1,46 @@
+"""Running jobs' folders, as the disk watch measures them, and the stop of one over the
+per-job limit (``stop_request = "quota"``), which the worker's stop phase then sends like
+any other. Flush, never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from sqlalchemy import Table, select, update
+from sqlalchemy.orm import Session
+
+from ddpq.core.rules import StopRequest
+from ddpq.core.states import JobState
+from ddpq.store.idle import note
+from ddpq.store.models import Job
+
+_jobs = cast(Table, Job.__table__)
+
+
+def running_folders(session: Session) -> dict[int, str]:
+    """Each running job that is not being stopped already, and its folder."""
+    rows = session.execute(
+        select(Job.id, Job.job_dir).where(
+            Job.state == JobState.RUNNING, Job.stop_request.is_(None), Job.job_dir.is_not(None)
+        )
+    )
+    return {job_id: job_dir for job_id, job_dir in rows if job_dir is not None}
+
+
+def request_quota_stop(session: Session, job_id: int, reason: str, now: float) -> bool:
+    """Ask for a running job to be stopped for what its folder holds; False if it is not
+    running or is being stopped already (a cancel came first)."""
+    result = session.connection().execute(
+        update(_jobs)
+        .where(
+            _jobs.c.id == job_id,
+            _jobs.c.state == JobState.RUNNING,
+            _jobs.c.stop_request.is_(None),
+        )
+        .values(stop_request=StopRequest.QUOTA.value, stop_reason=reason)
+    )
+    if result.rowcount != 1:
+        return False
+    note(session, job_id, f"{reason}; stopping it", now)
+    return True
