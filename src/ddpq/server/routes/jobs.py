@@ -77,21 +77,7 @@ def job_spec(
             "forbidden",
             f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
         )
-    slurm_options: tuple[str, ...] = ()
-    if settings.executor != "slurm":
-        cluster_only = [
-            f for f in ("nodes", "gpus_per_node", "partition", "slurm_options")
-            if getattr(body, f) != JobSubmit.model_fields[f].get_default(call_default_factory=True)
-        ]  # fmt: skip
-        if cluster_only:
-            raise ApiError(
-                422,
-                "invalid",
-                f"{cluster_only[0]}: this daemon runs jobs on this host, not on Slurm "
-                "(only --executor slurm takes nodes, partitions and #SBATCH options)",
-            )
-    else:
-        slurm_options = job_slurm_options(body.slurm_options, settings)
+    slurm_options = cluster_options(body, settings)
     if settings.executor == "slurm" and body.gpu_mem is not None:
         # Slurm hands out whole GPUs (gres), and no NVML sample of a cluster node reaches
         # this daemon: neither a share nor a measured peak would hold there.
@@ -158,11 +144,27 @@ def job_spec(
     )
 
 
-def job_slurm_options(options: list[str], settings: Settings) -> tuple[str, ...]:
-    """A job's own #SBATCH options as its script will hold them; 422 naming one that users
-    may not set (as sbatch reads it: ``-G8`` is ``--gpus``)."""
+def cluster_options(body: JobSubmit, settings: Settings) -> tuple[str, ...]:
+    """A job's own #SBATCH options as its script will hold them; 422 for cluster fields on a
+    local daemon, or an option that users may not set (as sbatch reads it: ``-G8`` is
+    ``--gpus``)."""
+    if settings.executor != "slurm":
+        cluster_only = [
+            f for f in ("nodes", "gpus_per_node", "partition", "slurm_options")
+            if getattr(body, f) != JobSubmit.model_fields[f].get_default(call_default_factory=True)
+        ]  # fmt: skip
+        if cluster_only:
+            raise ApiError(
+                422,
+                "invalid",
+                f"{cluster_only[0]}: this daemon runs jobs on this host, not on Slurm "
+                "(only --executor slurm takes nodes, partitions and #SBATCH options)",
+            )
+        return ()
     try:
-        return core_slurm.user_options(options, settings.slurm_user_options, settings.slurm_options)
+        return core_slurm.user_options(
+            body.slurm_options, settings.slurm_user_options, settings.slurm_options
+        )
     except core_slurm.SlurmOptionError as exc:
         raise ApiError(422, "invalid", f"slurm_options: {exc}") from None
 
