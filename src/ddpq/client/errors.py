@@ -27,6 +27,15 @@ class Unreachable(DdpqError):
 EXIT_BY_STATUS = {401: 5, 403: 5, 404: 4}
 
 
+def protocol_error(url: str, what: str) -> DdpqError:
+    """An answer that is HTTP but not what a ddpq daemon answers (not JSON, not the shape
+    this client reads): one line, which may quote what answered, made safe."""
+    return DdpqError(
+        f"the answer from {sanitize(url)} is not one a ddpq daemon gives ({sanitize(what)}); "
+        "is that a ddpq daemon, of this version?"
+    )
+
+
 def api_error(status: int, reason: str, body: bytes) -> DdpqError:
     """The error for an answer of ``status`` >= 400: its ``detail``, or the start of the page
     that answered (something else may listen on that port)."""
