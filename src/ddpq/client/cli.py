@@ -471,16 +471,9 @@ def login(
 ) -> None:
     """Save your API token (0600) in your config folder with the daemon it is for (--url or
     $DDPQ_URL), which alone it goes to: paste it, or `... | ddpq login`."""
-    from ddpq.client.credentials import check_token, normal_url, save_login, uses_socket
+    from ddpq.client.credentials import check_token, login_url, save_login
 
-    url = _OPTS["url"] or os.environ.get("DDPQ_URL")
-    if not url or uses_socket(url):
-        fail(
-            "name the daemon the token is for, which alone it will be sent to: "
-            "`ddpq --url http://HOST:8765 login` (or $DDPQ_URL); on the server itself the "
-            "Unix socket needs no token",
-            2,
-        )
+    url = login_url(_OPTS["url"])
 
     if token is not None:
         # Kept so that existing scripts work, but anyone on the machine can read a command
@@ -492,8 +485,8 @@ def login(
         )
     else:
         token = _read_token()
-    path = save_login(normal_url(url), check_token(token))
-    typer.echo(f"token for {normal_url(url)} saved to {path}")
+    path = save_login(url, check_token(token))
+    typer.echo(f"token for {url} saved to {path}")
 
 
 def _read_token() -> str:
@@ -553,15 +546,9 @@ def run(cli: Callable[[], object]) -> None:
         # a string for a number), met wherever a command reads it: one line, not a trace.
         if _OPTS["debug"]:
             raise
-        from ddpq.client.format import sanitize
+        from ddpq.client.errors import unreadable_answer
 
-        said = sanitize(str(exc))[:80]
-        typer.echo(
-            f"ddpq: the daemon's answer is not one this client can read "
-            f"({type(exc).__name__}{': ' + said if said else ''}); is that a ddpq daemon, "
-            "of this version? (--debug shows where)",
-            err=True,
-        )
+        typer.echo(f"ddpq: {unreadable_answer(exc)}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

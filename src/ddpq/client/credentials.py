@@ -86,6 +86,19 @@ def saved_login() -> Login | None:
     )
 
 
+def login_url(url: str | None) -> str:
+    """The daemon `ddpq login` saves a token for: ``url`` (--url) or $DDPQ_URL, over HTTP."""
+    named = url or os.environ.get("DDPQ_URL")
+    if not named or unix_path(named) is not None:
+        raise DdpqError(
+            "name the daemon the token is for, which alone it will be sent to: "
+            "`ddpq --url http://HOST:8765 login` (or $DDPQ_URL); on the server itself the "
+            "Unix socket needs no token",
+            exit_code=2,
+        )
+    return normal_url(named)
+
+
 def save_login(url: str, token: str) -> Path:
     path = token_file()
     path.parent.mkdir(parents=True, exist_ok=True)

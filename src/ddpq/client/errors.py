@@ -54,3 +54,14 @@ def api_error(status: int, reason: str, body: bytes) -> DdpqError:
         status=status,
         detail=message,
     )
+
+
+def unreadable_answer(exc: Exception) -> str:
+    """What the CLI says when a command meets JSON of another shape than the daemon's (a
+    missing key, a list for an object, a string for a number), wherever it reads it."""
+    said = sanitize(str(exc))[:80]
+    return (
+        f"the daemon's answer is not one this client can read ({type(exc).__name__}"
+        f"{': ' + said if said else ''}); is that a ddpq daemon, of this version? "
+        "(--debug shows where)"
+    )
