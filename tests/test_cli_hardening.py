@@ -400,7 +400,17 @@ def test_daemon_still_takes_a_zero_grace(grace: str, make_daemon: Callable[..., 
 
 @pytest.fixture
 def config(tmp_path: Path) -> dict[str, str]:
-    return {"XDG_CONFIG_HOME": str(tmp_path / "config"), "DDPQ_TOKEN": ""}
+    # The daemon the token is for: `ddpq login` keeps it with the token.
+    return {
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "DDPQ_TOKEN": "",
+        "DDPQ_URL": "http://ddpq.example:8765",
+    }
+
+
+def saved(config: dict[str, str]) -> dict[str, str]:
+    data: dict[str, str] = json.loads(saved_token(config).read_text())
+    return data
 
 
 def saved_token(config: dict[str, str]) -> Path:
@@ -412,7 +422,7 @@ def test_login_reads_the_token_from_standard_input(stdin: str, config: dict[str,
     r = run_ddpq("login", stdin=stdin, **config)
     assert r.returncode == 0 and r.stderr == "", r
     path = saved_token(config)
-    assert path.read_text() == "ddpq_abc-DEF_123\n"
+    assert saved(config) == {"url": "http://ddpq.example:8765", "token": "ddpq_abc-DEF_123"}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
@@ -420,7 +430,7 @@ def test_login_with_the_token_as_an_argument_works_but_warns(config: dict[str, s
     r = run_ddpq("login", "ddpq_abc", **config)
     assert r.returncode == 0
     assert "warning" in r.stderr and "visible to other users" in r.stderr
-    assert saved_token(config).read_text() == "ddpq_abc\n"
+    assert saved(config)["token"] == "ddpq_abc"
 
 
 @pytest.mark.parametrize("via", ["stdin", "argument"])
@@ -464,7 +474,7 @@ def test_login_on_a_terminal_asks_at_a_hidden_prompt(
     monkeypatch.setattr(sys, "stdin", Terminal())
     monkeypatch.setattr("getpass.getpass", getpass)
     cli.login(None)
-    assert prompts and saved_token(config).read_text() == "ddpq_tty\n"
+    assert prompts and saved(config)["token"] == "ddpq_tty"
     assert "warning" not in capsys.readouterr().err
 
 

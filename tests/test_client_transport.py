@@ -100,7 +100,7 @@ def test_errors_are_one_safe_line_with_the_clis_exit_code(api: StubApi) -> None:
         message = str(broken.value)
         assert broken.value.exit_code == 1 and "\x1b" not in message and "\n" not in message
         assert message.startswith("Internal \\x1b[31mServer") and message.endswith("(HTTP 500)")
-        with pytest.raises(DdpqError, match="is not JSON"):
+        with pytest.raises(DdpqError, match="not JSON, HTTP 200"):
             c._http.request("GET", "/not-json").json()
 
 
@@ -163,7 +163,7 @@ def test_what_is_not_a_daemon_answering_is_unreachable(reply: bytes | None, name
     finally:
         done.set()
     assert lost.value.exit_code == 3
-    assert str(lost.value).startswith(f"cannot reach the ddpq daemon at {url} ({name})")
+    assert str(lost.value).startswith(f"cannot reach the ddpq daemon at {url} ({name}")
 
 
 def test_nothing_listening_is_unreachable() -> None:

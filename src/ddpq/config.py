@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,11 +20,10 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from ddpq.core import notify, quota
+from ddpq.core import notify, quota, slurm
 from ddpq.core.names import MAX_SOCKET_PATH, SOCKET_FILE, state_folder
 from ddpq.core.policy import DEFAULT_POLICY, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS
-from ddpq.core.slurm import SLURM_NAME, slurm_option_error
 from ddpq.core.units import parse_duration, parse_size
 from ddpq.schemas import DEFAULT_API_ADDRESS
 
@@ -199,24 +197,8 @@ def _executor(value: str) -> str:
 
 
 def _slurm_name(value: str | None) -> str | None:
-    if value is not None and not SLURM_NAME.match(value):
+    if value is not None and not slurm.SLURM_NAME.match(value):
         raise ValueError("must be a Slurm name: letters, digits, '.', '_', '+', '-' (',' lists)")
-    return value
-
-
-def _slurm_options(value: object) -> object:
-    """Extra #SBATCH options: a list (TOML), or one string of them (a flag, a variable),
-    split as a shell splits words: "--qos=high --constraint='a100|h100'"."""
-    if isinstance(value, str):
-        try:
-            value = shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"cannot split into options: {exc}") from None
-    if isinstance(value, list | tuple):
-        for option in value:
-            if isinstance(option, str) and (why := slurm_option_error(option)):
-                raise ValueError(f"{option!r}: {why}")
-        return tuple(value)
     return value
 
 
@@ -337,7 +319,12 @@ class Settings(BaseSettings):
     executor: Annotated[str, AfterValidator(_executor)] = "local"
     slurm_partition: Annotated[str | None, AfterValidator(_slurm_name)] = None
     slurm_account: Annotated[str | None, AfterValidator(_slurm_name)] = None
-    slurm_options: Annotated[tuple[str, ...], BeforeValidator(_slurm_options)] = ()
+    slurm_options: Annotated[tuple[str, ...], BeforeValidator(slurm.daemon_options_setting)] = ()
+    # The #SBATCH options a job's own --slurm-opt may set (sbatch's long names; a plugin's
+    # options in full): core.slurm.DEFAULT_USER_OPTIONS unless the admin lists others.
+    slurm_user_options: Annotated[tuple[str, ...], BeforeValidator(slurm.user_options_setting)] = (
+        slurm.DEFAULT_USER_OPTIONS
+    )
     slurm_gpus: Annotated[int | None, AfterValidator(_between(0, 1_000_000))] = None
     # Sharing GPUs by memory (core.sharing): kept free on every shared GPU; added to the
     # measured peak by ``--gpu-mem auto``; how often NVML is asked (each running job's

@@ -210,7 +210,8 @@ class JobSubmit(BaseModel):
     slurm_options: list[Text] = Field(
         default_factory=list,
         max_length=32,
-        description="extra #SBATCH options (--qos=high); those ddpq sets itself are refused",
+        description="extra #SBATCH options (--qos=high), one each; only those the daemon's "
+        "slurm_user_options allow",
     )
 
     @field_validator("partition")
@@ -226,8 +227,13 @@ class JobSubmit(BaseModel):
         for option in v:
             if len(option) > 1024:
                 raise ValueError("an option is at most 1024 characters")
-            if why := core_slurm.slurm_option_error(option):
-                raise ValueError(f"{option[:64]!r}: {why}")
+            # Which option it is, and whether users may set it, the daemon's settings
+            # decide (core.slurm.user_options, at submission): here, only its form.
+            try:
+                if not core_slurm.option_words(option):
+                    raise core_slurm.SlurmOptionError("is empty")
+            except core_slurm.SlurmOptionError as exc:
+                raise ValueError(f"{option[:64]!r}: {exc}") from None
         return v
 
     @model_validator(mode="after")

@@ -12,7 +12,7 @@ import pytest
 
 from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header, rendezvous_port_clash
-from ddpq.executors.base import Launch
+from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.slurm import port_check, script
 from tests.slurm.cluster import GPUS_PER_NODE, NODES, SlurmCluster
 
@@ -51,6 +51,9 @@ def test_a_multi_node_script(tmp_path: Path) -> None:
     text = script.render(script.batch_job(job, settings))
     folder = tmp_path / "jobs" / "7"
     assert options(text) == [
+        # The extras first: for sbatch a later option overrides an earlier one.
+        "--qos=high",
+        "--constraint=a100",
         "--job-name=ddpq-7",
         f"--comment=ddpq:{script.daemon_tag(tmp_path)}:7:2",
         f"--output={folder}/slurm.out",
@@ -64,8 +67,6 @@ def test_a_multi_node_script(tmp_path: Path) -> None:
         "--time=62",  # 3600 s + twice the grace + a spare minute, in minutes
         "--partition=gpu",
         "--account=lab",
-        "--qos=high",
-        "--constraint=a100",
     ]
     command = text[text.index("setsid") :].replace("\\\n    ", "")
     assert "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1" in command
@@ -149,3 +150,13 @@ def test_slurm_refuses_a_script_no_node_can_run(slurm: SlurmCluster, tmp_path: P
     text = script.render(script.batch_job(job, Settings(home=tmp_path)))
     done = slurm.run("sbatch", "--test-only", input=text, check=False)
     assert done.returncode != 0 and "not available" in done.stderr, done.stderr
+
+
+def test_a_stored_option_users_may_not_set_fails_the_launch(tmp_path: Path) -> None:
+    # A job queued before the admin narrowed the list, or stored by an older ddpq.
+    job = launch(tmp_path, slurm_options=("--qos=high", "--gres gpu:8"))
+    with pytest.raises(LaunchFailed, match="--slurm-opt '--gres gpu:8' is --gres to sbatch"):
+        script.batch_job(job, Settings(home=tmp_path))
+    narrowed = Settings(home=tmp_path, slurm_user_options=("constraint",))
+    with pytest.raises(LaunchFailed, match="'--qos=high' is --qos to sbatch, which users may"):
+        script.batch_job(launch(tmp_path, slurm_options=("--qos=high",)), narrowed)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddpq.config import ConfigError
+from ddpq.core.slurm import DEFAULT_USER_OPTIONS
 from ddpq.daemon import settings as daemon_settings
 from ddpq.daemon.settings import load_settings
 from ddpq.schemas import JobSubmit
@@ -48,13 +49,46 @@ def test_slurm_settings_from_a_flag_a_variable_and_the_file(
     assert load_settings({}).executor == "local"
 
 
+def test_the_options_users_may_set_from_each_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_settings({}).slurm_user_options == DEFAULT_USER_OPTIONS
+    # Long names with or without dashes, an alias as its option, a plugin's option in full.
+    flags = {"slurm_user_options": "--exclusive, qos tasks-per,container-image"}
+    with pytest.raises(ConfigError, match="name sbatch options in full"):
+        load_settings(flags)  # a prefix of --tasks-per-node is sbatch's, not a plugin's
+    flags = {"slurm_user_options": "--exclusive, qos container-image,qos"}
+    assert load_settings(flags).slurm_user_options == ("exclusive", "qos", "container-image")
+    monkeypatch.setenv("DDPQ_SLURM_USER_OPTIONS", "none")
+    assert load_settings({}).slurm_user_options == ()
+    config = tmp_path / "ddpq.toml"
+    config.write_text('slurm_user_options = ["constraint", "--mem"]\n')
+    monkeypatch.delenv("DDPQ_SLURM_USER_OPTIONS")
+    assert load_settings({}, config).slurm_user_options == ("constraint", "mem")
+    # The admin's own options are kept as sbatch will read them: one spelling each.
+    flags = {"slurm_options": "-q high --mem-per-g 32G -C a100"}
+    assert load_settings(flags).slurm_options == (
+        "--qos=high",
+        "--mem-per-gpu=32G",
+        "--constraint=a100",
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
         ({"executor": "kubernetes"}, "--executor: must be 'local' or 'slurm'"),
-        ({"slurm_options": "--output=/tmp/x"}, "--output is set by ddpq"),
-        ({"slurm_options": "--nodes=4"}, "--nodes is set by ddpq"),
-        ({"slurm_options": "-q high"}, "'high': must be an sbatch option written as --name="),
+        ({"slurm_options": "--output=/tmp/x"}, "--output=/tmp/x is --output to sbatch, which ddpq"),
+        ({"slurm_options": "--nodes=4"}, "--nodes=4 is --nodes to sbatch, which ddpq sets"),
+        ({"slurm_options": "-N4"}, "-N is --nodes to sbatch, which ddpq sets"),
+        ({"slurm_options": "--qos high --gre gpu:8"}, "--gre is ambiguous to sbatch"),
+        ({"slurm_options": "--qos=high -G 8"}, "-G is --gpus to sbatch, which ddpq sets"),
+        ({"slurm_options": "-q"}, "-q (--qos) needs a value"),
+        ({"slurm_options": "high"}, "'high' is not an option"),
+        ({"slurm_options": "--comment='a#b'"}, "may hold no quote, '\\' or '#'"),
+        ({"slurm_user_options": "qos,gres"}, "--slurm-user-options: --gres is ddpq's own"),
+        ({"slurm_user_options": "cons"}, "--slurm-user-options: 'cons': name sbatch options in"),
+        ({"slurm_user_options": "q;s"}, "'q;s' is not the long name of an sbatch option"),
         ({"slurm_options": "--qos='high"}, "cannot split into options"),
         ({"slurm_partition": "gpu; rm -rf /"}, "--slurm-partition: must be a Slurm name"),
         ({"slurm_gpus": -1}, "--slurm-gpus: must be between 0"),
@@ -68,7 +102,7 @@ def test_a_bad_slurm_setting_is_one_line_naming_it(flags: dict[str, object], say
 
 def test_a_bad_option_in_a_variable_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DDPQ_SLURM_OPTIONS", "--hold")
-    with pytest.raises(ConfigError, match="DDPQ_SLURM_OPTIONS='--hold': '--hold': --hold is set"):
+    with pytest.raises(ConfigError, match="DDPQ_SLURM_OPTIONS='--hold': --hold is --hold to sb"):
         load_settings({})
 
 

@@ -222,7 +222,8 @@ def test_a_two_node_job_from_the_cli_runs_one_rank_on_each_node(d: Daemon) -> No
     common = ("--nodes", "2", "--gpus-per-node", "1", "--torchrun", "--cwd", str(REPO))
     refused = d.cli("submit", *common, "--slurm-opt", "--comment=x", "--", "true", check=False)
     # An option ddpq keeps for itself is refused by name; nothing is queued.
-    assert refused.returncode == 2 and "--comment is set by ddpq" in refused.stderr, refused
+    assert refused.returncode == 2, refused
+    assert "--slurm-opt: '--comment=x' is --comment to sbatch, which ddpq sets" in refused.stderr
     job_id = int(d.cli("submit", *common, "--", DDP_TINY, "3").stdout)
     c = d.client()
     done = wait_done(c, job_id, 180)

@@ -12,22 +12,20 @@ from __future__ import annotations
 import builtins
 import getpass
 import os
-import re
-import stat
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ddpq.client.credentials import DEFAULT_URL as DEFAULT_URL
+from ddpq.client.credentials import check_token as check_token
+from ddpq.client.credentials import choose_url as choose_url
+from ddpq.client.credentials import find_socket as find_socket
+from ddpq.client.credentials import token_file as token_file
+from ddpq.client.credentials import uses_socket as uses_socket
 from ddpq.client.errors import DdpqError as DdpqError
 from ddpq.client.errors import Unreachable as Unreachable
-from ddpq.client.transport import UNIX_SCHEME, Transport, unix_path
-from ddpq.core.names import (
-    DEFAULT_API_ADDRESS,
-    NAME_RE,
-    SOCKET_FILE,
-    SYSTEM_SOCKET,
-    state_folder,
-)
+from ddpq.client.errors import protocol_error
+from ddpq.client.transport import Response, Transport
+from ddpq.core.names import NAME_RE
 
 if TYPE_CHECKING:
     from ddpq.schemas import (
@@ -41,94 +39,7 @@ if TYPE_CHECKING:
         UsageReport,
     )
 
-DEFAULT_URL = "http://{}:{}".format(*DEFAULT_API_ADDRESS)
-SOCKET_ENV = "DDPQ_SOCKET"
 Data = dict[str, Any]
-
-# A token travels in an HTTP header: visible ASCII only (what `ddpq admin user add` prints
-# is "ddpq_" + URL-safe base64). Anything else is a paste gone wrong, and would fail deep
-# inside a request instead of saying so.
-TOKEN_RE = re.compile(r"[\x21-\x7e]{1,1024}")
-
-
-def check_token(token: str) -> str:
-    """``token`` without surrounding whitespace, or ``DdpqError`` (exit 2) if it cannot be one."""
-    token = token.strip()
-    if not token:
-        raise DdpqError("the token is empty", exit_code=2)
-    if not TOKEN_RE.fullmatch(token):
-        raise DdpqError(
-            "that is not a token (a token is one word of visible ASCII characters, "
-            "as `ddpq token create` or `ddpq admin user add` printed it)",
-            exit_code=2,
-        )
-    return token
-
-
-def token_file() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "ddpq" / "token"
-
-
-def find_token() -> str | None:
-    """$DDPQ_TOKEN, else the user's token file (only if no one else can read it)."""
-    if os.environ.get("DDPQ_TOKEN"):
-        return os.environ["DDPQ_TOKEN"]
-    path = token_file()
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return None
-    if mode & 0o077:
-        raise DdpqError(f"{path} is readable by others; run: chmod 600 {path}", exit_code=2)
-    return path.read_text().strip() or None
-
-
-def save_token(token: str) -> Path:
-    path = token_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    os.chmod(path, 0o600)
-    return path
-
-
-def find_socket(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The daemon's Unix socket on this machine: $DDPQ_SOCKET if set, else the first that
-    exists of the one in the state folder a daemon of yours would use ($DDPQ_HOME, ...) and
-    the system's (``SYSTEM_SOCKET``, the systemd unit's)."""
-    if environ.get(SOCKET_ENV):
-        return environ[SOCKET_ENV]
-    candidates = []
-    try:
-        home = os.path.expanduser(state_folder(environ, str(Path.home())))
-        candidates.append(os.path.join(home, SOCKET_FILE))
-    except RuntimeError:  # no home folder to be found (no $HOME, no password entry)
-        pass
-    candidates.append(SYSTEM_SOCKET)
-    for path in candidates:
-        try:
-            if stat.S_ISSOCK(os.stat(path).st_mode):
-                return path
-        except OSError:
-            continue
-    return None
-
-
-def choose_url(url: str | None = None) -> str:
-    """Where to reach the daemon: ``url`` (--url), else $DDPQ_URL, else its Unix socket on
-    this machine if there is one (``unix:/path``: the daemon knows you from it, no token),
-    else ``DEFAULT_URL``."""
-    chosen = url or os.environ.get("DDPQ_URL")
-    if chosen:
-        return chosen.rstrip("/") if unix_path(chosen) is None else chosen
-    path = find_socket()
-    return UNIX_SCHEME + path if path else DEFAULT_URL
-
-
-def uses_socket(url: str) -> bool:
-    return unix_path(url) is not None
 
 
 class JsonApi:
@@ -140,6 +51,11 @@ class JsonApi:
         self, url: str | None = None, token: str | None = None, timeout: float = 30.0
     ) -> None:
         self.url = choose_url(url)
+        if token and url is None and not os.environ.get("DDPQ_URL") and not uses_socket(self.url):
+            # DEFAULT_URL, where ddpq looks when it finds no socket: anyone's to listen on.
+            raise DdpqError(
+                f"a token is sent only to the daemon you name, not to {self.url}", exit_code=2
+            )
         self.headers: dict[str, str] = {}
         # On the Unix socket the daemon knows who calls: no name, no token to send.
         if not uses_socket(self.url):
@@ -162,13 +78,16 @@ class JsonApi:
         self.close()
 
     def _json(self, method: str, path: str, **kw: Any) -> Any:
-        return self._http.request(method, path, **kw).json()
+        """The answer's JSON object (every route's answer is one)."""
+        data = self._http.request(method, path, **kw).json()
+        if not isinstance(data, dict):
+            raise protocol_error(self.url, f"JSON {type(data).__name__} where an object belongs")
+        return data
 
     def submit(self, job: Mapping[str, Any]) -> Data:
         """Queue a job (``JobSubmit``'s fields); the daemon validates it (422: ``detail``
         names each field that is wrong)."""
-        data: Data = self._json("POST", "/v1/jobs", body=dict(job))
-        return data
+        return self._created(self._json("POST", "/v1/jobs", body=dict(job)))
 
     def list(
         self,
@@ -220,7 +139,12 @@ class JsonApi:
 
     def submit_sweep(self, sweep: Mapping[str, Any]) -> Data:
         """Queue a sweep (``SweepSubmit``'s fields: a template and params or an array)."""
-        data: Data = self._json("POST", "/v1/sweeps", body=dict(sweep))
+        return self._created(self._json("POST", "/v1/sweeps", body=dict(sweep)))
+
+    def _created(self, data: Data) -> Data:
+        """What a submission answered, with the new id that scripts read from `ddpq submit`."""
+        if type(data.get("id")) is not int:
+            raise protocol_error(self.url, "no id of what was submitted")
         return data
 
     def sweeps(self, ids: Iterable[int]) -> builtins.list[Data]:
@@ -288,8 +212,8 @@ class JsonApi:
         r = self._http.request(
             "GET", f"/v1/jobs/{job_id}/log", params={"offset": offset, "limit": limit}
         )
-        next_offset = r.headers.get("x-ddpq-next-offset")
-        return r.body, int(next_offset) if next_offset else offset + len(r.body)
+        next_offset = _header_count(r, "x-ddpq-next-offset")
+        return r.body, offset + len(r.body) if next_offset is None else next_offset
 
     def log_tail(self, job_id: int, nbytes: int = 8192) -> bytes:
         """The last ``nbytes`` of a job's log (b"" if you may not read it)."""
@@ -301,7 +225,7 @@ class JsonApi:
             if exc.status == 403:
                 return b""
             raise
-        size = int(r.headers.get("x-ddpq-log-size", 0))
+        size = _header_count(r, "x-ddpq-log-size") or 0
         data, _ = self.log(job_id, max(0, size - nbytes), nbytes)
         return data
 
@@ -309,6 +233,16 @@ class JsonApi:
         """Log bytes as they are written, until the job ends."""
         params: dict[str, str | int] = {"offset": offset, "follow": "true"}
         yield from self._http.stream(f"/v1/jobs/{job_id}/log", params)
+
+
+def _header_count(r: Response, name: str) -> int | None:
+    """A header that holds a count (None if absent)."""
+    value = r.headers.get(name)
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise protocol_error(r.url, f"{name}: {value[:40]!r} is not a count")
+    return int(value)
 
 
 class DdpqClient:

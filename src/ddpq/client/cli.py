@@ -24,8 +24,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from ddpq.client import sessions, sharing, tokens, usage
-from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi, choose_url, find_token, uses_socket
+from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi
 from ddpq.client.coercion import QuickCommand, QuickGroup
+from ddpq.client.credentials import connection
 from ddpq.client.draw import console, gpu_table, jobs_table, render_env, render_job
 from ddpq.core.states import TERMINAL, JobState
 
@@ -51,8 +52,7 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def client() -> JsonApi:
-    url = choose_url(_OPTS["url"])  # the Unix socket on this machine needs no token
-    token = None if uses_socket(url) else _OPTS["token"] or find_token()
+    url, token = connection(_OPTS["url"], _OPTS["token"])  # a token only where it belongs
     return JsonApi(url, token)
 
 
@@ -469,8 +469,11 @@ def login(
         ),
     ] = None,
 ) -> None:
-    """Save your API token (0600) in your config folder: paste it, or `... | ddpq login`."""
-    from ddpq.client.api import check_token, save_token
+    """Save your API token (0600) in your config folder with the daemon it is for (--url or
+    $DDPQ_URL), which alone it goes to: paste it, or `... | ddpq login`."""
+    from ddpq.client.credentials import check_token, login_url, save_login
+
+    url = login_url(_OPTS["url"])
 
     if token is not None:
         # Kept so that existing scripts work, but anyone on the machine can read a command
@@ -482,8 +485,8 @@ def login(
         )
     else:
         token = _read_token()
-    path = save_token(check_token(token))
-    typer.echo(f"token saved to {path}")
+    path = save_login(url, check_token(token))
+    typer.echo(f"token for {url} saved to {path}")
 
 
 def _read_token() -> str:
@@ -538,5 +541,14 @@ def run(cli: Callable[[], object]) -> None:
             raise
         typer.echo(f"ddpq: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+        # JSON of another shape than the daemon's (a missing key, a list for an object,
+        # a string for a number), met wherever a command reads it: one line, not a trace.
+        if _OPTS["debug"]:
+            raise
+        from ddpq.client.errors import unreadable_answer
+
+        typer.echo(f"ddpq: {unreadable_answer(exc)}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -27,6 +27,15 @@ class Unreachable(DdpqError):
 EXIT_BY_STATUS = {401: 5, 403: 5, 404: 4}
 
 
+def protocol_error(url: str, what: str) -> DdpqError:
+    """An answer that is HTTP but not what a ddpq daemon answers (not JSON, not the shape
+    this client reads): one line, which may quote what answered, made safe."""
+    return DdpqError(
+        f"the answer from {sanitize(url)} is not one a ddpq daemon gives ({sanitize(what)}); "
+        "is that a ddpq daemon, of this version?"
+    )
+
+
 def api_error(status: int, reason: str, body: bytes) -> DdpqError:
     """The error for an answer of ``status`` >= 400: its ``detail``, or the start of the page
     that answered (something else may listen on that port)."""
@@ -44,4 +53,15 @@ def api_error(status: int, reason: str, body: bytes) -> DdpqError:
         exit_code=EXIT_BY_STATUS.get(status, 1),
         status=status,
         detail=message,
+    )
+
+
+def unreadable_answer(exc: Exception) -> str:
+    """What the CLI says when a command meets JSON of another shape than the daemon's (a
+    missing key, a list for an object, a string for a number), wherever it reads it."""
+    said = sanitize(str(exc))[:80]
+    return (
+        f"the daemon's answer is not one this client can read ({type(exc).__name__}"
+        f"{': ' + said if said else ''}); is that a ddpq daemon, of this version? "
+        "(--debug shows where)"
     )

@@ -2,7 +2,8 @@
 
 On the server itself no token is needed: the socket tells the daemon who you are. For
 another machine or the web page, make a token there (`ddpq token create --expires 90d`),
-use it elsewhere as $DDPQ_TOKEN or with `ddpq login`, and revoke it when you are done.
+use it elsewhere with `ddpq --url URL login` (or $DDPQ_TOKEN with $DDPQ_URL: a token goes only
+to the daemon named with it), and revoke it when you are done.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def create(
     """Make a token for yourself and print it, once: only its hash is kept.
 
     Runs on the server itself (through the daemon's Unix socket); a token cannot make
-    another. Use it elsewhere: `ddpq login` there (paste it), or $DDPQ_TOKEN.
+    another. Use it elsewhere: `ddpq --url URL login` there (paste it), or $DDPQ_TOKEN with
+    $DDPQ_URL.
     """
     from ddpq.client.api import uses_socket
     from ddpq.client.cli import client, fail, print_json
@@ -73,7 +75,7 @@ def create(
     typer.echo(out["token"])
     typer.echo(
         f"token {out['id']} of {out['owner']}, works until {_when(out['expires_at'])}: "
-        "`ddpq login` on the other machine (paste it), or DDPQ_TOKEN; "
+        "`ddpq --url URL login` on the other machine (paste it), or DDPQ_TOKEN with DDPQ_URL; "
         f"`ddpq token revoke {out['id']}` ends it",
         err=True,
     )

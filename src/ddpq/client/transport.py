@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from ddpq import __version__
-from ddpq.client.errors import DdpqError, Unreachable, api_error
+from ddpq.client.errors import DdpqError, Unreachable, api_error, protocol_error
 
 Params = Mapping[str, str | int | list[str]]
 UNIX_SCHEME = "unix:"
@@ -31,6 +31,9 @@ UNIX_HOST = "localhost"
 STREAM_CHUNK = 64 * 1024
 MAX_LINE = 64 * 1024  # a status or header line (uvicorn's are far shorter)
 MAX_HEADERS = 100
+# A whole answer read into memory (`ddpq logs` asks for at most 1 MiB at a time; a list of
+# 1,000 jobs is far less): past this, what answers is not the daemon.
+MAX_BODY = 256 * 1024 * 1024
 
 
 class ProtocolError(Exception):
@@ -52,10 +55,7 @@ class Response:
         try:
             return json.loads(self.body)
         except (ValueError, RecursionError):
-            raise DdpqError(
-                f"the answer from {self.url} is not JSON (HTTP {self.status}); "
-                "is that a ddpq daemon?"
-            ) from None
+            raise protocol_error(self.url, f"not JSON, HTTP {self.status}") from None
 
 
 class Connection:
@@ -136,7 +136,8 @@ class Connection:
             return
         length = headers.get("content-length")
         if length is not None:
-            if not length.isdigit():
+            # str.isdigit also takes other scripts' digits ("²"), which int() refuses.
+            if not (length.isascii() and length.isdigit()):
                 raise ProtocolError("a malformed Content-Length")
             left = int(length)
             while left:
@@ -152,18 +153,32 @@ class Connection:
     def _chunks(self) -> Iterator[bytes]:
         while True:
             size_text = self._line().split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise ProtocolError("a malformed chunk size") from None
+            # Hex digits only: int() would also take a sign, "0x" and "_".
+            if not size_text or size_text.strip(b"0123456789abcdefABCDEF") or len(size_text) > 16:
+                raise ProtocolError("a malformed chunk size")
+            size = int(size_text, 16)
             if size == 0:
                 while self._line():  # trailers, up to the empty line
                     pass
                 return
-            data = self.reader.read(size)
-            if len(data) != size or self.reader.read(2) != b"\r\n":
+            while size:  # in pieces: a chunk may say any size
+                data = self.reader.read1(min(size, STREAM_CHUNK))
+                if not data:
+                    raise ProtocolError("a chunk cut short")
+                size -= len(data)
+                yield data
+            if self.reader.read(2) != b"\r\n":
                 raise ProtocolError("a chunk cut short")
-            yield data
+
+
+def _whole(pieces: Iterator[bytes]) -> bytes:
+    """A body read whole, up to ``MAX_BODY``."""
+    body = bytearray()
+    for piece in pieces:
+        body += piece
+        if len(body) > MAX_BODY:
+            raise ProtocolError(f"an answer of more than {MAX_BODY >> 20} MiB")
+    return bytes(body)
 
 
 def _connect(host: str, port: int, timeout: float | None) -> socket.socket:
@@ -258,7 +273,7 @@ class Transport:
         try:
             conn = self._connection()
             status, reason, headers = conn.exchange(request)
-            content = b"".join(conn.body(headers))
+            content = _whole(conn.body(headers))
         except CONNECTION_ERRORS as exc:
             self.close()
             raise self._unreachable(exc) from None
@@ -282,7 +297,7 @@ class Transport:
                 conn.sock.settimeout(None)
                 status, reason, headers = conn.exchange(self._request("GET", path, params, b""))
                 if status >= 400:
-                    raise api_error(status, reason, b"".join(conn.body(headers)))
+                    raise api_error(status, reason, _whole(conn.body(headers)))
             except CONNECTION_ERRORS as exc:
                 raise self._unreachable(exc) from None
             try:
@@ -306,6 +321,12 @@ class Transport:
         return "\r\n".join([*lines, "", ""]).encode("latin-1") + body
 
     def _unreachable(self, exc: BaseException) -> Unreachable:
+        if isinstance(exc, ProtocolError):
+            return Unreachable(
+                f"cannot reach the ddpq daemon at {self.url} (ProtocolError: {exc}): what "
+                "answers there does not speak HTTP as ddpq does (--url or DDPQ_URL for another)",
+                exit_code=3,
+            )
         if self._unix is not None:
             hint = (
                 "no daemon listens there (a socket left by one that was killed)"

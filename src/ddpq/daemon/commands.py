@@ -240,6 +240,13 @@ SlurmOptionsOpt = Annotated[
         '"--qos=high --cpus-per-gpu=8"  [default: none]'
     ),
 ]
+SlurmUserOptionsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="the #SBATCH options a job's own --slurm-opt may set: sbatch's long names, "
+        'comma-separated ("none": no option)'
+    ),
+]
 SlurmGpusOpt = Annotated[
     int | None,
     typer.Option(
@@ -302,6 +309,7 @@ def _api_command(with_worker: bool, doc: str) -> Any:
         slurm_partition: SlurmPartitionOpt = None,
         slurm_account: SlurmAccountOpt = None,
         slurm_options: SlurmOptionsOpt = None,
+        slurm_user_options: SlurmUserOptionsOpt = None,
         slurm_gpus: SlurmGpusOpt = None,
         gpu_mem_headroom: HeadroomOpt = None,
         state_reserve: StateReserveOpt = None,
@@ -357,6 +365,7 @@ def worker(
     slurm_partition: SlurmPartitionOpt = None,
     slurm_account: SlurmAccountOpt = None,
     slurm_options: SlurmOptionsOpt = None,
+    slurm_user_options: SlurmUserOptionsOpt = None,
     slurm_gpus: SlurmGpusOpt = None,
     gpu_mem_headroom: HeadroomOpt = None,
     state_reserve: StateReserveOpt = None,

@@ -64,6 +64,7 @@ PUBLIC_NAMES: dict[str, str] = {
     "slurm_partition": "slurm_partition",
     "slurm_account": "slurm_account",
     "slurm_options": "slurm_options",
+    "slurm_user_options": "slurm_user_options",
     "slurm_gpus": "slurm_gpus",
     "gpu_mem_headroom": "gpu_mem_headroom_bytes",
     "gpu_mem_margin": "gpu_mem_margin",
@@ -109,6 +110,8 @@ def written_defaults() -> dict[str, object]:
             value = human_duration(value)
         elif field == "gpu_mem_margin":
             value = f"{value:.0%}"
+        elif field == "slurm_user_options":
+            value = ",".join(value)
         elif field == "port_range":
             value = "{}-{}".format(*value)
         shown[name] = value

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpq.config import Settings
-from ddpq.executors.base import Launch
+from ddpq.core import slurm
+from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.local.spawn import SHIM, shim_args
 from ddpq.jobdir import JobDir
 
@@ -96,8 +97,20 @@ def batch_job(launch: Launch, settings: Settings) -> BatchJob:
         tag=daemon_tag(settings.home),
         partition=launch.partition or settings.slurm_partition,
         account=settings.slurm_account,
-        options=(*settings.slurm_options, *launch.slurm_options),
+        options=(*settings.slurm_options, *job_options(launch, settings)),
     )
+
+
+def job_options(launch: Launch, settings: Settings) -> tuple[str, ...]:
+    """The job's own options, checked again against the settings of the daemon that runs it
+    (a job queued before an admin narrowed them, or stored by an older ddpq): raises
+    LaunchFailed naming one that users may not set."""
+    try:
+        return slurm.user_options(
+            launch.slurm_options, settings.slurm_user_options, settings.slurm_options
+        )
+    except slurm.SlurmOptionError as exc:
+        raise LaunchFailed(f"--slurm-opt {exc}") from None
 
 
 def slurm_limits(time_limit_s: float | None, grace_s: float) -> tuple[int | None, int]:
@@ -116,10 +129,12 @@ def slurm_limits(time_limit_s: float | None, grace_s: float) -> tuple[int | None
 
 
 def sbatch_lines(job: BatchJob) -> list[str]:
-    """The ``#SBATCH`` options: ddpq's own first, then the partition, account and extras
-    (which the settings check cannot override ddpq's)."""
+    """The ``#SBATCH`` options: the daemon's and the job's own extras, then ddpq's own, the
+    partition and the account. The extras are checked never to name ddpq's; written first
+    all the same, as for sbatch a later option overrides an earlier one."""
     minutes, lead = slurm_limits(job.time_limit_s, job.grace_s)
     lines = [
+        *job.options,
         f"--job-name={job_name(job.job_id)}",
         f"--comment={comment(job.tag, job.job_id, job.attempt)}",
         f"--output={job.folder.slurm_output}",
@@ -142,7 +157,7 @@ def sbatch_lines(job: BatchJob) -> list[str]:
         lines.append(f"--partition={job.partition}")
     if job.account:
         lines.append(f"--account={job.account}")
-    return [*lines, *job.options]
+    return lines
 
 
 def job_command(job: BatchJob) -> list[str]:

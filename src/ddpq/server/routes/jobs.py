@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query
 from ddpq import notify_target, wake
 from ddpq.config import Settings
 from ddpq.core import jobenv
+from ddpq.core import slurm as core_slurm
 from ddpq.core.interactive import idle_limit
 from ddpq.core.sharing import AUTO, MIB, GpuMemory
 from ddpq.core.states import TERMINAL, JobState
@@ -77,19 +78,8 @@ def job_spec(
             "forbidden",
             f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
         )
-    if settings.executor != "slurm":
-        cluster_only = [
-            f for f in ("nodes", "gpus_per_node", "partition", "slurm_options")
-            if getattr(body, f) != JobSubmit.model_fields[f].get_default(call_default_factory=True)
-        ]  # fmt: skip
-        if cluster_only:
-            raise ApiError(
-                422,
-                "invalid",
-                f"{cluster_only[0]}: this daemon runs jobs on this host, not on Slurm "
-                "(only --executor slurm takes nodes, partitions and #SBATCH options)",
-            )
-    elif body.gpu_mem is not None:
+    slurm_options = cluster_options(body, settings)
+    if settings.executor == "slurm" and body.gpu_mem is not None:
         # Slurm hands out whole GPUs (gres), and no NVML sample of a cluster node reaches
         # this daemon: neither a share nor a measured peak would hold there.
         raise ApiError(
@@ -153,7 +143,7 @@ def job_spec(
         nodes=body.nodes,
         gpus_per_node=body.gpus_per_node,
         partition=body.partition,
-        slurm_options=tuple(body.slurm_options),
+        slurm_options=slurm_options,
     )
 
 
@@ -174,6 +164,31 @@ def refuse_if_disk_short(db: Database) -> None:
     why = db.shortage()
     if why is not None:
         raise ApiError(507, "insufficient_storage", why)
+
+
+def cluster_options(body: JobSubmit, settings: Settings) -> tuple[str, ...]:
+    """A job's own #SBATCH options as its script will hold them; 422 for cluster fields on a
+    local daemon, or an option that users may not set (as sbatch reads it: ``-G8`` is
+    ``--gpus``)."""
+    if settings.executor != "slurm":
+        cluster_only = [
+            f for f in ("nodes", "gpus_per_node", "partition", "slurm_options")
+            if getattr(body, f) != JobSubmit.model_fields[f].get_default(call_default_factory=True)
+        ]  # fmt: skip
+        if cluster_only:
+            raise ApiError(
+                422,
+                "invalid",
+                f"{cluster_only[0]}: this daemon runs jobs on this host, not on Slurm "
+                "(only --executor slurm takes nodes, partitions and #SBATCH options)",
+            )
+        return ()
+    try:
+        return core_slurm.user_options(
+            body.slurm_options, settings.slurm_user_options, settings.slurm_options
+        )
+    except core_slurm.SlurmOptionError as exc:
+        raise ApiError(422, "invalid", f"slurm_options: {exc}") from None
 
 
 def workload_command(workload: str, args: list[str], where: str = "args") -> list[str]:
