@@ -1,7 +1,8 @@
 """Who holds a TCP port on this host: the sockets bound to it, and the processes that own them.
 
 The worker asks when a rendezvous port fails its test-bind (so that the waiting reason
-names who holds it), the API when a session's owner asks who listens on its port.
+names who holds it), the API when a session's owner asks who listens on its port
+(``who_listens``: the job itself, someone else, or nobody yet).
 
 - ``/proc/net/tcp`` and ``tcp6`` list listening and connected sockets, each with its
   local port, the uid that made it and its inode. A socket that is bound but does not
@@ -25,7 +26,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpq.procfs import PROC, account_name, process_name, process_uid
+from ddpq.core.jobenv import ATTEMPT_VAR, JOB_ID_VAR
+from ddpq.procfs import PROC, account_name, environment, process_name, process_uid
 
 MAX_LINKS = 100_000  # /proc/PID/fd links read in one look, all processes together
 MAX_HOLDERS = 64  # sockets reported per look (a port is rarely held by more than one)
@@ -197,3 +199,40 @@ def _owners(sockets: dict[int, _Socket], uids: set[int], proc: Path) -> dict[int
                     found.setdefault(inode, int(entry.name))
             budget -= len(links)
     return found
+
+
+@dataclass(frozen=True)
+class Listening:
+    """Who listens on a job's port: ``job`` (its processes alone), ``other`` (``holder``
+    is the first that is not the job's), or ``nobody``."""
+
+    who: str
+    holder: Holder | None = None
+
+
+def who_listens(
+    port: int, job_id: int, attempt: int, account_uid: int | None, proc: Path = PROC
+) -> Listening:
+    """Whether this attempt of the job listens on ``port``, someone else, or nobody.
+
+    A listener is the job's when it runs as the job's account (``account_uid``) and its
+    environment is this attempt's (the job contract's ``DDPQ_JOB_ID``, ``DDPQ_ATTEMPT``).
+    Only that account and root can make or read such an environment, so another user
+    never passes for the job; a process of the same account outside the job is "other"
+    too. One listener that is not the job's makes it ``other``: ``ssh -L`` may reach it."""
+    found = holders([port], listening_only=True, proc=proc).get(port, [])
+    if not found:
+        return Listening("nobody")
+    strangers = [h for h in found if not _of_job(h, job_id, attempt, account_uid, proc)]
+    return Listening("other", strangers[0]) if strangers else Listening("job", found[0])
+
+
+def _of_job(holder: Holder, job_id: int, attempt: int, account_uid: int | None, proc: Path) -> bool:
+    if holder.pid is None or account_uid is None or holder.uid != account_uid:
+        return False
+    env = environment(holder.pid, proc)
+    return (
+        env is not None
+        and env.get(JOB_ID_VAR.encode()) == str(job_id).encode()
+        and env.get(ATTEMPT_VAR.encode()) == str(attempt).encode()
+    )
