@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpq.schemas import JobSubmit
+from ddpq.schemas import JobDetail, JobSubmit
 from ddpq.worker.ports import PORT_COOLDOWN_S
 from tests.helpers import Daemon, free_block, wait_done, wait_for, wait_state
 
@@ -88,10 +88,12 @@ def test_a_job_waits_while_every_port_is_held_and_starts_once_one_is_free(
         d: Daemon = make_daemon("--fake-gpus", "1", "--port-range", f"{lo}-{lo + 2}")  # type: ignore[operator]
         c = d.client()
         job = c.submit(JobSubmit(command=["true"], gpus=1))
-        why = wait_for(
-            lambda: c.show(job.id).reason.startswith("no free rendezvous port") and c.show(job.id),
-            what="the waiting reason",
-        )
+
+        def waiting() -> JobDetail | None:
+            shown = c.show(job.id)
+            return shown if shown.reason.startswith("no free rendezvous port") else None
+
+        why = wait_for(waiting, what="the waiting reason")
         assert why.state == "queued" and why.attempts == []
         user = pwd.getpwuid(os.getuid()).pw_name
         for port in (lo, lo + 2):

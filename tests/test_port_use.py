@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ddpq import portholders
 from ddpq.client import sessions
 from ddpq.client.api import DdpqError
 from ddpq.config import Settings
@@ -81,6 +82,14 @@ def test_any_other_listener_is_someone_else(
     found = who_listens(job_7.port, job_id, attempt, uid)
     assert found.who == "other" and found.holder is not None
     assert found.holder.pid == job_7.proc.pid
+
+
+def test_a_listener_whose_process_the_look_did_not_reach_is_not_taken_for_the_job(
+    job_7: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(portholders, "MAX_LINKS", 0)  # the bounded look finds no PID
+    assert who_listens(job_7.port, 7, 2, os.getuid()).who == "unknown"  # its account: unsure
+    assert who_listens(job_7.port, 7, 2, os.getuid() + 1).who == "other"  # another's: not it
 
 
 def test_a_listener_outside_any_job_is_someone_else_and_nobody_is_nobody() -> None:

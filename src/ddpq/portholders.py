@@ -25,11 +25,12 @@ import struct
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ddpq.core.jobenv import ATTEMPT_VAR, JOB_ID_VAR
 from ddpq.procfs import PROC, account_name, environment, process_name, process_uid
 
-MAX_LINKS = 100_000  # /proc/PID/fd links read in one look, all processes together
+MAX_LINKS = 20_000  # /proc/PID/fd links read in one look, all processes together (~50 ms)
 MAX_HOLDERS = 64  # sockets reported per look (a port is rarely held by more than one)
 TCP_LISTEN = 0x0A
 TCP_TIME_WAIT = 0x06  # owned by nobody: no inode, and SO_REUSEADDR binds over it
@@ -176,37 +177,40 @@ def _owners(sockets: dict[int, _Socket], uids: set[int], proc: Path) -> dict[int
     targets = {f"socket:[{inode}]": inode for inode in sockets}
     found: dict[int, int] = {}
     budget = MAX_LINKS
-    try:
-        entries = os.scandir(proc)
-    except OSError:
-        return found
-    with entries:
+    with os.scandir(proc) as entries:
         for entry in entries:
-            if not entry.name.isdigit() or budget <= 0 or len(found) == len(targets):
-                continue
+            if budget <= 0 or len(found) == len(targets):
+                break
             try:
-                if entry.stat().st_uid not in uids:
+                if not entry.name.isdigit() or entry.stat().st_uid not in uids:
                     continue
-                links = os.listdir(proc / entry.name / "fd")
+                with os.scandir(proc / entry.name / "fd") as links:
+                    for link in links:
+                        budget -= 1
+                        inode = targets.get(_readlink(link.path))
+                        if inode is not None:
+                            found.setdefault(inode, int(entry.name))
+                        if budget <= 0:
+                            break
             except OSError:
                 continue  # gone, or not ours to look into
-            for fd in links[:budget]:
-                try:
-                    inode = targets.get(os.readlink(proc / entry.name / "fd" / fd))
-                except OSError:
-                    continue
-                if inode is not None:
-                    found.setdefault(inode, int(entry.name))
-            budget -= len(links)
     return found
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""  # gone meanwhile
 
 
 @dataclass(frozen=True)
 class Listening:
     """Who listens on a job's port: ``job`` (its processes alone), ``other`` (``holder``
-    is the first that is not the job's), or ``nobody``."""
+    is the first that is not the job's), ``nobody``, or ``unknown`` (a process of the
+    job's account whose PID the bounded look did not find: it cannot be told apart)."""
 
-    who: str
+    who: Literal["job", "other", "nobody", "unknown"]
     holder: Holder | None = None
 
 
@@ -223,13 +227,24 @@ def who_listens(
     found = holders([port], listening_only=True, proc=proc).get(port, [])
     if not found:
         return Listening("nobody")
-    strangers = [h for h in found if not _of_job(h, job_id, attempt, account_uid, proc)]
-    return Listening("other", strangers[0]) if strangers else Listening("job", found[0])
+    verdicts = [(h, _of_job(h, job_id, attempt, account_uid, proc)) for h in found]
+    for holder, verdict in verdicts:
+        if verdict is False:
+            return Listening("other", holder)
+    for holder, verdict in verdicts:
+        if verdict is None:
+            return Listening("unknown", holder)
+    return Listening("job", found[0])
 
 
-def _of_job(holder: Holder, job_id: int, attempt: int, account_uid: int | None, proc: Path) -> bool:
-    if holder.pid is None or account_uid is None or holder.uid != account_uid:
+def _of_job(
+    holder: Holder, job_id: int, attempt: int, account_uid: int | None, proc: Path
+) -> bool | None:
+    """Whether ``holder`` is a process of this attempt; None: its PID was not found."""
+    if account_uid is None or holder.uid != account_uid:
         return False
+    if holder.pid is None:
+        return None
     env = environment(holder.pid, proc)
     return (
         env is not None

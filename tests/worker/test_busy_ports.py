@@ -71,8 +71,8 @@ def holds() -> Iterator[ExitStack]:
         yield stack
 
 
-def rig_on(tmp_path: Path, lo: int, size: int, **kw: object) -> Rig:
-    rig = make_rig(tmp_path / "home", port_range=(lo, lo + size - 1), max_user_ports=size, **kw)
+def rig_on(tmp_path: Path, lo: int, size: int) -> Rig:
+    rig = make_rig(tmp_path / "home", port_range=(lo, lo + size - 1), max_user_ports=size)
     rig.worker.scheduler.ports.port_free = port_is_free  # the real test-bind
     return rig
 

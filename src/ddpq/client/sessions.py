@@ -290,7 +290,7 @@ def _reach(c: Any, job_id: int, port: int) -> None:
         proc = f", pid {use['pid']} {use.get('command') or ''}".rstrip() if use.get("pid") else ""
         say(
             f"warning: port {port} of {host} is not job {job_id}'s: {who}{proc} listens on it. "
-            "No tunnel printed: it would lead to their server, not yours"
+            "No tunnel printed: it would not lead to this session's server"
         )
         return
     if use["listener"] == "unknown":

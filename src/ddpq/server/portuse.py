@@ -54,11 +54,13 @@ def port_use(
         return PortUseOut(port=port, listener="nobody", detail=f"nobody listens on port {port}")
     if found.who == "job":
         detail = f"job {job_id} listens on port {port} (pid {holder.pid})"
+    elif found.who == "unknown":
+        detail = f"a process of job {job_id}'s account listens on port {port}; which is unknown"
     else:
         detail = f"port {port} is not job {job_id}'s: {holder.describe()}"
     return PortUseOut(
         port=port,
-        listener="job" if found.who == "job" else "other",
+        listener=found.who,
         uid=holder.uid,
         user=holder.user,
         pid=holder.pid,
