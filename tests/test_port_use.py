@@ -120,11 +120,11 @@ def test_the_api_answer_names_whoever_listens(tmp_path: Path, job_7: Listener) -
 class ScriptedApi:
     """``port_use`` answers in turn (the last one again and again), or raises them."""
 
-    def __init__(self, *answers: dict[str, Any] | DdpqError) -> None:
+    def __init__(self, *answers: Any) -> None:
         self.answers = list(answers)
         self.asked = 0
 
-    def port_use(self, job_id: int) -> dict[str, Any]:
+    def port_use(self, job_id: int) -> Any:
         self.asked += 1
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, DdpqError):
@@ -178,10 +178,13 @@ def test_someone_else_on_the_port_is_a_warning_and_no_tunnel(
         ({**NOBODY, "port": None}, "job 9 does not listen on port 29601 yet"),  # it ended
         (DdpqError("not found", status=404), "no tunnel printed: this daemon cannot tell"),
         ({"port": 1, "listener": "unknown", "detail": "on a Slurm node"}, "on a Slurm node"),
+        ({"port": 1, "listener": "mine, trust me"}, "no tunnel printed"),  # nonsense
+        ({"port": 1}, "no tunnel printed"),
+        (["not", "an", "object"], "no tunnel printed: the daemon's answer made no sense"),
     ],
 )
 def test_no_listener_the_cli_can_trust_prints_no_tunnel(
-    capsys: pytest.CaptureFixture[str], answer: dict[str, Any] | DdpqError, said: str
+    capsys: pytest.CaptureFixture[str], answer: Any, said: str
 ) -> None:
     sessions._reach(ScriptedApi(answer), 9, 29601)
     err = capsys.readouterr().err

@@ -285,7 +285,8 @@ def _reach(c: Any, job_id: int, port: int) -> None:
 
     host = socket.gethostname()
     use = _listener(c, job_id, port)
-    if use["listener"] == "other":
+    listener = use.get("listener")
+    if listener == "other":
         who = f"uid {use.get('uid')}" + (f" ({use['user']})" if use.get("user") else "")
         proc = f", pid {use['pid']} {use.get('command') or ''}".rstrip() if use.get("pid") else ""
         say(
@@ -293,10 +294,10 @@ def _reach(c: Any, job_id: int, port: int) -> None:
             "No tunnel printed: it would not lead to this session's server"
         )
         return
-    if use["listener"] == "unknown":
+    if listener not in ("job", "nobody"):  # unknown, or nonsense
         say(f"no tunnel printed: {use.get('detail') or 'the daemon cannot tell who listens'}")
         return
-    if use["listener"] != "job":
+    if listener != "job":
         say(
             f"job {job_id} does not listen on port {port} yet; `ddpq attach {job_id}` "
             "prints how to reach it once it does"
@@ -316,13 +317,15 @@ def _listener(c: Any, job_id: int, port: int) -> dict[str, Any]:
     said = False
     while True:
         try:
-            use: dict[str, Any] = c.port_use(job_id)
+            use: Any = c.port_use(job_id)
         except DdpqError as exc:
             if exc.status != 404:
                 raise
             return {"listener": "unknown", "detail": "this daemon cannot tell who listens"}
+        if not isinstance(use, dict):
+            return {"listener": "unknown", "detail": "the daemon's answer made no sense"}
         gone = use.get("port") is None  # it ended meanwhile
-        if use["listener"] != "nobody" or gone or time.monotonic() > deadline:
+        if use.get("listener") != "nobody" or gone or time.monotonic() > deadline:
             return use
         if not said:
             say(f"job {job_id}: waiting for its server to listen on port {port}")
