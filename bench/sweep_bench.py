@@ -159,7 +159,7 @@ def worker_pass_ms(capped: bool, members: int, repeat: int) -> list[float]:
         clock = Clock()
         host = FakeHost(clock=clock)
         worker = Worker(settings, FakeExecutor(host), clock=clock, listen=False)
-        worker.scheduler.port_free = lambda port: True
+        worker.scheduler.ports.port_free = lambda port: True
         worker.reconcile()
         db = Database(settings.db_path)
         job = job_store.NewJob(name="b", owner="alice", command=["true"], cwd="/", gpus=1)

@@ -59,6 +59,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_block(size: int) -> int:
+    """The first of ``size`` consecutive ports (in a rendezvous range) free here now."""
+    from ddpq.worker.ports import port_is_free
+
+    for lo in range(29700, 29990, size):
+        if all(port_is_free(p) for p in range(lo, lo + size)):
+            return lo
+    raise AssertionError("no block of free ports")
+
+
 @dataclass
 class Daemon:
     """`ddpq serve` in its own session, on a temporary state folder."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -10,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpq.schemas import JobSubmit
-from tests.helpers import Daemon, wait_done, wait_for, wait_state
+from ddpq.schemas import JobDetail, JobSubmit
+from ddpq.worker.ports import PORT_COOLDOWN_S
+from tests.helpers import Daemon, free_block, wait_done, wait_for, wait_state
 
 JOBS = Path(__file__).parent / "jobs"
 
@@ -68,6 +71,40 @@ def test_a_port_held_by_an_outside_program_is_skipped(make_daemon: object) -> No
         assert set(ports) <= {29651, 29652}
     finally:
         outsider.close()
+
+
+def test_a_job_waits_while_every_port_is_held_and_starts_once_one_is_free(
+    make_daemon: object,
+) -> None:
+    """Issue 21: past 8 busy ports a job was launched on a busy one anyway (EADDRINUSE for
+    every DDP job once a user binds the range). Now it waits, saying who holds which."""
+    lo = free_block(3)
+    held = [socket.socket(), socket.socket(), socket.socket(socket.AF_INET6)]
+    try:
+        for s, port in zip(held, range(lo, lo + 3), strict=True):
+            s.bind(("::" if s.family == socket.AF_INET6 else "0.0.0.0", port))
+        held[0].listen()  # held[1] is bound, not listening
+        held[2].listen()
+        d: Daemon = make_daemon("--fake-gpus", "1", "--port-range", f"{lo}-{lo + 2}")  # type: ignore[operator]
+        c = d.client()
+        job = c.submit(JobSubmit(command=["true"], gpus=1))
+
+        def waiting() -> JobDetail | None:
+            shown = c.show(job.id)
+            return shown if shown.reason.startswith("no free rendezvous port") else None
+
+        why = wait_for(waiting, what="the waiting reason")
+        assert why.state == "queued" and why.attempts == []
+        user = pwd.getpwuid(os.getuid()).pw_name
+        for port in (lo, lo + 2):
+            assert f"{port} held by uid {os.getuid()} ({user}) pid {os.getpid()}" in why.reason
+        assert f"{lo + 1} held by" in why.reason
+        held[2].close()
+        done = wait_done(c, job.id, timeout=PORT_COOLDOWN_S + 60)  # tried again once cooled
+        assert done.state == "succeeded" and [a.port for a in done.attempts] == [lo + 2]
+    finally:
+        for s in held:
+            s.close()
 
 
 def test_rendezvous_port_clash_is_requeued_on_another_port(daemon: Daemon) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -127,9 +128,39 @@ def test_a_server_on_the_leased_port_and_how_to_reach_it(
     assert port == daemon.client().show(job).leases.port
     t.expect(r"Serving HTTP on 127\.0\.0\.1 port (\d+)")
     assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 200
+    use = httpx.get(f"{daemon.url}/v1/jobs/{job}/port", timeout=10).json()
+    assert (use["port"], use["listener"], use["uid"]) == (port, "job", os.getuid())
+    assert use["pid"] != os.getpid() and use["command"]
     t.type("\x03")  # Ctrl-C reaches the server, which stops: the session ends
     t.wait()
     assert wait_done(daemon.client(), job).state in ("succeeded", "failed")
+
+
+def test_a_port_someone_else_listens_on_gets_a_warning_not_a_tunnel(
+    daemon: Daemon, terminals: Callable[..., Terminal]
+) -> None:
+    """Issue 21: another process bound the session's leased port before its server did;
+    `ddpq shell` printed an ssh line to it all the same. Here the test itself takes the
+    port (a process of no job) once the session runs, while the session waits."""
+    waiting = ["sh", "-c", "echo 'server would be on {port}'; exec sleep 60"]
+    t = terminals(daemon, "shell", "--gpus", "1", "--", *waiting)
+    job = job_id_of(t)
+    c = daemon.client()
+    port = wait_state(c, job, "running").leases.port
+    assert port is not None
+    with socket.socket() as taker:
+        taker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+        taker.bind(("127.0.0.1", port))
+        taker.listen()
+        use = httpx.get(f"{daemon.url}/v1/jobs/{job}/port", timeout=10).json()
+        assert (use["listener"], use["pid"], use["uid"]) == ("other", os.getpid(), os.getuid())
+        said = t.expect(rf"warning: port {port} of \S+ is not job {job}'s: (.*) listens on it")
+        assert f"pid {os.getpid()}".encode() in said.group(1)
+        t.expect(r"attached")
+        assert b"ssh -N -L" not in t.seen
+    c.cancel(job)
+    t.wait()
+    assert wait_done(c, job).state == "cancelled"
 
 
 def test_ctrl_c_while_waiting_cancels_the_session(

@@ -129,7 +129,7 @@ def new_worker(
     worker = Worker(
         settings, FakeExecutor(host), clock=clock, listen=False, look=look, gpu_use=gpu_use
     )
-    worker.scheduler.port_free = lambda port: True  # no real sockets: a pure pass
+    worker.scheduler.ports.port_free = lambda port: True  # no real sockets: a pure pass
     worker.reconcile()
     return worker
 

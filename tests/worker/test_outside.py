@@ -210,7 +210,7 @@ def outside_rig(
     clock = Clock()
     host = FakeHost(clock=clock)
     worker = Worker(cfg, FakeExecutor(host), devices=gpus, clock=clock, listen=False)
-    worker.scheduler.port_free = lambda port: True
+    worker.scheduler.ports.port_free = lambda port: True
     if worker.inventory.outside is not None:  # None: a worker that samples nothing
         worker.inventory.outside.uid_of = {777: ALICE}.get
         worker.inventory.outside.name_of = {ALICE: "alice", BOB: "bob"}.get

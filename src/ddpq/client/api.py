@@ -124,6 +124,11 @@ class JsonApi:
         data: Data = self._json("GET", f"/v1/jobs/{job_id}/env")
         return data
 
+    def port_use(self, job_id: int) -> Data:
+        """Who listens on the job's leased port: the job, someone else, or nobody yet."""
+        data: Data = self._json("GET", f"/v1/jobs/{job_id}/port")
+        return data
+
     def cancel(self, job_id: int) -> Data:
         data: Data = self._json("POST", f"/v1/jobs/{job_id}/cancel")
         return data

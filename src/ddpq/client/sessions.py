@@ -6,7 +6,8 @@ shim holds (``client.relay``). Leaving the shell ends the job, and `ddpq shell` 
 the shell's status; the detach key (Ctrl-\\) leaves it running, and `ddpq attach ID` comes
 back to it. After ``--`` it runs a command instead of the login shell: ``{port}`` in it is
 the leased port (`ddpq shell -- jupyter lab --no-browser --port {port}`), and the ssh line
-that reaches that port from another machine is printed.
+that reaches that port from another machine is printed once a process of the job listens
+there (someone else there: a warning instead).
 
 Registered on the client's app by ``client.cli`` (``register``); what a command needs is
 imported when it runs, as for the others.
@@ -28,6 +29,8 @@ POLL_S = 0.5
 QUIET_S = 2.0  # a wait this short without a reason is not worth a line
 # A running session's shim serves its socket at once; this long without it is a failure.
 SOCKET_WAIT_S = 15.0
+# How long a session's server is waited for to listen on its port before attaching.
+LISTEN_WAIT_S = 20.0
 # How long the end is waited for once the terminal closed (the worker records it).
 END_WAIT_S = 10.0
 WAITING = ("queued", "held", "starting")
@@ -211,7 +214,7 @@ def _attach(c: Any, job: dict[str, Any], key: int | None, relay: Any) -> None:
     sock = _connect(c, job, relay)
     port = job["leases"]["port"]
     if port and uses_port(job["command"]):
-        _reach(job_id, port)
+        _reach(c, job_id, port)
     shown = "none" if key is None else _key_name(key)
     say(f"job {job_id}: attached ({shown} detaches; `ddpq attach {job_id}` comes back)")
     try:
@@ -273,15 +276,61 @@ def _final(c: Any, job_id: int) -> dict[str, Any] | None:
     return None
 
 
-def _reach(job_id: int, port: int) -> None:
-    """How to reach the session's server from another machine: an ssh tunnel to its port."""
+def _reach(c: Any, job_id: int, port: int) -> None:
+    """How to reach the session's server from another machine (an ssh tunnel to its port),
+    once a process of the job listens there: never a tunnel to whoever took the port
+    first. Someone else there gets a warning instead; nobody yet, a line that says so."""
     import getpass
     import socket
 
     host = socket.gethostname()
+    use = _listener(c, job_id, port)
+    listener = use.get("listener")
+    if listener == "other":
+        who = f"uid {use.get('uid')}" + (f" ({use['user']})" if use.get("user") else "")
+        proc = f", pid {use['pid']} {use.get('command') or ''}".rstrip() if use.get("pid") else ""
+        say(
+            f"warning: port {port} of {host} is not job {job_id}'s: {who}{proc} listens on it. "
+            "No tunnel printed: it would not lead to this session's server"
+        )
+        return
+    if listener not in ("job", "nobody"):  # unknown, or nonsense
+        say(f"no tunnel printed: {use.get('detail') or 'the daemon cannot tell who listens'}")
+        return
+    if listener != "job":
+        say(
+            f"job {job_id} does not listen on port {port} yet; `ddpq attach {job_id}` "
+            "prints how to reach it once it does"
+        )
+        return
     say(f"job {job_id} serves on port {port} of {host}; from your own machine:")
     sys.stderr.write(f"    ssh -N -L {port}:127.0.0.1:{port} {getpass.getuser()}@{host}\n")
     sys.stderr.write(f"  then open http://127.0.0.1:{port}/ (with the token it prints, if any)\n")
+
+
+def _listener(c: Any, job_id: int, port: int) -> dict[str, Any]:
+    """Who listens on the job's port, waited for while nobody does (a server takes a few
+    seconds to start), at most LISTEN_WAIT_S."""
+    from ddpq.client.api import DdpqError
+
+    deadline = time.monotonic() + LISTEN_WAIT_S
+    said = False
+    while True:
+        try:
+            use: Any = c.port_use(job_id)
+        except DdpqError as exc:
+            if exc.status != 404:
+                raise
+            return {"listener": "unknown", "detail": "this daemon cannot tell who listens"}
+        if not isinstance(use, dict):
+            return {"listener": "unknown", "detail": "the daemon's answer made no sense"}
+        gone = use.get("port") is None  # it ended meanwhile
+        if use.get("listener") != "nobody" or gone or time.monotonic() > deadline:
+            return use
+        if not said:
+            say(f"job {job_id}: waiting for its server to listen on port {port}")
+            said = True
+        time.sleep(POLL_S)
 
 
 def _key_name(key: int) -> str:

@@ -22,6 +22,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+# The job contract's names for which job and attempt a process belongs to (the API tells a
+# session's own server from another listener on its port by them, and by its account).
+JOB_ID_VAR = "DDPQ_JOB_ID"
+ATTEMPT_VAR = "DDPQ_ATTEMPT"
 # A variable an explicit `--env NAME=VALUE` (the API's `env`) or `--export A,B` may name.
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 # Set by ddpq for every job (the job contract); a submission may not override them.

@@ -373,12 +373,14 @@ def explain_waits(
     *,
     memory: GpuMemory = NO_MEMORY,
     notes: Mapping[int, str] | None = None,
+    port_wait: str = "waiting for a free rendezvous port",
 ) -> dict[int, str]:
     """Why each queued job that ``plan`` did not place is still waiting, in words.
 
     Coarse on purpose (no counts that change every pass), so the reasons change, and
     are written, only when a job's situation really does. ``notes``: what
-    ``plan_explained`` said held jobs back (a limit, a reservation).
+    ``plan_explained`` said held jobs back (a limit, a reservation); ``port_wait``: what
+    is said when no port is free (the worker names who holds them).
     """
     notes = notes or {}
     order = order or Order(Policy.FAIRSHARE, usage)
@@ -412,7 +414,7 @@ def explain_waits(
                 "the most one user may hold at once"
             )
         elif job.needs_port and not free_ports:
-            reasons[job.id] = "waiting for a free rendezvous port"
+            reasons[job.id] = port_wait
         elif job.id in notes:
             reasons[job.id] = notes[job.id]
         elif head is None:

@@ -78,10 +78,10 @@ def job_env(
             # and GPU 0 to the job could be different cards.
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "MASTER_ADDR": "127.0.0.1",
-            "DDPQ_JOB_ID": str(launch.job_id),
+            jobenv.JOB_ID_VAR: str(launch.job_id),
             "DDPQ_JOB_DIR": str(launch.job_dir),
             # A retried job can tell it is a retry (e.g. to resume from a checkpoint).
-            "DDPQ_ATTEMPT": str(launch.attempt),
+            jobenv.ATTEMPT_VAR: str(launch.attempt),
             "PYTHONUNBUFFERED": "1",
         }
     )

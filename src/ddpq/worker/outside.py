@@ -13,56 +13,22 @@ cannot be read is "unknown", never a guess. As for telling ddpq's own processes 
 
 from __future__ import annotations
 
-import pwd
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from ddpq.core import usage
 from ddpq.core.gpus import Gpu, GpuProcess
-from ddpq.core.names import UNIX_NAME
+from ddpq.procfs import PROC, STATUS_LIMIT, account_name, process_uid
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
 
-PROC = Path("/proc")
-# /proc/PID/status is 1-2 KiB; a bound all the same, as for anything a process decides.
-STATUS_LIMIT = 16 * 1024
-PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
-UID_MAX = (1 << 32) - 2  # (uid_t)-1 is "no uid"
+# The look itself is ddpq.procfs's (the API names port holders with it too).
+__all__ = ["PROC", "STATUS_LIMIT", "OutsideUse", "account_name", "process_uid"]
+
 # The password database may be LDAP: a name is asked again after this long, not each sample.
 NAME_TTL_S = 300.0
 NAMES_KEPT = 4096
-
-
-def process_uid(pid: int, proc: Path = PROC) -> int | None:
-    """The real uid of process ``pid``; None if it is gone, hidden, or says nonsense."""
-    if not 0 < pid <= PID_MAX:
-        return None
-    try:
-        with open(proc / str(pid) / "status", "rb") as f:
-            data = f.read(STATUS_LIMIT)
-    except OSError:  # gone (ENOENT, ESRCH), hidden (EACCES, hidepid), or no /proc at all
-        return None
-    uid: int | None = None
-    # The kernel escapes a newline in the process's name (the first line), but should a
-    # name still make a line, it would come before the kernel's own "Uid:" line: the last
-    # one is the kernel's.
-    for line in data.split(b"\n"):
-        if line.startswith(b"Uid:"):
-            fields = line[4:].split()
-            good = len(fields) == 4 and all(f.isdigit() and len(f) <= 10 for f in fields)
-            uid = int(fields[0]) if good else None
-    return uid if uid is not None and uid <= UID_MAX else None
-
-
-def account_name(uid: int) -> str | None:
-    """The account name of ``uid``, if it has one that is a proper Unix name."""
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except (KeyError, OverflowError):
-        return None
-    return name if UNIX_NAME.match(name) else None
 
 
 class OutsideUse:

@@ -9,7 +9,7 @@ writes why each waiting job waits, and leases the chosen jobs their resources.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from ddpq.config import Settings
@@ -27,26 +27,21 @@ from ddpq.store import memory as memory_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
-from ddpq.worker.ports import port_is_free, rotation
+from ddpq.worker.ports import PortGate
 
 log = logging.getLogger("ddpq.worker")
 
-# A port an outside program holds is skipped this long before it is tried again.
-PORT_COOLDOWN_S = 30.0
 # Fair share needs no millisecond precision, and its query reads a week of attempts,
 # which under a stream of short jobs would dominate each pass.
 USAGE_TTL_S = 5.0
-# Re-plans in one pass when a chosen port turns out to be taken.
-PORT_REPLANS = 8
 
 
 class Scheduler:
     """The worker's planning state between passes: port rotation, cool-downs, usage."""
 
-    def __init__(self, settings: Settings, port_free: Callable[[int], bool] = port_is_free) -> None:
+    def __init__(self, settings: Settings, ports: PortGate | None = None) -> None:
         self.settings = settings
-        self.port_free = port_free
-        self.port_cooldown: dict[int, float] = {}
+        self.ports = ports or PortGate()
         self.last_port: int | None = None
         self._usage: tuple[float, dict[str, float]] = (float("-inf"), {})
 
@@ -99,40 +94,11 @@ class Scheduler:
         if cfg.policy is Policy.LAS:  # ranked by the service each job has had so far
             served = attempt_store.attained(s, [c.id for c in candidates], now)
             candidates = [replace(c, attained_s=served.get(c.id, 0.0)) for c in candidates]
-        placements: list[planner.Placement] = []
-        notes: dict[int, str] = {}
-        free_ports: list[int] = []
-        for _ in range(PORT_REPLANS):
-            free_ports = [
-                p
-                for p in rotation(*cfg.port_range, self.last_port)
-                if p not in leased_ports and self.port_cooldown.get(p, 0.0) <= now
-            ]
-            decided = planner.plan_explained(
-                candidates,
-                usable_gpus,
-                running,
-                free_ports,
-                usage,
-                now,
-                budget,
-                order,
-                caps,
-                memory=memory,
-                limits=limits,
-                reservations=reserved,
-            )
-            placements, notes = decided.placements, decided.notes
-            busy = [p.port for p in placements if p.port is not None and not self.port_free(p.port)]
-            if not busy:
-                break
-            for port in busy:
-                log.info("port %s is in use by another program; skipping it", port)
-                self.port_cooldown[port] = now + PORT_COOLDOWN_S
-        reasons = planner.explain_waits(
+        free_ports = self.ports.candidates(*cfg.port_range, self.last_port, leased_ports, now)
+        decided = planner.plan_explained(
             candidates,
             usable_gpus,
-            placements,
+            running,
             free_ports,
             usage,
             now,
@@ -140,10 +106,32 @@ class Scheduler:
             order,
             caps,
             memory=memory,
-            notes=notes,
+            limits=limits,
+            reservations=reserved,
         )
+        notes = decided.notes
+        # Never launched on a port that fails its test-bind: swapped for a spare one that
+        # passes, or the job waits (and its reason says who holds the ports).
+        placements = self.ports.confirm(decided.placements, free_ports, now)
+        port_wait = self.ports.waiting_reason(now)
+        reasons = planner.explain_waits(
+            candidates,
+            usable_gpus,
+            placements,
+            [p for p in free_ports if p not in self.ports.cooldown],
+            usage,
+            now,
+            budget,
+            order,
+            caps,
+            memory=memory,
+            notes=notes,
+            port_wait=port_wait,
+        )
+        dropped = {p.job_id for p in decided.placements} - {p.job_id for p in placements}
+        reasons.update(dict.fromkeys(dropped, port_wait))  # it fit, but for a port
         if cfg.policy is Policy.LAS:
-            held_back = {c.id for c in candidates if c.id in notes}
+            held_back = dropped | {c.id for c in candidates if c.id in notes}
             self._preempt_for(
                 s,
                 candidates,

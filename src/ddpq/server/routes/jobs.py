@@ -1,5 +1,5 @@
-"""Jobs: submit, list, show, a job's environment, and the three writes on one job (cancel,
-hold, release)."""
+"""Jobs: submit, list, show, a job's environment, who listens on its port, and the three
+writes on one job (cancel, hold, release)."""
 
 from __future__ import annotations
 
@@ -25,14 +25,16 @@ from ddpq.schemas import (
     JobList,
     JobOut,
     JobSubmit,
+    PortUseOut,
     derive_name,
 )
-from ddpq.server import exhaustion, paths, views
+from ddpq.server import exhaustion, paths, portuse, views
 from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, may_touch, proven_account
 from ddpq.server.errors import CONFLICT, NO_ROOM, WRITE_ERRORS, ApiError
 from ddpq.server.params import JobId, Offset
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
+from ddpq.store import leases as lease_store
 from ddpq.store import memory as memory_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database, Session
@@ -287,6 +289,20 @@ def job_env(job_id: JobId, who: Auth, db: DatabaseDep) -> JobEnvOut:
     return JobEnvOut(
         id=job_id, base="exported" if exported else "daemon", env=views.servable(variables)
     )
+
+
+@router.get("/{job_id}/port", response_model=PortUseOut)
+def port_use(job_id: JobId, who: Auth, settings: SettingsDep, db: DatabaseDep) -> PortUseOut:
+    """Who listens on the job's leased port now: the job itself, someone else (whose), or
+    nobody yet. Only its owner and admins may ask."""
+    with db.read() as s:
+        job = job_store.get_job(s, job_id)
+        may_touch(who, job.owner, job_id)
+        port = lease_store.by_job(lease_store.live(s, [job_id])).get(job_id, ([], None))[1]
+        # As the launch chooses: the account the submission proved, else the owner's mapped one.
+        account = job.run_as or user_store.unix_accounts(s, {job.owner}).get(job.owner)
+        running, attempt = job.state is JobState.RUNNING, job.attempt
+    return portuse.port_use(settings, job_id, attempt, port, running, account)
 
 
 @router.post("/{job_id}/cancel", response_model=CancelResult, responses=WRITE_ERRORS)
