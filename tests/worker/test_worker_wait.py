@@ -82,7 +82,7 @@ def test_a_worker_waiting_on_more_than_1024_descriptors_keeps_scheduling(
     migrate(settings.db_path)
     host = FakeHost()
     worker = Worker(settings, ManyFdsExecutor(host, [r for r, _ in pipes]), listen=True)
-    worker.scheduler.port_free = lambda port: True  # no real sockets
+    worker.scheduler.ports.port_free = lambda port: True  # no real sockets
     died: list[BaseException] = []
 
     def run() -> None:
