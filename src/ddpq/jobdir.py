@@ -51,6 +51,9 @@ SBATCH_SCRIPT = "job.sbatch"
 # job's output goes to LOG through the shim, which rewrites LOG under its cap.
 SLURM_OUTPUT = "slurm.out"
 
+# Where the shim writes the record and a log over its cap before renaming them in place.
+SHIM_SCRATCH = (f"{EXIT_RECORD}.tmp", f"{LOG}.tmp")
+
 # The records: ddpq's and the job's account of what happened. All else is checkpoints.
 RECORDS = frozenset({LOG, EXIT_RECORD, METRICS, SHIM_ERRORS, TTY_SOCKET, NOTICE})
 NOTICE_MAX = 4096
@@ -291,8 +294,11 @@ def make_folder(folder: JobDir, first: bool, owner: tuple[int, int] | None) -> P
             os.fchown(fd, *owner)
     finally:
         os.close(fd)
-    remove_entry(folder.exit_record)  # an earlier attempt's
-    remove_entry(folder.notice)  # a session's last notice: the worker writes anew
+    # An earlier attempt's record and a session's last notice (the worker writes anew),
+    # and whatever sits where the shim writes its scratch files (a folder there would
+    # keep it from writing its record).
+    for name in (EXIT_RECORD, NOTICE, *SHIM_SCRATCH):
+        remove_entry(folder.path / name)
     return moved
 
 

@@ -17,10 +17,20 @@ RECORD_SPACE = 4096
 RESERVED = {"fd": -1}
 
 
+def fresh_file(path: str) -> int:
+    """A new file at ``path`` for writing, whatever the job left at that name (a link, a
+    file linked elsewhere): that is unlinked, never written through. Raises OSError."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+
+
 def reserve_record(path: str) -> None:
     tmp = path + ".tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = fresh_file(tmp)
     except OSError:
         return  # written the ordinary way at the end, if it can be
     try:
@@ -53,7 +63,7 @@ def write_record(path: str, record: dict[str, object]) -> None:
         os.close(fd)
         RESERVED["fd"] = -1
     else:
-        with open(tmp, "wb") as f:
+        with open(fresh_file(tmp), "wb") as f:
             f.write(data)
     os.replace(tmp, path)
 
