@@ -334,3 +334,61 @@ def test_a_job_reads_a_file_only_its_accounts_group_may_read(
     assert record.exit_code == 0, log
     assert "group-only data" in log
 
+
+# ---- item 2: the fork server's record of a start that failed ---------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_fork_servers_record_of_a_failed_start_is_written_as_the_jobs_account(
+    kind: str, home: Path, accounts: Accounts, victims: Victims
+) -> None:
+    """A shim that cannot join its cgroup records why: after it has become the job's
+    account, never as root through whatever the job left where the record goes."""
+    from ddpq.executors.local.forkclient import ForkServer
+    from ddpq.executors.local.spawn import shim_args
+
+    folder = JobDir(home / "jobs" / "9")
+    make_folder(folder, True, accounts.ids(accounts.job))
+    for name in ("exit.json", "exit.json.tmp"):
+        _plant(kind, folder.path / name, victims, accounts)
+    before = victims.snapshot()
+    server = ForkServer(os.path.realpath(os.sys.executable), home / "jobs")
+    gate_r, gate_w = os.pipe()
+    try:
+        with open_for_append(folder.shim_errors, accounts.ids(accounts.job)) as err:
+            server.fork(
+                [*shim_args(folder, "/", 1.0, 1 << 20), "true"],
+                {"DDPQ_ATTEMPT": "1", "PATH": os.environ["PATH"]},
+                uid=accounts.ids(accounts.job)[0],
+                gid=accounts.ids(accounts.job)[1],
+                umask=0o022,
+                cgroup=home / "no-such-cgroup",
+                gate=gate_r,
+                stderr=err.fileno(),
+            )
+        record = wait_for(lambda: folder.read_exit_record(1), 60, "the shim's record")
+    finally:
+        os.close(gate_r)
+        os.close(gate_w)
+        server.close()
+    assert victims.snapshot() == before
+    assert record.error is not None and "cannot join its cgroup" in record.error
+    assert os.lstat(folder.exit_record).st_uid == accounts.ids(accounts.job)[0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_readers_read_only_a_regular_file_and_never_raise(
+    kind: str, home: Path, accounts: Accounts, victims: Victims
+) -> None:
+    """What the worker and the API read back (the record, the log, progress) from a
+    folder holding anything at those names: a folder there once raised IsADirectoryError."""
+    from ddpq.jobdir import read_range
+
+    folder = JobDir(home / "jobs" / "5")
+    folder.path.mkdir(parents=True)
+    for path in (folder.exit_record, folder.log, folder.metrics):
+        _plant(kind, path, victims, accounts)
+    assert folder.read_exit_record(1) is None
+    assert folder.read_progress() is None
+    if kind in ("symbolic link", "FIFO", "folder"):
+        assert folder.log_tail() == "" and read_range(folder.log, 0, 100) == (b"", 0)

@@ -141,13 +141,10 @@ def read_regular(path: Path, size: int, tail: bool = False) -> bytes:
     O_NOFOLLOW and the file-type check: a job that swaps a file of its folder for a link
     must not get a root daemon to read something else; O_NONBLOCK so a FIFO cannot hang it.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    fd = _open_regular(path)
+    if fd is None:
         return b""
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
         if tail:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - size))
@@ -157,18 +154,32 @@ def read_regular(path: Path, size: int, tail: bool = False) -> bytes:
 def read_range(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
     """``limit`` bytes of ``path`` from ``offset`` and the file's size; (b"", 0) unless it is a
     regular file (the same rules as ``read_regular``: a link in place of a log serves nothing)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    fd = _open_regular(path)
+    if fd is None:
         return b"", 0
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return b"", 0
         if offset >= info.st_size:
             return b"", info.st_size
         f.seek(offset)
         return f.read(limit), info.st_size
+
+
+def _open_regular(path: Path) -> int | None:
+    """A descriptor reading ``path`` if it is a regular file (checked before any file object
+    is made of it: Python refuses a folder's with an exception); None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(fd)
+        return None
+    return fd
 
 
 def open_for_append(path: Path, owner: tuple[int, int] | None) -> BinaryIO:
