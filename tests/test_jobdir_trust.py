@@ -392,3 +392,23 @@ def test_the_readers_read_only_a_regular_file_and_never_raise(
     assert folder.read_progress() is None
     if kind in ("symbolic link", "FIFO", "folder"):
         assert folder.log_tail() == "" and read_range(folder.log, 0, 100) == (b"", 0)
+
+
+def test_a_notice_is_a_new_file_the_jobs_account_can_read(
+    home: Path, accounts: Accounts, victims: Victims
+) -> None:
+    """The worker's notice for a session's shim (which reads it as the job's account):
+    written to a new file and renamed over whatever the job left, readable under the
+    daemon's umask (077)."""
+    folder = JobDir(home / "jobs" / "4")
+    make_folder(folder, True, accounts.ids(accounts.job))
+    _plant("hard link to a root file", folder.notice, victims, accounts)
+    before = victims.snapshot()
+    old_umask = os.umask(0o077)
+    try:
+        folder.write_notice("idle: this session ends in 5 minutes")
+    finally:
+        os.umask(old_umask)
+    assert victims.snapshot() == before
+    info = os.lstat(folder.notice)
+    assert info.st_nlink == 1 and stat.S_IMODE(info.st_mode) & 0o004

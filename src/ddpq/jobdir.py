@@ -1,10 +1,12 @@
 """A job's folder: every file ddpq reads or writes there, and the only code that opens them.
 
 Each job has a folder of its own (``<home>/jobs/<id>``, 0700, its owner's), which the job
-may write anything into: a link where its log was, a FIFO, a forged exit record, a
-progress line nested 5,000 deep. So every file here is opened without following links,
-must be a regular file, and is read with a bound; what the worker stores from it passes
-through ``core.untrusted``. The worker, the executors and the API's log reader all go
+may write anything into: a link where its log was (symbolic, or a hard link to another
+account's file), a FIFO, a folder, a forged exit record, a progress line nested 5,000
+deep. So every file here is opened without following links, must be a regular file, and
+is read with a bound; what the worker stores from it passes through ``core.untrusted``.
+A root daemon writes only to the account's own single-named file or to a file it has just
+made (``open_for_append``), and a job's folder is new to it (``make_folder``). The worker, the executors and the API's log reader all go
 through this module, so a file's name and the rules for opening it are written once.
 
 The shim is started by file path with the standard library only; it is handed these
@@ -108,6 +110,9 @@ class JobDir:
         tmp = self.path / f".{NOTICE}.{os.urandom(8).hex()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         try:
+            # The shim reads it as the job's account; the daemon's umask (077) would keep
+            # it root's alone. The folder (0700, the account's) keeps it from others.
+            os.fchmod(fd, 0o644)
             os.write(fd, data)
         finally:
             os.close(fd)
