@@ -6,8 +6,9 @@ account's file), a FIFO, a folder, a forged exit record, a progress line nested 
 deep. So every file here is opened without following links, must be a regular file, and
 is read with a bound; what the worker stores from it passes through ``core.untrusted``.
 A root daemon writes only to the account's own single-named file or to a file it has just
-made (``open_for_append``), and a job's folder is new to it (``make_folder``). The worker, the executors and the API's log reader all go
-through this module, so a file's name and the rules for opening it are written once.
+made (``open_for_append``), and a job's folder is new to it (``make_folder``). The
+worker, the executors and the API's log reader all go through this module, so a file's
+name and the rules for opening it are written once.
 
 The shim is started by file path with the standard library only; it is handed these
 files' paths as flags (see ``executors.local.launch.shim_argv``), never their names.
