@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,9 @@ from ddpq.executors.local import cgroups, procs
 from ddpq.executors.local.spawn import Spawner, let_run
 from ddpq.executors.slurm import submit
 from ddpq.jobdir import STALE, JobDir, make_folder, open_for_append
-from tests.helpers import wait_for
+from ddpq.schemas import JobSubmit
+from tests.helpers import Daemon, wait_done, wait_for
+from tests.test_auth import add_user
 from tests.test_trust import python_for_everyone, shared_home  # noqa: F401 - a fixture
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (other accounts)")
@@ -412,3 +414,33 @@ def test_a_notice_is_a_new_file_the_jobs_account_can_read(
     assert victims.snapshot() == before
     info = os.lstat(folder.notice)
     assert info.st_nlink == 1 and stat.S_IMODE(info.st_mode) & 0o004
+
+
+# ---- item 2 end to end: the issue's retry, through a root --auth daemon -------------------
+
+
+def test_a_job_that_links_its_log_to_another_users_file_gets_a_fresh_log_on_its_retry(
+    make_daemon: Callable[..., Daemon], home: Path, accounts: Accounts, victims: Victims
+) -> None:
+    """The job itself, as its account, swaps its log for a hard link to another user's
+    group-writable file (``fs.protected_hardlinks`` allows it: the account may write it)
+    and its shim.err for a symbolic link to a root file, then fails; the root daemon's
+    retry writes and chowns neither."""
+    token = add_user(home, "carol", "--unix-user", accounts.job)
+    d = make_daemon("--fake-gpus", "1", "--auth", "--grace", "1s", home=home)
+    plant = (
+        'cd "$DDPQ_JOB_DIR"; if [ "$DDPQ_ATTEMPT" = 1 ]; then '
+        f"rm -f output.log shim.err; ln {victims.theirs} output.log; "
+        f"ln -s {victims.roots} shim.err; exit 3; fi; echo second-attempt"
+    )
+    before = victims.snapshot()
+    with d.client(token) as c:
+        job = c.submit(JobSubmit(command=["sh", "-c", plant], cwd="/", retries=1))
+        done = wait_done(c, job.id, 120)
+        log = c.log_tail(job.id).decode(errors="replace")
+    assert victims.snapshot() == before  # not chowned to carol's account, nor appended to
+    assert (done.state, done.attempt) == ("succeeded", 2), done.reason
+    assert "second-attempt" in log
+    folder = JobDir(home / "jobs" / str(job.id))
+    _is_fresh_and_the_jobs(folder.log, accounts)
+    _is_fresh_and_the_jobs(folder.shim_errors, accounts)
