@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,7 +355,7 @@ def test_the_fork_servers_record_of_a_failed_start_is_written_as_the_jobs_accoun
     for name in ("exit.json", "exit.json.tmp"):
         _plant(kind, folder.path / name, victims, accounts)
     before = victims.snapshot()
-    server = ForkServer(os.path.realpath(os.sys.executable), home / "jobs")
+    server = ForkServer(os.path.realpath(sys.executable), home / "jobs")
     gate_r, gate_w = os.pipe()
     try:
         with open_for_append(folder.shim_errors, accounts.ids(accounts.job)) as err:
