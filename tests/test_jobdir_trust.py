@@ -27,7 +27,7 @@ from ddpq.executors.base import Launch
 from ddpq.executors.local import cgroups, procs
 from ddpq.executors.local.spawn import Spawner, let_run
 from ddpq.executors.slurm import submit
-from ddpq.jobdir import STALE, JobDir, make_folder, open_for_append
+from ddpq.jobdir import STALE, JobDir, make_folder, open_for_append, remove_entry
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, wait_done, wait_for
 from tests.test_auth import add_user
@@ -388,13 +388,22 @@ def test_the_readers_read_only_a_regular_file_and_never_raise(
     from ddpq.jobdir import read_range
 
     folder = JobDir(home / "jobs" / "5")
-    folder.path.mkdir(parents=True)
+    make_folder(folder, True, accounts.ids(accounts.job))
+    record = b'{"exit_code": 0, "signal": null, "started_at": 1, "ended_at": 2, "attempt": "1"}'
+    victims.roots.write_bytes(record)  # a file the account may not read, that would pass
+    victims.theirs.write_bytes(b'{"step": 1, "loss": 0.5}\n')
     for path in (folder.exit_record, folder.log, folder.metrics):
         _plant(kind, path, victims, accounts)
     assert folder.read_exit_record(1) is None
     assert folder.read_progress() is None
-    if kind in ("symbolic link", "FIFO", "folder"):
-        assert folder.log_tail() == "" and read_range(folder.log, 0, 100) == (b"", 0)
+    assert folder.log_tail() == "" and read_range(folder.log, 0, 100) == (b"", 0)
+    # The account's own files, each with one name, are read.
+    for path in (folder.exit_record, folder.log, folder.metrics):
+        remove_entry(path)
+        path.write_bytes(record if path == folder.exit_record else b'{"step": 3}\n')
+        os.chown(path, *accounts.ids(accounts.job))
+    assert folder.read_exit_record(1) is not None and folder.log_tail() == '{"step": 3}\n'
+    assert folder.read_progress() is not None
 
 
 def test_a_notice_is_a_new_file_the_jobs_account_can_read(

@@ -142,10 +142,12 @@ class JobDir:
 
 
 def read_regular(path: Path, size: int, tail: bool = False) -> bytes:
-    """Up to ``size`` bytes of ``path`` (its end with ``tail``), only if it is a regular file.
+    """Up to ``size`` bytes of ``path`` (its end with ``tail``), only if it is a regular file
+    of the folder's owner with one name (``_open_regular``).
 
-    O_NOFOLLOW and the file-type check: a job that swaps a file of its folder for a link
-    must not get a root daemon to read something else; O_NONBLOCK so a FIFO cannot hang it.
+    O_NOFOLLOW, the file-type, link-count and owner checks: a job that swaps a file of its
+    folder for a link must not get a root daemon to read something else; O_NONBLOCK so a
+    FIFO cannot hang it.
     """
     fd = _open_regular(path)
     if fd is None:
@@ -172,17 +174,24 @@ def read_range(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
 
 
 def _open_regular(path: Path) -> int | None:
-    """A descriptor reading ``path`` if it is a regular file (checked before any file object
-    is made of it: Python refuses a folder's with an exception); None otherwise."""
+    """A descriptor reading ``path`` if it is a regular file of the folder's owner with no
+    other name; None otherwise (checked before any file object is made of it: Python
+    refuses a folder's with an exception).
+
+    A hard link is no link to O_NOFOLLOW: where ``fs.protected_hardlinks`` is 0, a job could
+    link /etc/shadow into its folder as its log and have a root daemon serve it. What the
+    job's account wrote is its own, with one name."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        info = os.fstat(fd)
+        owner = os.stat(path.parent).st_uid
+        ours = stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == owner
     except OSError:
-        regular = False
-    if not regular:
+        ours = False
+    if not ours:
         os.close(fd)
         return None
     return fd
