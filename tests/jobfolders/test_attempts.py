@@ -12,6 +12,7 @@ content, owner and mode.
 from __future__ import annotations
 
 import os
+import signal
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,10 +58,16 @@ def _run(spawner: Spawner, launch: Launch) -> ExitRecord:
     """Start the attempt, let it run, and wait for its record."""
     spawned = spawner.spawn(launch)
     let_run(spawned)
-    if spawned.child is not None:
-        spawned.child.wait(60)
-    else:
-        wait_for(lambda: not procs.is_alive(spawned.ident), 60, "the shim to end")
+    try:
+        if spawned.child is not None:
+            spawned.child.wait(60)
+        else:
+            wait_for(lambda: not procs.is_alive(spawned.ident), 60, "the shim to end")
+    finally:  # one that hangs (on a FIFO, say) is ended with its session, never left
+        if procs.is_alive(spawned.ident):
+            os.killpg(spawned.ident.pid, signal.SIGKILL)
+        if spawned.child is not None:
+            spawned.child.wait()
     record = JobDir(launch.job_dir).read_exit_record(launch.attempt)
     assert record is not None, (launch.job_dir / "shim.err").read_text(errors="replace")
     return record
