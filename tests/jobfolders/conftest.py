@@ -4,6 +4,7 @@ its own), a state folder they can pass through, and files of other users beside 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,11 +32,14 @@ def accounts() -> Iterator[Accounts]:
 
 
 @pytest.fixture
-def home() -> Path:
-    """A state folder other accounts can pass through (its victims on the same disk)."""
+def home() -> Iterator[Path]:
+    """A state folder other accounts can pass through (its victims on the same disk);
+    removed with them afterwards (a test that starts a daemon asks for it first, so the
+    daemon is stopped before)."""
     path = shared_home()
     path.mkdir(mode=0o711)
-    return path
+    yield path
+    shutil.rmtree(path.parent, ignore_errors=True)
 
 
 @pytest.fixture

@@ -160,7 +160,7 @@ def test_a_job_reads_a_file_only_its_accounts_group_may_read(
 
 
 def test_a_job_that_links_its_log_to_another_users_file_gets_a_fresh_log_on_its_retry(
-    make_daemon: Callable[..., Daemon], home: Path, accounts: Accounts, victims: Victims
+    home: Path, accounts: Accounts, victims: Victims, make_daemon: Callable[..., Daemon]
 ) -> None:
     """The job itself, as its account, swaps its log for a hard link to another user's
     group-writable file (``fs.protected_hardlinks`` allows it: the account may write it)
