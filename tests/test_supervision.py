@@ -202,6 +202,8 @@ def test_an_unwritable_job_folder_fails_that_job_and_the_daemon_serves_on(daemon
     c = daemon.client()
     (daemon.home / "jobs").mkdir(exist_ok=True)
     (daemon.home / "jobs" / "1").write_text("a file where the job's folder should be")
+    # ...and no room to move it aside (jobdir.make_folder): the job gets no folder of its own.
+    (daemon.home / "jobs" / ".stale").write_text("a file where stale folders go")
     job = c.submit(JobSubmit(command=["true"]))
     assert job.id == 1
     done = wait_done(c, job.id)

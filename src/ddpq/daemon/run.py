@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ddpq.config import ConfigError, Settings
 from ddpq.core.names import SYSTEM_SOCKET
+from ddpq.daemon.job_ids import keep_job_ids_unique
 from ddpq.daemon.reach import require_jobs_can_run_the_shim
 from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
 from ddpq.daemon.unix_socket import UnixListener, closed_to_others, listen_unix
@@ -183,6 +184,8 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     # Before the worker opens a pidfd per running job and the API a socket per connection.
     open_files = raise_open_files_limit()
     migrate(settings.db_path)
+    if worker:  # the worker's account can list the job folders; before any submission
+        keep_job_ids_unique(settings)
     sock = listen_socket(settings.host, settings.port) if api else None
     unix = listen_unix(settings.socket_file) if api and settings.socket_file else None
     lock = worker_lock(settings.home) if worker else None
@@ -226,6 +229,7 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
                 log.info("stopping: running jobs keep running and are re-adopted on restart")
             agent.stop()
             thread.join()
+            keep_job_ids_unique(settings)  # the mark a restore of an older backup must pass
         if notifier is not None:
             notifier.stop()
         if lock is not None:

@@ -143,6 +143,8 @@ class Job(Base):
             sqlite_where=text("notify_url IS NOT NULL AND notify_done_at IS NULL"),
         ),
         Index("ix_jobs_sweep", "sweep_id", "sweep_index"),
+        # Ids only grow, never reused (migration 0021j, ``store.ids``).
+        {"sqlite_autoincrement": True},
     )
 
 

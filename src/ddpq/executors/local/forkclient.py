@@ -69,6 +69,7 @@ class ForkServer:
         *,
         uid: int | None,
         gid: int | None,
+        groups: Sequence[int] | None = None,
         umask: int,
         cgroup: Path | None,
         gate: int,
@@ -81,6 +82,7 @@ class ForkServer:
             "env": dict(env),
             "uid": uid,
             "gid": gid,
+            "groups": list(groups) if groups is not None else [],
             "umask": umask,
             "cgroup": str(cgroup) if cgroup is not None else None,
         }

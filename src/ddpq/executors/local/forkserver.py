@@ -9,7 +9,7 @@ waiting), nor the worker's write into ``cgroup.procs`` (~7 ms: the kernel's cgro
 migration waits for an RCU grace period). The worker's part is one message each way.
 
 Requests arrive as one datagram each on a SOCK_SEQPACKET socket: a JSON object
-``{"argv", "env", "uid", "gid", "umask", "cgroup"}`` with two descriptors passed along
+``{"argv", "env", "uid", "gid", "groups", "umask", "cgroup"}`` with two descriptors passed along
 (SCM_RIGHTS): the read end of the shim's gate pipe, and its stderr file. A request too
 large for one datagram is ``{"request_fd": true}`` with a third descriptor, a memory file
 holding the object. The answer is
@@ -84,6 +84,7 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
         os.environ.clear()
         os.environ.update(env)
         cgroup = request.get("cgroup")
+        refused = None
         if isinstance(cgroup, str):
             # Still as the daemon's account: the job's account may not write cgroup.procs.
             # A job that cannot be confined does not run, and its record says why.
@@ -91,15 +92,14 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
                 with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
                     f.write("0")
             except OSError as exc:
-                why = f"cannot join its cgroup {cgroup}: {exc.strerror or exc}"
-                code = shim.shim_record.failed_to_start(opts.record, time.time(), why)
-                return
+                refused = f"cannot join its cgroup {cgroup}: {exc.strerror or exc}"
         os.umask(int(request["umask"]))  # type: ignore[call-overload]
-        uid, gid = request.get("uid"), request.get("gid")
-        if isinstance(uid, int) and isinstance(gid, int):
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
+        become(request)
+        if refused is not None:
+            # Written as the job's account, never as root: the record's folder is the
+            # job's, which may hold a link where the record goes.
+            code = shim.shim_record.failed_to_start(opts.record, time.time(), refused)
+            return
         os.chdir("/")
         code = shim.main(["--wait-fd", str(gate), *argv])
     except SystemExit as exc:  # the shim's usage error: say it, as python would
@@ -119,6 +119,19 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
         except (OSError, ValueError):
             pass
         os._exit(code)
+
+
+def become(request: dict[str, object]) -> None:
+    """Take the job's account, with every group it has (``"groups"``: the account's
+    supplementary groups, as a login gets them); nothing changes without a uid and gid."""
+    uid, gid, groups = request.get("uid"), request.get("gid"), request.get("groups", [])
+    if not (isinstance(uid, int) and isinstance(gid, int)):
+        return
+    if not isinstance(groups, list) or not all(isinstance(g, int) for g in groups):
+        raise ValueError("groups is a list of group ids")
+    os.setgroups(groups)
+    os.setgid(gid)
+    os.setuid(uid)
 
 
 def serve(server: socket.socket) -> None:

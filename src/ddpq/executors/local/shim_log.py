@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import os
 
+# Beside this file (the shim's way, ``python -S``), or ddpq's module (imported by tests).
+if __package__:
+    from ddpq.executors.local.shim_record import fresh_file
+else:
+    from shim_record import fresh_file  # type: ignore[import-not-found,no-redef]
+
 
 class CappedLog:
     """Append-only log that keeps its first quarter and newest part under ``cap`` bytes.
@@ -47,7 +53,7 @@ class CappedLog:
             f"{self.dropped} bytes dropped here in all, newest output follows]\n"
         ).encode()
         tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
+        with open(fresh_file(tmp), "wb") as f:
             f.write(head + marker + tail)
         os.replace(tmp, self.path)
         os.close(self.fd)

@@ -17,10 +17,29 @@ RECORD_SPACE = 4096
 RESERVED = {"fd": -1}
 
 
+def clear(path: str) -> None:
+    """Take away whatever the job left at ``path`` without following or writing it: a
+    file or a link (a hard link's other names keep their file) is unlinked, a folder
+    renamed aside. Raises OSError."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        os.rename(path, f"{path}.refused-{os.getpid()}")
+
+
+def fresh_file(path: str) -> int:
+    """A new file at ``path`` for writing, whatever the job left at that name: taken away
+    (``clear``), never written through. Raises OSError."""
+    clear(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+
+
 def reserve_record(path: str) -> None:
     tmp = path + ".tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = fresh_file(tmp)
     except OSError:
         return  # written the ordinary way at the end, if it can be
     try:
@@ -53,9 +72,13 @@ def write_record(path: str, record: dict[str, object]) -> None:
         os.close(fd)
         RESERVED["fd"] = -1
     else:
-        with open(tmp, "wb") as f:
+        with open(fresh_file(tmp), "wb") as f:
             f.write(data)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except IsADirectoryError:  # the job made a folder of the record's name
+        clear(path)
+        os.replace(tmp, path)
 
 
 def failed_to_start(path: str, started_at: float, error: str) -> int:

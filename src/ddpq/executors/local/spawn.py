@@ -25,7 +25,7 @@ from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_argv, job_env
 from ddpq.executors.local import cgroups, gpu_fence, procs
 from ddpq.executors.local.forkclient import ForkServer, ForkServerUnavailable
-from ddpq.jobdir import JobDir, open_for_append
+from ddpq.jobdir import JobDir, make_folder, open_for_append
 
 SHIM = Path(__file__).with_name("shim.py")
 SPAWN_ENV = "DDPQ_SPAWN"  # fork (the fork server, the default) | exec
@@ -36,6 +36,16 @@ JOB_UMASK = 0o022
 Warn = Callable[[str, str], None]  # (what, message): the executor logs each "what" once
 # A shim's PID, its Popen if we are its parent, and whether it is in its cgroup.
 Started = tuple[int, subprocess.Popen[bytes] | None, bool]
+
+
+# What a job runs as: uid, primary gid, and every group of the account (a login's).
+Credentials = tuple[int, int, list[int]]
+
+
+def credentials(account: Account) -> Credentials:
+    """The account's ids with its supplementary groups, as ``initgroups`` would give them:
+    a job reads what its owner can read, group-shared data sets included."""
+    return account.uid, account.gid, os.getgrouplist(account.name, account.gid)
 
 
 @dataclass(frozen=True)
@@ -132,11 +142,12 @@ class Spawner:
         # would stop it from using vfork: a full fork of the daemon per job.
         switch = account is not None and account.uid != os.geteuid()
         folder = JobDir(launch.job_dir)
-        self._prepare_folder(folder, account)
+        owner = (account.uid, account.gid) if account is not None and switch else None
+        # A folder that was there before the first attempt is not this job's: set aside.
+        make_folder(folder, launch.attempt == 1, owner)
         env = job_env(launch, os.environ, self.omp_threads, cfg.preempt_grace_s)
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
-        owner = (account.uid, account.gid) if account is not None and switch else None
         with open_for_append(folder.log, owner) as out:
             when = time.strftime("%Y-%m-%d %H:%M:%S")
             out.write(attempt_header(when, launch.gpus, launch.port).encode())
@@ -158,7 +169,7 @@ class Spawner:
         gate_r, gate_w = os.pipe()
         try:
             with open_for_append(folder.shim_errors, owner) as err:
-                ids = (account.uid, account.gid) if account is not None and switch else None
+                ids = credentials(account) if account is not None and switch else None
                 started = self._fork(args, env, ids, cgroup, gate_r, err.fileno())
                 if started is None:
                     started = self._exec(args, env, ids, cgroup, gate_r, err)
@@ -181,7 +192,7 @@ class Spawner:
         self,
         args: list[str],
         env: dict[str, str],
-        ids: tuple[int, int] | None,
+        ids: Credentials | None,
         cgroup: Path | None,
         gate: int,
         stderr: int,
@@ -196,6 +207,7 @@ class Spawner:
                 env,
                 uid=ids[0] if ids else None,
                 gid=ids[1] if ids else None,
+                groups=ids[2] if ids else None,
                 umask=JOB_UMASK,
                 cgroup=cgroup,
                 gate=gate,
@@ -211,7 +223,7 @@ class Spawner:
         self,
         args: list[str],
         env: dict[str, str],
-        ids: tuple[int, int] | None,
+        ids: Credentials | None,
         cgroup: Path | None,
         gate: int,
         stderr: BinaryIO,
@@ -231,7 +243,7 @@ class Spawner:
             umask=JOB_UMASK,
             user=ids[0] if ids else None,
             group=ids[1] if ids else None,
-            extra_groups=[] if ids else None,
+            extra_groups=ids[2] if ids else None,
         )
         joined = False
         if cgroup is not None:
@@ -243,15 +255,6 @@ class Spawner:
                     self.warn("cgroup-add", f"cannot move a shim into {cgroup}: {exc}")
                 cgroups.remove(cgroup)
         return child.pid, child, joined
-
-    def _prepare_folder(self, folder: JobDir, account: Account | None) -> None:
-        folder.path.mkdir(parents=True, exist_ok=True)
-        folder.path.chmod(0o700)  # its owner's (and the daemon's) alone
-        folder.exit_record.unlink(missing_ok=True)  # an earlier attempt's
-        with contextlib.suppress(OSError):  # a session's last notice: the worker writes anew
-            folder.notice.unlink(missing_ok=True)
-        if account is not None:
-            os.chown(folder.path, account.uid, account.gid)
 
     def _new_cgroup(self, launch: Launch) -> Path | None:
         tree = self.tracking.tree

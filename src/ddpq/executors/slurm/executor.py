@@ -34,7 +34,7 @@ from ddpq.executors.slurm import script, states
 from ddpq.executors.slurm.commands import Slurm, SlurmError
 from ddpq.executors.slurm.states import SlurmJob
 from ddpq.executors.slurm.submit import prepare
-from ddpq.jobdir import JobDir, open_for_append, read_regular
+from ddpq.jobdir import JobDir, append_if_own, read_regular
 
 log = logging.getLogger("ddpq.executor")
 
@@ -269,12 +269,10 @@ class SlurmExecutor:
         if line == w.told:
             return
         w.told = line
-        try:
-            info = w.folder.path.stat()
-            with open_for_append(w.folder.log, (info.st_uid, info.st_gid)) as f:
-                f.write(f"{line}\n".encode())
-        except OSError:
-            pass  # the folder is the job's: a line it kept out is its own loss
+        # Only into the log as the account left it: a running job's log is never replaced,
+        # nor written through a link; the folder is the job's: a line it kept out is its loss.
+        with contextlib.suppress(OSError):
+            append_if_own(w.folder.log, w.folder.path.stat().st_uid, f"{line}\n".encode())
 
     def waiting(self) -> dict[int, str]:
         """Why each job Slurm has not started waits there, in Slurm's words: for the job's

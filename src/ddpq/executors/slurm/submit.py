@@ -20,7 +20,7 @@ from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_env
 from ddpq.executors.slurm import script
-from ddpq.jobdir import JobDir, open_for_append
+from ddpq.jobdir import JobDir, make_folder, open_for_append, remove_entry
 
 # Variables that steer Slurm's own commands (sbatch reads SBATCH_*, srun SLURM_* and
 # SRUN_*): a job's --env may not change how ddpq submits or places it.
@@ -79,17 +79,15 @@ def environment(launch: Launch, account: Account | None) -> tuple[dict[str, str]
 
 
 def prepare(launch: Launch, settings: Settings) -> Submission:
-    """The folder made ready (the account's, 0700, no earlier record), the attempt's header
-    in its log, the script rendered into it; raises LaunchFailed with why not."""
+    """The folder made ready (``jobdir.make_folder``: new to the job, the account's, 0700,
+    no earlier record), the attempt's header in its log, the script rendered into it;
+    raises LaunchFailed with why not."""
     account = submitter(launch, settings)
     folder = JobDir(launch.job_dir)
     owner = (account.uid, account.gid) if account is not None else None
     try:
-        folder.path.mkdir(parents=True, exist_ok=True)
-        folder.path.chmod(0o700)
-        folder.exit_record.unlink(missing_ok=True)  # an earlier attempt's
-        if owner is not None:
-            os.chown(folder.path, *owner)
+        # A folder that was there before the first attempt is not this job's: set aside.
+        make_folder(folder, launch.attempt == 1, owner)
         env, dropped = environment(launch, account)
         text = script.render(script.batch_job(launch, settings))
         # The header first: the worker reads this attempt's output from it on (a port
@@ -113,7 +111,7 @@ def write_script(folder: JobDir, text: str, owner: tuple[int, int] | None) -> No
     whatever link the job may have left there.
     """
     tmp = folder.path / f".{folder.sbatch_script.name}.tmp"
-    tmp.unlink(missing_ok=True)
+    remove_entry(tmp)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         if owner is not None:
@@ -121,4 +119,6 @@ def write_script(folder: JobDir, text: str, owner: tuple[int, int] | None) -> No
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+    if folder.sbatch_script.is_dir() and not folder.sbatch_script.is_symlink():
+        remove_entry(folder.sbatch_script)  # a folder cannot be renamed over: moved aside
     os.replace(tmp, folder.sbatch_script)
