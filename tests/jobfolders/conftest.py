@@ -11,8 +11,23 @@ from pathlib import Path
 
 import pytest
 
+from ddpq.daemon.reach import probe_account, why_jobs_cannot_run_the_shim
+from ddpq.executors.local.spawn import SHIM
 from tests.jobfolders.hostile import Accounts, Victims
-from tests.test_trust import python_for_everyone, shared_home  # noqa: F401 - a fixture
+from tests.shared_install import shared_install
+from tests.test_trust import shared_home
+
+
+@pytest.fixture(scope="module")
+def python_for_jobs() -> str:
+    """An interpreter the jobs' accounts can run (the session's shared install, as a lab
+    installs ddpq), with this checkout's shim within their reach; else these tests are
+    skipped with the reason (a checkout in a 0700 home, say), never failed for it."""
+    python = shared_install().python
+    why = why_jobs_cannot_run_the_shim(python, SHIM, probe_account())
+    if why is not None:
+        pytest.skip(f"the jobs' accounts cannot run this checkout's shim: {why}")
+    return python
 
 
 @pytest.fixture(scope="module")

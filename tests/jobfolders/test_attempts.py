@@ -39,16 +39,19 @@ from tests.jobfolders.hostile import (
 )
 from tests.test_auth import add_user
 
-pytestmark = [ROOT_ONLY, pytest.mark.usefixtures("python_for_everyone")]
+pytestmark = [ROOT_ONLY, pytest.mark.usefixtures("python_for_jobs")]
 
 
 @pytest.fixture(params=["fork", "exec"])
 def spawner(
-    request: pytest.FixtureRequest, home: Path, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest,
+    home: Path,
+    python_for_jobs: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Spawner]:
     """The local executor's spawner of a root --auth daemon, by either path."""
     monkeypatch.setenv("DDPQ_SPAWN", str(request.param))
-    settings = Settings(home=home, auth=True, grace_s=1.0)
+    settings = Settings(home=home, auth=True, grace_s=1.0, python=python_for_jobs)
     made = Spawner(settings, cgroups.Tracking("session", why="a test"), 1, lambda *_: None)
     yield made
     made.close()

@@ -28,7 +28,7 @@ from tests.jobfolders.hostile import (
     plant,
 )
 
-pytestmark = [ROOT_ONLY, pytest.mark.usefixtures("python_for_everyone")]
+pytestmark = [ROOT_ONLY, pytest.mark.usefixtures("python_for_jobs")]
 
 
 @pytest.mark.parametrize("first", [True, False])
