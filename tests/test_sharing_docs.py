@@ -47,7 +47,7 @@ def check(args: list[str]) -> None:
     # context is made bare, and its command found by Click's own lookup.
     ctx = typer.Context(group, info_name="ddpq")
     command: Any = group
-    rest, path = list(args), list[str]()
+    rest, path = without_global_options(group, args), list[str]()
     while isinstance(command, TyperGroup):
         if not rest:
             raise ValueError(f"`ddpq {' '.join(path)}` alone only prints its help")
@@ -61,6 +61,19 @@ def check(args: list[str]) -> None:
     if path == ["submit"]:
         unknown_submit_options(rest)
     read_values(path, ctx.params)
+
+
+def without_global_options(group: Any, args: list[str]) -> list[str]:
+    """``args`` past the top group's own options (``ddpq --url URL login``), each checked
+    to be one it has (a misspelt one is left to be refused as a command)."""
+    options = {name: param for param in group.params for name in param.opts}
+    rest = list(args)
+    while rest and rest[0].split("=", 1)[0] in options:
+        word = rest.pop(0)
+        param = options[word.split("=", 1)[0]]
+        if "=" not in word and not getattr(param, "is_flag", False):
+            rest.pop(0)  # its value
+    return rest
 
 
 def unknown_submit_options(args: list[str]) -> None:

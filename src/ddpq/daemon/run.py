@@ -181,8 +181,6 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             "logs, and signal other jobs. Tokens only keep honest users apart.",
             getpass.getuser(),
         )
-    # Before the worker opens a pidfd per running job and the API a socket per connection.
-    open_files = raise_open_files_limit()
     migrate(settings.db_path)
     if worker:  # the worker's account can list the job folders; before any submission
         keep_job_ids_unique(settings)
@@ -190,10 +188,12 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     unix = listen_unix(settings.socket_file) if api and settings.socket_file else None
     lock = worker_lock(settings.home) if worker else None
     shutdown = Shutdown()
-    agent: Worker | None = None
+    # First: a setting the worker refuses (no sbatch here, say) stays a failed start's only line.
+    agent = _start_worker(settings) if worker else None
+    # Before the worker opens a pidfd per running job and the API a socket per connection.
+    open_files = raise_open_files_limit()
     thread: threading.Thread | None = None
-    if worker:
-        agent = _start_worker(settings)
+    if agent is not None:
         target = watched("worker", agent.run, shutdown)
         thread = threading.Thread(target=target, name="ddpq-worker", daemon=True)
         thread.start()
