@@ -31,6 +31,7 @@ from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import quota
 from ddpq.daemon import sweep
+from ddpq.executors.local.freeze import pauser
 from ddpq.store import quota as quota_store
 from ddpq.store.db import Database, storage_fault
 from ddpq.store.headroom import Reserve
@@ -45,7 +46,9 @@ class DiskWatch:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.clock = clock
-        self.reserve = Reserve(settings.reserve_path, settings.state_reserve_bytes)
+        self.reserve = Reserve(
+            settings.reserve_path, settings.state_reserve_bytes, pause_jobs=pauser(settings)
+        )
         self.db = Database(settings.db_path, durable=False, reserve=self.reserve)
         self._stop = threading.Event()
         self._failing: str | None = None  # the failure last logged

@@ -250,11 +250,12 @@ def _serve(
     if sock is not None:
         import uvicorn
 
+        from ddpq.executors.local.freeze import pauser
         from ddpq.server.app import create_app
         from ddpq.server.protocol import http_config
 
         # uvicorn with a header deadline and a connection bound (slowloris).
-        config = http_config(create_app(settings), open_files)
+        config = http_config(create_app(settings, pauser(settings)), open_files)
         log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
         listening = [sock] if unix is None else [sock, unix.sock]
         # uvicorn re-raises the signal that stopped it once it is done; with
