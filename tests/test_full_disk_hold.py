@@ -286,3 +286,29 @@ def test_a_time_limit_the_disk_will_not_record_is_sent_once(
     monkeypatch.setattr(attempt_store, "mark_stop_sent", refused)
     rig.step(3)
     assert rig.host.attempt_of(job).stops == 1
+
+
+# ---- the admin told at start when the job folders share the state's filesystem ----------
+
+
+def test_job_folders_on_the_states_filesystem_are_told_at_start(tmp_path: Path) -> None:
+    from ddpq.config import Settings
+    from ddpq.daemon.quota import shared_disk
+
+    settings = Settings(home=tmp_path)
+    settings.jobs_dir.mkdir()
+    said = shared_disk(settings)
+    assert said is not None and 'docs/admin.md, "A full disk"' in said
+    assert str(settings.jobs_dir) in said
+
+
+def test_job_folders_on_a_filesystem_of_their_own_are_not(tmp_path: Path) -> None:
+    from ddpq.config import Settings
+    from ddpq.daemon.quota import shared_disk
+
+    elsewhere = Path("/dev/shm")
+    if not elsewhere.is_dir() or elsewhere.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second filesystem to put job folders on here")
+    settings = Settings(home=tmp_path)
+    settings.jobs_dir.symlink_to(elsewhere)  # as a mount at jobs/ would be
+    assert shared_disk(settings) is None

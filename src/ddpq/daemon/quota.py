@@ -130,6 +130,24 @@ class DiskWatch:
         return asked
 
 
+def shared_disk(settings: Settings) -> str | None:
+    """What to tell the admin at start when the job folders are on the filesystem of the
+    state folder (the database), or None: a job that fills it then refuses everyone's
+    submissions until someone makes room, whatever the reserve keeps for cancels."""
+    try:
+        shared = os.stat(settings.jobs_dir).st_dev == os.stat(settings.home).st_dev
+    except OSError:
+        return None
+    if not shared:
+        return None
+    return (
+        f"the job folders ({settings.jobs_dir}) are on the filesystem of ddpq's state "
+        f"({settings.home}): a job that fills it refuses every new job until an admin makes "
+        "room (cancels still work). Give the job folders a filesystem of their own "
+        '(docs/admin.md, "A full disk")'
+    )
+
+
 def _filesystem_bytes(folder: Path) -> int:
     st = os.statvfs(folder)
     return st.f_blocks * st.f_frsize

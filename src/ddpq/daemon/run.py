@@ -114,8 +114,11 @@ def _start_janitor(
 def _start_disk_watch(settings: Settings, shutdown: Shutdown) -> DiskWatch:
     """The database's reserve and the per-job folder limit, in a thread of their own
     (watched: dead alone, no folder limit would hold and no reserve come back)."""
-    from ddpq.daemon.quota import DiskWatch
+    from ddpq.daemon.quota import DiskWatch, shared_disk
 
+    warning = shared_disk(settings)
+    if warning is not None:
+        log.warning("%s", warning)
     watch = DiskWatch(settings)
     target = watched("disk watch", watch.run, shutdown)
     threading.Thread(target=target, name="ddpq-disk", daemon=True).start()
