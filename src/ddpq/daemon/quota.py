@@ -8,11 +8,12 @@ measuring) it
 
 - makes the database's reserve whole again once there is room (``store.headroom``), and
   says once when the disk is short and once when it is not any more;
-- measures each running job's folder as retention does (``daemon.sweep``: allocated blocks,
-  never through a link or into another filesystem) and asks for the stop of each one over
-  the per-job limit (``core.quota``), as a cancel asks for it: the worker's stop phase
-  sends it (SIGTERM, then SIGKILL after the grace), and the job ends failed with the
-  reason ("its folder holds 12.3G, over the 10G per-job limit").
+- measures each running job's folder (``daemon.measure``: allocated blocks, never through
+  a link or into another filesystem, plus the files its processes deleted but keep open;
+  a bounded share per look, jobs in rotation) and asks for the stop of each one over the
+  per-job limit (``core.quota``), as a cancel asks for it: the worker's stop phase sends
+  it (SIGTERM, then SIGKILL after the grace), and the job ends failed with the reason
+  ("its folder holds 12.3G, over the 10G per-job limit").
 
 A job may write much between two looks; the exact bound is a filesystem (or a project
 quota) of the job folders' own (docs/admin.md).
@@ -20,6 +21,7 @@ quota) of the job folders' own (docs/admin.md).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -30,7 +32,8 @@ from pathlib import Path
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import quota
-from ddpq.daemon import sweep
+from ddpq.daemon.measure import Measurer, Running
+from ddpq.executors.local import cgroups
 from ddpq.executors.local.freeze import pauser
 from ddpq.store import quota as quota_store
 from ddpq.store.db import Database, storage_fault
@@ -51,6 +54,7 @@ class DiskWatch:
         )
         self.db = Database(settings.db_path, durable=False, reserve=self.reserve)
         self._stop = threading.Event()
+        self.measurer = Measurer()  # walks of big folders go on from one look to the next
         self._failing: str | None = None  # the failure last logged
         self._short: str | None = None  # the shortage last logged
 
@@ -63,6 +67,7 @@ class DiskWatch:
                 if self._stop.wait(max(self.settings.disk_every_s, took / BUSY_SHARE)):
                     return
         finally:
+            self.measurer.close()
             self.db.dispose()
 
     def stop(self) -> None:
@@ -99,16 +104,21 @@ class DiskWatch:
             return {}
         with self.db.read() as s:
             folders = quota_store.running_folders(s)
-        over: dict[int, str] = {}
-        for job_id, job_dir in folders.items():
-            path = Path(job_dir)
-            usage = sweep.folder_usage(path.parent, path.name)
-            if usage is None:
-                continue  # not there (yet), or not a folder
-            limit = quota.folder_limit(setting, _filesystem_bytes(path.parent))
-            why = quota.over_limit(usage.checkpoint_bytes + usage.record_bytes, limit, setting)
-            if why is not None:
-                over[job_id] = why
+        trees = cgroups.remembered_trees(self.settings.home)
+        running = {
+            job_id: Running(Path(job_dir), functools.partial(_job_pids, trees, job_id, attempt))
+            for job_id, (job_dir, attempt) in folders.items()
+        }
+
+        def limit_of(jobs_dir: Path) -> int | None:
+            return quota.folder_limit(setting, _filesystem_bytes(jobs_dir))
+
+        held = self.measurer.look(running, limit_of)
+        over = {
+            job_id: why
+            for job_id, size in held.items()
+            if (why := quota.over_limit(size, limit_of(running[job_id].folder.parent), setting))
+        }
         if not over:
             return {}
         now = self.clock()
@@ -146,6 +156,16 @@ def shared_disk(settings: Settings) -> str | None:
         "room (cancels still work). Give the job folders a filesystem of their own "
         '(docs/admin.md, "A full disk")'
     )
+
+
+def _job_pids(trees: list[Path], job_id: int, attempt: int) -> list[int]:
+    """The processes of a job's attempt: its cgroup's members (none known for a job
+    tracked by session)."""
+    for tree in trees:
+        members = cgroups.members(cgroups.job_cgroup(tree, job_id, attempt))
+        if members:
+            return members
+    return []
 
 
 def _filesystem_bytes(folder: Path) -> int:
