@@ -35,11 +35,14 @@ folder, size, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 where = os.path.join(folder, "a", "b") if how == "deep" else folder
 os.makedirs(where, exist_ok=True)
 path = os.path.join(where, "hidden.bin")
-fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+if how == "tmpfile":  # never had a name
+    fd = os.open(where, os.O_RDWR | os.O_TMPFILE, 0o600)
+else:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 for _ in range(size // 65536):
     os.write(fd, b"\1" * 65536)
 os.fsync(fd)
-if how != "named":
+if how not in ("named", "tmpfile"):
     os.unlink(path)
 pids = [os.getpid()]
 if how == "shared":
@@ -87,7 +90,7 @@ def held(folder: Path, pids: list[int]) -> int:
     return Measurer().look({1: Running(folder, lambda: pids)}, lambda _: 0).get(1, 0)
 
 
-@pytest.mark.parametrize("how", ["top", "deep", "shared"])
+@pytest.mark.parametrize("how", ["top", "deep", "shared", "tmpfile"])
 def test_bytes_a_job_deleted_but_keeps_open_count_once_toward_its_folder(
     tmp_path: Path, holders: list[Holder], how: str
 ) -> None:
