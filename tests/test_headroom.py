@@ -108,8 +108,13 @@ def test_other_faults_are_no_full_disk(error: Callable[[], Exception]) -> None:
 @pytest.mark.parametrize("error", DISK_FULL)
 @pytest.mark.parametrize("failures", [1, 3])
 def test_a_write_that_must_happen_is_done_again_while_the_reserve_lasts(
-    tmp_path: Path, reserve: Reserve, error: Callable[[], Exception], failures: int
+    tmp_path: Path,
+    reserve: Reserve,
+    error: Callable[[], Exception],
+    failures: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    disk_full(monkeypatch)
     db = Database(tmp_path / "ddpq.db", reserve=reserve)
     tries: list[int] = []
 
@@ -125,8 +130,9 @@ def test_a_write_that_must_happen_is_done_again_while_the_reserve_lasts(
 
 
 def test_once_the_reserve_is_spent_the_full_disk_is_raised(
-    tmp_path: Path, reserve: Reserve
+    tmp_path: Path, reserve: Reserve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    disk_full(monkeypatch)
     db = Database(tmp_path / "ddpq.db", reserve=reserve)
     tries: list[int] = []
 
@@ -153,6 +159,12 @@ def test_other_faults_are_raised_at_once_and_keep_the_reserve(
     with pytest.raises(type(error())):
         db.making_room(broken)
     assert len(tries) == 1 and reserve.held() == 4 * MIB
+
+
+def disk_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing free beside the reserve: what is given back and not written stays given
+    back (on a real full disk, a job took it)."""
+    monkeypatch.setattr(headroom, "free_bytes", lambda _folder: 0)
 
 
 def refuse_once(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[Exception]:
@@ -209,6 +221,7 @@ def test_a_cancel_refused_by_a_full_disk_is_written_with_the_reserve(
     reserve = Reserve(tmp_path / "home" / "db-reserve", 4 * MIB)
     assert reserve.fill()
     job = api.post("/v1/jobs", json={"command": ["true"]}).json()["id"]
+    disk_full(monkeypatch)
     refusals = refuse_once(monkeypatch, Database, "write")
     r = api.post(f"/v1/jobs/{job}/cancel")
     assert r.status_code == 200 and r.json()["state"] == "cancelled", r.text
@@ -233,6 +246,7 @@ def test_the_worker_sends_a_stop_in_the_pass_the_full_disk_refused_it(
     rig.step()
     assert rig.job(job).state is JobState.RUNNING
     rig.cancel(job)
+    disk_full(monkeypatch)
     refusals = refuse_once(monkeypatch, attempt_store, "mark_stop_sent")
     rig.step()  # the stop: refused, then written with the reserve; the fake job ends at once
     assert not refusals

@@ -8,11 +8,12 @@ measuring) it
 
 - makes the database's reserve whole again once there is room (``store.headroom``), and
   says once when the disk is short and once when it is not any more;
-- measures each running job's folder as retention does (``daemon.sweep``: allocated blocks,
-  never through a link or into another filesystem) and asks for the stop of each one over
-  the per-job limit (``core.quota``), as a cancel asks for it: the worker's stop phase
-  sends it (SIGTERM, then SIGKILL after the grace), and the job ends failed with the
-  reason ("its folder holds 12.3G, over the 10G per-job limit").
+- measures each running job's folder (``daemon.measure``: allocated blocks, never through
+  a link or into another filesystem, plus the files its processes deleted but keep open;
+  a bounded share per look, jobs in rotation) and asks for the stop of each one over the
+  per-job limit (``core.quota``), as a cancel asks for it: the worker's stop phase sends
+  it (SIGTERM, then SIGKILL after the grace), and the job ends failed with the reason
+  ("its folder holds 12.3G, over the 10G per-job limit").
 
 A job may write much between two looks; the exact bound is a filesystem (or a project
 quota) of the job folders' own (docs/admin.md).
@@ -20,6 +21,7 @@ quota) of the job folders' own (docs/admin.md).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -30,7 +32,9 @@ from pathlib import Path
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import quota
-from ddpq.daemon import sweep
+from ddpq.daemon.measure import Measurer, Running
+from ddpq.executors.local import cgroups
+from ddpq.executors.local.freeze import pauser
 from ddpq.store import quota as quota_store
 from ddpq.store.db import Database, storage_fault
 from ddpq.store.headroom import Reserve
@@ -45,9 +49,12 @@ class DiskWatch:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.clock = clock
-        self.reserve = Reserve(settings.reserve_path, settings.state_reserve_bytes)
+        self.reserve = Reserve(
+            settings.reserve_path, settings.state_reserve_bytes, pause_jobs=pauser(settings)
+        )
         self.db = Database(settings.db_path, durable=False, reserve=self.reserve)
         self._stop = threading.Event()
+        self.measurer = Measurer()  # walks of big folders go on from one look to the next
         self._failing: str | None = None  # the failure last logged
         self._short: str | None = None  # the shortage last logged
 
@@ -60,6 +67,7 @@ class DiskWatch:
                 if self._stop.wait(max(self.settings.disk_every_s, took / BUSY_SHARE)):
                     return
         finally:
+            self.measurer.close()
             self.db.dispose()
 
     def stop(self) -> None:
@@ -96,16 +104,21 @@ class DiskWatch:
             return {}
         with self.db.read() as s:
             folders = quota_store.running_folders(s)
-        over: dict[int, str] = {}
-        for job_id, job_dir in folders.items():
-            path = Path(job_dir)
-            usage = sweep.folder_usage(path.parent, path.name)
-            if usage is None:
-                continue  # not there (yet), or not a folder
-            limit = quota.folder_limit(setting, _filesystem_bytes(path.parent))
-            why = quota.over_limit(usage.checkpoint_bytes + usage.record_bytes, limit, setting)
-            if why is not None:
-                over[job_id] = why
+        trees = cgroups.remembered_trees(self.settings.home)
+        running = {
+            job_id: Running(Path(job_dir), functools.partial(_job_pids, trees, job_id, attempt))
+            for job_id, (job_dir, attempt) in folders.items()
+        }
+
+        def limit_of(jobs_dir: Path) -> int | None:
+            return quota.folder_limit(setting, _filesystem_bytes(jobs_dir))
+
+        held = self.measurer.look(running, limit_of)
+        over = {
+            job_id: why
+            for job_id, size in held.items()
+            if (why := quota.over_limit(size, limit_of(running[job_id].folder.parent), setting))
+        }
         if not over:
             return {}
         now = self.clock()
@@ -125,6 +138,34 @@ class DiskWatch:
         if asked:
             wake.nudge(self.settings.wake_socket)
         return asked
+
+
+def shared_disk(settings: Settings) -> str | None:
+    """What to tell the admin at start when the job folders are on the filesystem of the
+    state folder (the database), or None: a job that fills it then refuses everyone's
+    submissions until someone makes room, whatever the reserve keeps for cancels."""
+    try:
+        shared = os.stat(settings.jobs_dir).st_dev == os.stat(settings.home).st_dev
+    except OSError:
+        return None
+    if not shared:
+        return None
+    return (
+        f"the job folders ({settings.jobs_dir}) are on the filesystem of ddpq's state "
+        f"({settings.home}): a job that fills it refuses every new job until an admin makes "
+        "room (cancels still work). Give the job folders a filesystem of their own "
+        '(docs/admin.md, "A full disk")'
+    )
+
+
+def _job_pids(trees: list[Path], job_id: int, attempt: int) -> list[int]:
+    """The processes of a job's attempt: its cgroup's members (none known for a job
+    tracked by session)."""
+    for tree in trees:
+        members = cgroups.members(cgroups.job_cgroup(tree, job_id, attempt))
+        if members:
+            return members
+    return []
 
 
 def _filesystem_bytes(folder: Path) -> int:

@@ -114,8 +114,11 @@ def _start_janitor(
 def _start_disk_watch(settings: Settings, shutdown: Shutdown) -> DiskWatch:
     """The database's reserve and the per-job folder limit, in a thread of their own
     (watched: dead alone, no folder limit would hold and no reserve come back)."""
-    from ddpq.daemon.quota import DiskWatch
+    from ddpq.daemon.quota import DiskWatch, shared_disk
 
+    warning = shared_disk(settings)
+    if warning is not None:
+        log.warning("%s", warning)
     watch = DiskWatch(settings)
     target = watched("disk watch", watch.run, shutdown)
     threading.Thread(target=target, name="ddpq-disk", daemon=True).start()
@@ -250,11 +253,12 @@ def _serve(
     if sock is not None:
         import uvicorn
 
+        from ddpq.executors.local.freeze import pauser
         from ddpq.server.app import create_app
         from ddpq.server.protocol import http_config
 
         # uvicorn with a header deadline and a connection bound (slowloris).
-        config = http_config(create_app(settings), open_files)
+        config = http_config(create_app(settings, pauser(settings)), open_files)
         log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
         listening = [sock] if unix is None else [sock, unix.sock]
         # uvicorn re-raises the signal that stopped it once it is done; with

@@ -60,7 +60,27 @@ def _folder(name: str | Path, dir_fd: int | None, dev: int | None) -> Iterator[i
         os.close(fd)
 
 
+def _streamed(fd: int) -> Iterator[tuple[str, os.stat_result]]:
+    """A folder's entries as read, never all in memory (a folder of millions of files):
+    for measuring, which changes nothing in it."""
+    try:
+        names = os.scandir(fd)
+    except OSError:
+        return
+    with names:
+        try:
+            for entry in names:
+                try:
+                    yield entry.name, entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # gone meanwhile
+        except OSError:
+            return  # the folder went away while read
+
+
 def _entries(fd: int) -> Iterator[tuple[str, os.stat_result]]:
+    """A folder's entries as they were when looked at: for removing, which must not meet
+    the names it renames into the folder (``_Clearing._move_up``) while reading it."""
     try:
         names = os.listdir(fd)
     except OSError:
@@ -85,7 +105,7 @@ def folder_usage(jobs_dir: Path, name: str) -> Usage | None:
             return None
         dev = os.fstat(fd).st_dev
         usage = {True: 0, False: 0}
-        for entry, st in _entries(fd):
+        for entry, st in _streamed(fd):
             size = _bytes(st)
             if stat.S_ISDIR(st.st_mode):
                 with _folder(entry, fd, dev) as sub:
@@ -135,7 +155,7 @@ def _tree_bytes(top: int, dev: int) -> int:
 def _level(fd: int) -> tuple[int, list[str]]:
     """The bytes of a folder's entries, and its subfolders' names."""
     size, folders = 0, []
-    for name, st in _entries(fd):
+    for name, st in _streamed(fd):
         size += _bytes(st)
         if stat.S_ISDIR(st.st_mode):
             folders.append(name)

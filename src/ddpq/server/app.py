@@ -6,8 +6,8 @@ daemon does, once, before it serves (``ddpq.daemon.run``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -49,13 +49,20 @@ ROUTERS = (
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     # Given back when the disk is full; made whole by the process that runs jobs.
-    reserve = Reserve(settings.reserve_path, settings.state_reserve_bytes)
+    reserve = Reserve(
+        settings.reserve_path, settings.state_reserve_bytes, pause_jobs=app.state.pause_jobs
+    )
     app.state.db = Database(settings.db_path, reserve=reserve)
     yield
     app.state.db.dispose()
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(
+    settings: Settings, pause_jobs: Callable[[], AbstractContextManager[object]] | None = None
+) -> FastAPI:
+    """The API on ``settings``; ``pause_jobs`` holds the jobs still while the database's
+    reserve is given back on a full disk (``store.headroom``), given by the daemon that
+    knows how (the server starts and touches no process)."""
     app = FastAPI(
         title="ddpq",
         version=__version__,
@@ -67,6 +74,7 @@ def create_app(settings: Settings) -> FastAPI:
         exception_handlers={**HANDLERS, **sweeps.HANDLERS},
     )
     app.state.settings = settings
+    app.state.pause_jobs = pause_jobs
     for router in ROUTERS:
         app.include_router(router)
     # No token needed: the page's script and style sheet hold no data, and the API calls

@@ -86,13 +86,28 @@ class Database:
 
     def making_room(self, work: Callable[[], T]) -> T:
         """``work`` (a write that must happen: a cancel, a hold, a job's end), done again
-        each time the disk was full and a part of the reserve could be given back."""
-        while True:
+        each time the disk was full and a part of the reserve could be given back. The
+        jobs are held still meanwhile (a job that keeps writing would take what is given
+        back before this write), and what the write left is taken back before they run."""
+        try:
+            return work()
+        except Exception as exc:
+            if not is_disk_full(exc) or self.reserve is None:
+                raise
+            full: Exception = exc
+        reserve = self.reserve
+        with reserve.jobs_paused():
             try:
-                return work()
-            except Exception as exc:
-                if not is_disk_full(exc) or self.reserve is None or not self.reserve.give_back():
-                    raise
+                while reserve.give_back():
+                    try:
+                        return work()
+                    except Exception as exc:
+                        if not is_disk_full(exc):
+                            raise
+                        full = exc
+                raise full
+            finally:
+                reserve.reclaim()
 
     def shortage(self) -> str | None:
         """Why new work is refused now (the disk is short of the reserve's room), or None."""

@@ -15,8 +15,11 @@ state folder, and three rules:
   ``daemon.quota``, when it starts and every few seconds).
 
 The blocks are the file's own: a job cannot take them while the file holds them, only once
-they are given back (then any writer may). The exact bound is a filesystem of their own
-for the job folders (docs/admin.md). The state folder is the daemon's alone (0711, owned
+they are given back, and then any writer may. So the process that gives them back holds
+the jobs still meanwhile (``pause_jobs``: their cgroups frozen, ``executors.local.freeze``)
+and, once the write is done, takes back into the reserve what it left free (``reclaim``)
+before they run again. The exact bound is a filesystem of their own for the job folders
+(docs/admin.md). The state folder is the daemon's alone (0711, owned
 by it), so no job can put a link where the file is; it is opened without following one.
 """
 
@@ -27,6 +30,8 @@ import errno
 import logging
 import os
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from ddpq.core.units import size_for_people
@@ -36,6 +41,7 @@ log = logging.getLogger("ddpq.store")
 # The reserve is given back in this many parts: a job still writing may take the first
 # part before the write it was given back for, and then there is another.
 PARTS = 4
+RECLAIM_STEP = 1 << 20
 _OPEN = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -50,9 +56,16 @@ def free_bytes(folder: Path) -> int:
 class Reserve:
     """The reserve file of one state folder; safe to use from several threads."""
 
-    def __init__(self, path: Path, size: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        size: int,
+        pause_jobs: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> None:
         self.path = path
         self.size = size
+        # Holds every job still for a block (none given: jobs are not held).
+        self.pause_jobs = pause_jobs
         self._lock = threading.Lock()
         self._given_back = False  # since it was last whole: said once, and once when whole
 
@@ -73,9 +86,13 @@ class Reserve:
             return True
         with self._lock:
             missing = self.size - self.held()
-            if missing <= 0:
-                return True
             try:
+                if missing <= 0:
+                    # Taken back whole after a must-write (``reclaim``): said once the
+                    # disk has room beside it again.
+                    if self._given_back and free_bytes(self.path.parent) >= self.size:
+                        self._say_whole()
+                    return True
                 if free_bytes(self.path.parent) < missing + self.size:
                     return False
                 fd = os.open(self.path, _OPEN, 0o600)
@@ -88,9 +105,41 @@ class Reserve:
                     log.warning("cannot make the database's reserve %s: %s", self.path, exc)
                 return False
             if self._given_back:
-                log.info("the database's reserve is whole again (%s)", size_for_people(self.size))
-                self._given_back = False
+                self._say_whole()
             return True
+
+    def _say_whole(self) -> None:
+        log.info("the database's reserve is whole again (%s)", size_for_people(self.size))
+        self._given_back = False
+
+    def jobs_paused(self) -> AbstractContextManager[object]:
+        """The jobs held still for the block, where this process can hold them."""
+        return self.pause_jobs() if self.pause_jobs is not None else nullcontext()
+
+    def reclaim(self) -> None:
+        """Take back into the reserve what is free now, up to its size: after the write it
+        was given back for, before the jobs run again (else the rest is any writer's)."""
+        if self.size <= 0:
+            return
+        with self._lock:
+            held = self.held()
+            try:
+                target = min(self.size, held + free_bytes(self.path.parent))
+            except OSError:
+                return
+            while target > held:
+                try:
+                    fd = os.open(self.path, _OPEN, 0o600)
+                    try:
+                        os.posix_fallocate(fd, 0, target)
+                    finally:
+                        os.close(fd)
+                    return
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        log.warning("cannot take back the database's reserve: %s", exc)
+                        return
+                    target -= RECLAIM_STEP  # metadata took a few blocks: a little less
 
     def give_back(self) -> bool:
         """Free a part of the reserve for the write that the full disk refused; False if
@@ -105,7 +154,10 @@ class Reserve:
             except OSError as exc:
                 log.error("cannot give back the database's reserve %s: %s", self.path, exc)
                 return False
-            log.warning(
+            # Said once until it is whole again: on a disk kept full every must-write
+            # gives back and takes back.
+            log.log(
+                logging.DEBUG if self._given_back else logging.WARNING,
                 "the disk holding ddpq's state is full: gave back %s of the database's "
                 "reserve so that cancels and jobs' ends can still be written (%s left); "
                 "new jobs are refused until there is room",

@@ -18,14 +18,15 @@ from ddpq.store.models import Job
 _jobs = cast(Table, Job.__table__)
 
 
-def running_folders(session: Session) -> dict[int, str]:
-    """Each running job that is not being stopped already, and its folder."""
+def running_folders(session: Session) -> dict[int, tuple[str, int]]:
+    """Each running job that is not being stopped already: its folder and its attempt
+    (which names its cgroup)."""
     rows = session.execute(
-        select(Job.id, Job.job_dir).where(
+        select(Job.id, Job.job_dir, Job.attempt).where(
             Job.state == JobState.RUNNING, Job.stop_request.is_(None), Job.job_dir.is_not(None)
         )
     )
-    return {job_id: job_dir for job_id, job_dir in rows if job_dir is not None}
+    return {job_id: (job_dir, attempt) for job_id, job_dir, attempt in rows if job_dir is not None}
 
 
 def request_quota_stop(session: Session, job_id: int, reason: str, now: float) -> bool:

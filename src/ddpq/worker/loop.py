@@ -24,6 +24,7 @@ from ddpq.core.sharing import peaks
 from ddpq.core.states import JobState
 from ddpq.core.untrusted import clean_text
 from ddpq.executors.base import Ended, Executor, Launch, LaunchFailed
+from ddpq.executors.local.freeze import pauser
 from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
 from ddpq.store import jobs as job_store
@@ -64,7 +65,9 @@ class Worker:
         with fake GPUs)."""
         self.settings = settings
         self.clock = clock
-        reserve = Reserve(settings.reserve_path, settings.state_reserve_bytes)
+        reserve = Reserve(
+            settings.reserve_path, settings.state_reserve_bytes, pause_jobs=pauser(settings)
+        )
         self.db = Database(settings.db_path, durable=False, reserve=reserve)
         # Its mode (0711: jobs pass through, nobody lists) is set by daemon.make_private.
         settings.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -95,6 +98,8 @@ class Worker:
         self._waits: dict[int, str] = {}  # started jobs waiting in a cluster, as written
         self._woke_at = clock()
         self._failing: dict[str, str] = {}  # phase -> the failure last logged for it
+        # Stops sent whose sending could not be recorded yet (a full disk): not sent again.
+        self._unrecorded_stops: dict[int, StopRequest] = {}
 
     @property
     def devices(self) -> list[Gpu]:
@@ -224,6 +229,7 @@ class Worker:
             self._running.pop(e.job_id, None)
             self._progress.pop(e.job_id, None)
             self._peaks.pop(e.job_id, None)
+            self._unrecorded_stops.pop(e.job_id, None)
         self._exits += ended
 
     def _enforce_stops(self) -> None:
@@ -241,17 +247,29 @@ class Worker:
                 due.append((j.id, why))
         if not due:
             return
-        with self.db.write() as s:
-            sent = [(i, why) for i, why in due if attempt_store.mark_stop_sent(s, i, why, now)]
+        try:
+            with self.db.write() as s:
+                sent = [(i, why) for i, why in due if attempt_store.mark_stop_sent(s, i, why, now)]
+        except Exception:
+            # Not recorded (a full disk, say): the stop is sent all the same, once; it is
+            # recorded by a later pass, which does not send it again.
+            for job_id, why in due:
+                if job_id not in self._unrecorded_stops:
+                    self._unrecorded_stops[job_id] = why
+                    self._send_stop(job_id, why)
+            raise
         for job_id, why in sent:
-            preempt = why is StopRequest.PREEMPT
-            if self.executor.stop(job_id, preempt=preempt):
-                log.info(
-                    "job %s: %s, %s",
-                    job_id,
-                    why.value,
-                    "preempting it" if preempt else "stopping it",
-                )
+            if self._unrecorded_stops.pop(job_id, None) is None:
+                self._send_stop(job_id, why)
+        for job_id, _ in due:
+            self._unrecorded_stops.pop(job_id, None)  # recorded, or the job is not running
+
+    def _send_stop(self, job_id: int, why: StopRequest) -> None:
+        preempt = why is StopRequest.PREEMPT
+        if self.executor.stop(job_id, preempt=preempt):
+            log.info(
+                "job %s: %s, %s", job_id, why.value, "preempting it" if preempt else "stopping it"
+            )
 
     def _refresh_devices(self, force: bool = False) -> None:
         """NVML again: which GPUs run outside processes, and how much memory each running

@@ -135,21 +135,13 @@ def _remember(home: Path, tree: Path) -> tuple[Path, ...]:
     cgroups (left by an interrupted launch) and empty old trees are removed here.
     """
     record = home / TREES_FILE
-    try:
-        earlier = [Path(p) for p in record.read_text().splitlines() if p.strip()]
-    except OSError:
-        earlier = []
-    candidates = [tree] + [
-        old
-        for old in earlier
-        if old != tree
-        and old.is_absolute()
-        and old.name.startswith("ddpq-")
-        and (old / "cgroup.procs").exists()
-    ]
+    candidates = [tree] + [old for old in remembered_trees(home) if old != tree]
     trees = []
     for folder in candidates:
         for child in folder.glob("job-*"):
+            # A daemon that died while the jobs were frozen for a full disk (freeze.py)
+            # must not leave them so.
+            thaw(child)
             remove(child)  # only an empty cgroup can be removed: busy ones stay
         if folder != tree and not any(folder.glob("job-*")):
             remove(folder)
@@ -163,6 +155,25 @@ def _remember(home: Path, tree: Path) -> tuple[Path, ...]:
     except OSError:
         pass  # then only this run's tree is searched after a restart from elsewhere
     return tuple(trees)
+
+
+def remembered_trees(home: Path) -> list[Path]:
+    """The trees of job cgroups that the state folder ``home`` records (newest first)."""
+    try:
+        lines = (home / TREES_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    return [
+        tree
+        for tree in (Path(line) for line in lines if line.strip())
+        if tree.is_absolute() and tree.name.startswith("ddpq-") and (tree / "cgroup.procs").exists()
+    ]
+
+
+def thaw(path: Path) -> None:
+    """Let a cgroup frozen with ``cgroup.freeze`` run again (nothing if it was not)."""
+    with contextlib.suppress(OSError), open(path / "cgroup.freeze", "w") as f:
+        f.write("0")
 
 
 def job_cgroup(tree: Path, job: str | int, attempt: int) -> Path:
