@@ -4,9 +4,10 @@ host's own addresses (any of them, not loopback alone: a server another user run
 listens on all of them).
 
 The server asks at submission (a URL that leads nowhere allowed is refused there, with the
-reason), the notifier at each delivery, which then connects to an address checked here and
-never looks the name up a second time (a name that resolves elsewhere a moment later
-changes nothing).
+reason; one that gets no answer in time is taken, bounded by ``server.notify_lookups``),
+the notifier at each delivery, which then connects to an address checked here and never
+looks the name up a second time (a name that resolves elsewhere a moment later changes
+nothing).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import ipaddress
 import re
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,6 +42,19 @@ class Refused(Exception):
     naming the host and never the rest of the URL (it may hold a webhook's secret)."""
 
 
+class Unanswered(Refused):
+    """The name got no answer yet: none within the deadline, a temporary failure, or no
+    lookup could be started. Not where the URL leads: a delivery fails with it (and tries
+    again later), a submission is taken (its deliveries check again)."""
+
+
+# getaddrinfo's answers that say nothing of the name itself: the resolver could not be
+# asked, or asked again later may answer (SERVFAIL and timeouts are EAI_AGAIN).
+_TRANSIENT = frozenset({socket.EAI_AGAIN, socket.EAI_MEMORY, socket.EAI_SYSTEM})
+
+Lookup = Callable[[str, int, float], list[tuple[Any, ...]]]
+
+
 @dataclass(frozen=True)
 class Destination:
     """One checked address to connect to, as ``getaddrinfo`` gave it."""
@@ -51,24 +65,33 @@ class Destination:
     address: Any  # the socket address: (ip, port) or (ip, port, flow, scope)
 
 
-def url_destinations(url: str, *, allow_loopback: bool, timeout: float) -> list[Destination]:
+def url_destinations(
+    url: str, *, allow_loopback: bool, timeout: float, lookup: Lookup | None = None
+) -> list[Destination]:
     """``destinations`` of a URL ``core.notify.check_url`` took: its host, at its port."""
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    return destinations(parts.hostname or "", port, allow_loopback=allow_loopback, timeout=timeout)
+    return destinations(
+        parts.hostname or "", port, allow_loopback=allow_loopback, timeout=timeout, lookup=lookup
+    )
 
 
 def destinations(
-    host: str, port: int, *, allow_loopback: bool, timeout: float
+    host: str, port: int, *, allow_loopback: bool, timeout: float, lookup: Lookup | None = None
 ) -> list[Destination]:
     """The addresses ``host`` resolves to that a notification may go to, in the resolver's
-    order; Refused (why) if there is none, or the name did not resolve in ``timeout``.
-    ``allow_loopback``: the admin's ``--notify-allow-loopback`` (never a user's choice)."""
+    order; Refused (why) if there is none or the name does not exist, Unanswered if it got
+    no answer in ``timeout``. ``allow_loopback``: the admin's ``--notify-allow-loopback``
+    (never a user's choice). ``lookup``: how a name is resolved (``resolve``) once it is
+    no address written out (those are read at once, never held up by a resolver)."""
     why = refused_name(host, allow_loopback)
     if why is not None:
         raise Refused(f"refused: {host} leads nowhere a notification may go ({why})")
+    found = numeric(host, port)
+    if found is None:
+        found = (lookup or resolve)(host, port, timeout)
     allowed, reasons = [], []
-    for family, kind, proto, _, address in resolve(host, port, timeout):
+    for family, kind, proto, _, address in found:
         why = refused_address(str(address[0]), allow_loopback)
         if why is None:
             allowed.append(Destination(family, kind, proto, address))
@@ -94,10 +117,23 @@ def refused_address(ip: str, allow_loopback: bool) -> str | None:
     return None
 
 
-def resolve(host: str, port: int, timeout: float) -> list[tuple[Any, ...]]:
+def numeric(host: str, port: int) -> list[tuple[Any, ...]] | None:
+    """``getaddrinfo``'s addresses for a host written as an address (in any form the
+    resolver reads as one: ``127.1``, ``0x7f.0.0.1``, ``::ffff:…``), asking no resolver;
+    None for a name."""
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except (OSError, UnicodeError):
+        return None
+
+
+def resolve(
+    host: str, port: int, timeout: float, *, finished: Callable[[], None] | None = None
+) -> list[tuple[Any, ...]]:
     """``getaddrinfo`` for a stream socket, given up after ``timeout`` seconds (the
     resolver's own timeouts can add up to half a minute: the lookup is left to finish on
-    its own thread)."""
+    its own thread, which calls ``finished`` as it ends, whoever still waits for it).
+    Refused if the name does not resolve; Unanswered if there is no answer yet."""
     found: list[tuple[Any, ...]] = []
     failed: list[OSError | UnicodeError] = []
     done = threading.Event()
@@ -109,13 +145,21 @@ def resolve(host: str, port: int, timeout: float) -> list[tuple[Any, ...]]:
             failed.append(exc)
         finally:
             done.set()
+            if finished is not None:
+                finished()
 
-    threading.Thread(target=look_up, name="ddpq-resolve", daemon=True).start()
+    try:
+        threading.Thread(target=look_up, name="ddpq-resolve", daemon=True).start()
+    except RuntimeError:  # no thread to be had: nothing runs that would call it
+        if finished is not None:
+            finished()
+        raise Unanswered(f"cannot resolve {host} now: no thread to look it up") from None
     if not done.wait(timeout):
-        raise Refused(f"cannot resolve {host}: no answer within {timeout:g} s")
+        raise Unanswered(f"cannot resolve {host}: no answer within {timeout:g} s")
     if failed:
         why = failed[0]
-        raise Refused(f"cannot resolve {host}: {getattr(why, 'strerror', None) or why}")
+        text = f"cannot resolve {host}: {getattr(why, 'strerror', None) or why}"
+        raise (Unanswered if getattr(why, "errno", None) in _TRANSIENT else Refused)(text)
     return found
 
 

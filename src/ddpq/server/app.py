@@ -17,6 +17,7 @@ from ddpq.config import Settings
 from ddpq.server.errors import ERRORS, HANDLERS
 from ddpq.server.faults import StorageFaults
 from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
+from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.routes import (
     devices,
     jobs,
@@ -67,6 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
         exception_handlers={**HANDLERS, **sweeps.HANDLERS},
     )
     app.state.settings = settings
+    app.state.notify_lookups = NotifyLookups()
     for router in ROUTERS:
         app.include_router(router)
     # No token needed: the page's script and style sheet hold no data, and the API calls
