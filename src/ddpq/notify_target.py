@@ -17,7 +17,7 @@ import ipaddress
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +34,7 @@ OWN = "it is one of this host's own addresses"
 UNKNOWN = "this host's own addresses cannot be read"
 _FIB_TRIE = "/proc/net/fib_trie"
 _IF_INET6 = "/proc/net/if_inet6"
+_IPV6_ROUTE = "/proc/net/ipv6_route"
 _NONLOCAL_BIND = "/proc/sys/net/ipv{}/ip_nonlocal_bind"
 
 
@@ -168,9 +169,10 @@ def resolve(
 
 def own_address(addr: IPAddress) -> bool:
     """Whether ``addr`` is this host's: one it can bind, as the kernel answers (every
-    interface's addresses, local routes, and its networks' broadcast addresses). Where the
-    admin lets any address be bound (``ip_nonlocal_bind``) that answer means nothing, and
-    the addresses are read from /proc instead. OSError: neither can be asked."""
+    interface's addresses, IPv4's local routes, and its networks' broadcast addresses), or
+    in one of IPv6's local routes. Where the admin lets any address be bound
+    (``ip_nonlocal_bind``) that answer means nothing, and the addresses are read from /proc
+    instead. OSError: neither can be asked."""
     if _nonlocal_bind(addr.version):
         return any(addr in network for network in _listed_local(addr.version))
     family = socket.AF_INET if addr.version == 4 else socket.AF_INET6
@@ -181,6 +183,11 @@ def own_address(addr: IPAddress) -> bool:
             return False  # no IPv6 here at all: no address of that kind is this host's
         raise
     with probe:
+        # IPv6 binds only an interface's own addresses, yet a connection to any address of
+        # a local route (AnyIP: ``ip -6 route add local 2001:db8::/64 dev lo``) reaches
+        # whoever listens here on ``::``.
+        if addr.version == 6 and any(addr in network for network in _ipv6_local_routes()):
+            return True
         try:
             probe.bind((str(addr), 0))
         except OSError as exc:
@@ -204,12 +211,12 @@ _FIB_ROUTE = re.compile(r"\s*/(\d+) \w+ (LOCAL|BROADCAST)\b")
 
 def _listed_local(version: int) -> Iterator[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     """This host's addresses as /proc lists them: IPv4's local and broadcast routes (the
-    kernel's routing trie), IPv6's interface addresses."""
+    kernel's routing trie), IPv6's interface addresses and local routes."""
     if version == 6:
         with open(_IF_INET6, encoding="ascii") as f:
             for line in f:
-                hex_address = line.split()[0]
-                yield ipaddress.ip_network(int(hex_address, 16).to_bytes(16, "big"))
+                yield _hex_ipv6(line.split()[0], 128)
+        yield from _ipv6_local_routes()
         return
     with open(_FIB_TRIE, encoding="ascii") as f:
         current = None
@@ -218,3 +225,28 @@ def _listed_local(version: int) -> Iterator[ipaddress.IPv4Network | ipaddress.IP
                 current = m.group(1)
             elif (m := _FIB_ROUTE.match(line)) and current is not None:
                 yield ipaddress.ip_network(f"{current}/{m.group(1)}", strict=False)
+
+
+# Routes by which the kernel takes a packet in as this host's own
+# (include/uapi/linux/ipv6_route.h): local (an interface's address, or a prefix routed
+# here, in any routing table) and anycast (a router's subnet address).
+_RTF_LOCAL = 0x80000000
+_RTF_ANYCAST = 0x00100000
+
+
+def _ipv6_local_routes() -> list[ipaddress.IPv6Network]:
+    with open(_IPV6_ROUTE, encoding="ascii") as f:
+        return list(ipv6_local_routes(f))
+
+
+def ipv6_local_routes(lines: Iterable[str]) -> Iterator[ipaddress.IPv6Network]:
+    """The networks of the local and anycast routes in /proc/net/ipv6_route's lines: the
+    destination and its prefix length (hex) first, the route's flags (hex) ninth."""
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 9 and int(fields[8], 16) & (_RTF_LOCAL | _RTF_ANYCAST):
+            yield _hex_ipv6(fields[0], int(fields[1], 16))
+
+
+def _hex_ipv6(hex_address: str, prefix: int) -> ipaddress.IPv6Network:
+    return ipaddress.IPv6Network((int(hex_address, 16), prefix), strict=False)
