@@ -145,9 +145,11 @@ def resolve(
         except (OSError, UnicodeError) as exc:  # a name IDNA cannot encode: UnicodeError
             failed.append(exc)
         finally:
-            done.set()
-            if finished is not None:
-                finished()
+            try:  # before the answer is seen: whoever sees it finds the lookup ended
+                if finished is not None:
+                    finished()
+            finally:
+                done.set()
 
     try:
         threading.Thread(target=look_up, name="ddpq-resolve", daemon=True).start()
