@@ -17,6 +17,7 @@ from ddpq.config import Settings
 from ddpq.server.errors import ERRORS, HANDLERS
 from ddpq.server.faults import StorageFaults
 from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
+from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.routes import (
     devices,
     jobs,
@@ -75,6 +76,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.pause_jobs = pause_jobs
+    app.state.notify_lookups = NotifyLookups()
     for router in ROUTERS:
         app.include_router(router)
     # No token needed: the page's script and style sheet hold no data, and the API calls

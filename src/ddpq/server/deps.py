@@ -1,7 +1,8 @@
 """What routes are given through ``Depends``: the settings, the database, the caller.
 
-``create_app`` keeps one ``Settings`` and one ``Database`` on ``app.state``; routes never
-reach for them any other way, so a route's signature says what it uses.
+``create_app`` keeps one ``Settings``, one ``Database`` and the notification URLs' lookups
+(``NotifyLookups``) on ``app.state``; routes never reach for them any other way, so a
+route's signature says what it uses.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ddpq.schemas import NAME_PATTERN, NAME_RE, NAME_RULE
 from ddpq.server import identity
 from ddpq.server.errors import ApiError
 from ddpq.server.exhaustion import Exhausted
+from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.peer import Peer, UnknownPeer, peer_of
 from ddpq.store import tokens as token_store
 from ddpq.store import users as user_store
@@ -50,8 +52,14 @@ async def get_db(request: Request) -> Database:
     return db
 
 
+async def get_notify_lookups(request: Request) -> NotifyLookups:
+    lookups: NotifyLookups = request.app.state.notify_lookups
+    return lookups
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_db)]
+NotifyLookupsDep = Annotated[NotifyLookups, Depends(get_notify_lookups)]
 
 
 def get_caller(

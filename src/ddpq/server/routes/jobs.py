@@ -29,8 +29,17 @@ from ddpq.schemas import (
     derive_name,
 )
 from ddpq.server import exhaustion, paths, portuse, views
-from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, may_touch, proven_account
+from ddpq.server.deps import (
+    Auth,
+    Caller,
+    DatabaseDep,
+    NotifyLookupsDep,
+    SettingsDep,
+    may_touch,
+    proven_account,
+)
 from ddpq.server.errors import CONFLICT, NO_ROOM, WRITE_ERRORS, ApiError
+from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.params import JobId, Offset
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
@@ -44,8 +53,14 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
 @router.post("", status_code=201, response_model=JobOut, responses={**WRITE_ERRORS, **NO_ROOM})
-def submit(body: JobSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -> JobOut:
-    spec = job_spec(body, who, settings, db)
+def submit(
+    body: JobSubmit,
+    who: Auth,
+    settings: SettingsDep,
+    db: DatabaseDep,
+    lookups: NotifyLookupsDep,
+) -> JobOut:
+    spec = job_spec(body, who, settings, db, lookups)
     refuse_if_disk_short(db)
     with db.write() as s:
         check_gpus(s, body.gpus, body.gpu_mem_bytes, settings)
@@ -63,6 +78,7 @@ def job_spec(
     who: Caller,
     settings: Settings,
     db: Database,
+    lookups: NotifyLookups,
     command: list[str] | None = None,
 ) -> job_store.NewJob:
     """The job a submission asks for, checked: its owner, priority, command and folder.
@@ -107,7 +123,7 @@ def job_spec(
     if body.cwd is not None:
         check_cwd(settings, db, body.cwd, owner, run_as)
     if body.notify is not None:
-        check_notify(body.notify, settings)
+        check_notify(body.notify, settings, lookups, who.name)
     cwd = body.cwd or str(settings.home)
     name = body.name or derive_name(body.workload or command[0])
     idle_s = None
@@ -149,12 +165,16 @@ def job_spec(
     )
 
 
-def check_notify(url: str, settings: Settings) -> None:
+def check_notify(url: str, settings: Settings, lookups: NotifyLookups, caller: str) -> None:
     """Refuse now, not only at each delivery, a notification URL whose host is, or only
-    resolves to, an address no notification may go to, or does not resolve at all."""
+    resolves to, an address no notification may go to, or does not exist; one whose name
+    gets no answer in a moment is taken (``server.notify_lookups``: delivery checks it)."""
     try:
-        notify_target.url_destinations(
-            url, allow_loopback=settings.notify_allow_loopback, timeout=settings.notify_timeout_s
+        lookups.check(
+            url,
+            caller,
+            allow_loopback=settings.notify_allow_loopback,
+            timeout=settings.notify_timeout_s,
         )
     except notify_target.Refused as exc:  # names the host, never the rest of the URL
         raise ApiError(422, "invalid", f"notify: {exc}") from None

@@ -18,7 +18,7 @@ from ddpq.core import sweeps as core_sweeps
 from ddpq.core.states import JobState
 from ddpq.schemas import SweepAction, SweepDetail, SweepList, SweepOut, SweepSubmit
 from ddpq.server import views
-from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep
+from ddpq.server.deps import Auth, Caller, DatabaseDep, NotifyLookupsDep, SettingsDep
 from ddpq.server.errors import NO_ROOM, WRITE_ERRORS, ApiError, error_response
 from ddpq.server.params import INT64_MAX, Offset
 from ddpq.server.routes.jobs import (
@@ -41,12 +41,18 @@ _SORT = re.compile(r"-?[A-Za-z0-9_.:/-]{1,64}")
 
 
 @router.post("", status_code=201, response_model=SweepOut, responses={**WRITE_ERRORS, **NO_ROOM})
-def submit(body: SweepSubmit, who: Auth, settings: SettingsDep, db: DatabaseDep) -> SweepOut:
+def submit(
+    body: SweepSubmit,
+    who: Auth,
+    settings: SettingsDep,
+    db: DatabaseDep,
+    lookups: NotifyLookupsDep,
+) -> SweepOut:
     """Queue every member in one transaction: all of them, or none (422 says why)."""
     t = body.template
     array = core_sweeps.parse_array(body.array) if body.array is not None else None
     members = core_sweeps.members(body.params, array)
-    job = job_spec(t, who, settings, db, command=list(t.command))
+    job = job_spec(t, who, settings, db, lookups, command=list(t.command))
     built = [
         sweep_store.NewMember(m.index, core_sweeps.member_name(job.name, m), cmd, m.params)
         for m, cmd in zip(members, _commands(body, members), strict=True)
