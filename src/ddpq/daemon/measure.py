@@ -26,7 +26,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpq.daemon.sweep import _DIR, _identity, _open_below
+from ddpq.daemon.sweep import _DIR, tree_sizes
 
 # Entries looked at in one look, shared by the running jobs (each gets at least MIN_SHARE).
 ENTRIES_PER_LOOK = 200_000
@@ -91,59 +91,13 @@ class FolderWalk:
             return
         finally:
             os.close(top)
-        self.dev = os.fstat(fd).st_dev
-        path: list[tuple[int, int]] = []  # the folders above the one open, by identity
-        pending: list[list[str]] = []  # each level's subfolders still to walk
         try:
-            while True:
-                todo: list[str] = []
-                with os.scandir(fd) as names:
-                    for entry in names:
-                        try:
-                            st = entry.stat(follow_symlinks=False)
-                        except OSError:
-                            continue  # gone meanwhile
-                        self.counted += st.st_blocks * 512
-                        if stat.S_ISDIR(st.st_mode):
-                            todo.append(entry.name)
-                        yield
-                pending.append(todo)
-                fd, current = -1, fd  # closed by _next_folder, whatever it finds
-                fd = self._next_folder(current, pending, path)
-                if fd < 0:
-                    return
-        except OSError:
-            return  # a folder gone meanwhile: what was counted stands
+            self.dev = os.fstat(fd).st_dev
+            for size in tree_sizes(fd, self.dev):
+                self.counted += size
+                yield
         finally:
-            if fd >= 0:
-                os.close(fd)
-
-    def _next_folder(self, fd: int, pending: list[list[str]], path: list[tuple[int, int]]) -> int:
-        """The next folder to count, open (``fd`` is closed either way), or -1: done, or
-        a folder above was moved meanwhile or is gone (what was counted stands)."""
-        assert self.dev is not None
-        try:
-            while pending:
-                if not pending[-1]:
-                    pending.pop()
-                    if not pending:
-                        break
-                    parent = os.open("..", _DIR, dir_fd=fd)
-                    os.close(fd)
-                    fd = parent
-                    if _identity(fd) != path.pop():
-                        break
-                    continue
-                child = _open_below(fd, pending[-1].pop(), self.dev)
-                if child is None:
-                    continue
-                path.append(_identity(fd))
-                os.close(fd)
-                return child
-        except OSError:
-            pass
-        os.close(fd)
-        return -1
+            os.close(fd)
 
 
 def open_deleted_bytes(pids: Iterable[int], dev: int, budget: int) -> int:

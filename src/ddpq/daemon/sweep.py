@@ -115,14 +115,40 @@ def folder_usage(jobs_dir: Path, name: str) -> Usage | None:
 
 
 def _tree_bytes(top: int, dev: int) -> int:
-    """What the folder open as ``top`` holds below it, walked with one descriptor at a time:
-    down by name, back up by "..", which must be the folder it left (else the job moved it
-    meanwhile and the walk ends with what it counted). So any depth costs neither
-    descriptors nor Python's stack."""
-    total, todo = _level(top)
+    """What the folder open as ``top`` holds below it (see ``tree_sizes``)."""
+    return sum(tree_sizes(top, dev))
+
+
+def tree_sizes(top: int, dev: int) -> Iterator[int]:
+    """The bytes of each entry below the folder open as ``top`` (left open), as it is met:
+    a generator, so the per-job limit (``daemon.measure``) can walk a folder of millions
+    of entries a share at a time. Walked with one descriptor at a time: down by name, back
+    up by "..", which must be the folder it left (else the job moved it meanwhile and the
+    walk ends with what it yielded). So any depth costs neither descriptors nor Python's
+    stack; entries are streamed, never a whole folder's names in memory."""
     path: list[tuple[int, int]] = []  # the folders above the one open, by identity
-    pending = [todo]  # each level's subfolders still to walk
+    pending: list[list[str]] = []  # each level's subfolders still to walk
     fd = os.dup(top)
+    try:
+        while True:
+            todo: list[str] = []
+            for name, st in _streamed(fd):
+                if stat.S_ISDIR(st.st_mode):
+                    todo.append(name)
+                yield _bytes(st)
+            pending.append(todo)
+            fd, current = -1, fd  # closed by _next_folder, whatever it finds
+            fd = _next_folder(current, pending, path, dev)
+            if fd < 0:
+                return
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _next_folder(fd: int, pending: list[list[str]], path: list[tuple[int, int]], dev: int) -> int:
+    """The next folder to walk, open (``fd`` is closed either way), or -1: done, or a
+    folder above was moved meanwhile or is gone (what was counted stands)."""
     try:
         while pending:
             if not pending[-1]:
@@ -135,31 +161,16 @@ def _tree_bytes(top: int, dev: int) -> int:
                 if _identity(fd) != path.pop():
                     break
                 continue
-            name = pending[-1].pop()
-            child = _open_below(fd, name, dev)
+            child = _open_below(fd, pending[-1].pop(), dev)
             if child is None:
                 continue
             path.append(_identity(fd))
             os.close(fd)
-            fd = child
-            size, todo = _level(fd)
-            total += size
-            pending.append(todo)
+            return child
     except OSError:
-        pass  # a folder gone meanwhile: what was counted stands
-    finally:
-        os.close(fd)
-    return total
-
-
-def _level(fd: int) -> tuple[int, list[str]]:
-    """The bytes of a folder's entries, and its subfolders' names."""
-    size, folders = 0, []
-    for name, st in _streamed(fd):
-        size += _bytes(st)
-        if stat.S_ISDIR(st.st_mode):
-            folders.append(name)
-    return size, folders
+        pass
+    os.close(fd)
+    return -1
 
 
 def _open_below(fd: int, name: str, dev: int) -> int | None:
