@@ -91,15 +91,30 @@ def note(session: Session, job_id: int, reason: str, now: float) -> None:
 def request_idle_stop(session: Session, job_id: int, reason: str, now: float) -> bool:
     """Ask for a running session to be stopped as idle; False if it is not running or is
     being stopped already (a cancel came first)."""
+    return request_stop(session, job_id, StopRequest.IDLE, reason, now, sessions_only=True)
+
+
+def request_stop(
+    session: Session,
+    job_id: int,
+    request: StopRequest,
+    reason: str,
+    now: float,
+    *,
+    sessions_only: bool = False,
+) -> bool:
+    """Ask for a running job's stop on the daemon's own account (idle, over its folder
+    limit), which the worker's stop phase then sends like a cancel; False if it is not
+    running or is being stopped already (a cancel came first)."""
+    conditions = [
+        _jobs.c.id == job_id,
+        _jobs.c.state == JobState.RUNNING,
+        _jobs.c.stop_request.is_(None),
+    ]
+    if sessions_only:
+        conditions.append(_jobs.c.interactive.is_(True))
     result = session.connection().execute(
-        update(_jobs)
-        .where(
-            _jobs.c.id == job_id,
-            _jobs.c.state == JobState.RUNNING,
-            _jobs.c.interactive.is_(True),
-            _jobs.c.stop_request.is_(None),
-        )
-        .values(stop_request=StopRequest.IDLE.value, stop_reason=reason)
+        update(_jobs).where(*conditions).values(stop_request=request.value, stop_reason=reason)
     )
     if result.rowcount != 1:
         return False

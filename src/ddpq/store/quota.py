@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
 from ddpq.core.rules import StopRequest
 from ddpq.core.states import JobState
-from ddpq.store.idle import note
+from ddpq.store.idle import request_stop
 from ddpq.store.models import Job
 
 _jobs = cast(Table, Job.__table__)
@@ -32,16 +32,4 @@ def running_folders(session: Session) -> dict[int, tuple[str, int]]:
 def request_quota_stop(session: Session, job_id: int, reason: str, now: float) -> bool:
     """Ask for a running job to be stopped for what its folder holds; False if it is not
     running or is being stopped already (a cancel came first)."""
-    result = session.connection().execute(
-        update(_jobs)
-        .where(
-            _jobs.c.id == job_id,
-            _jobs.c.state == JobState.RUNNING,
-            _jobs.c.stop_request.is_(None),
-        )
-        .values(stop_request=StopRequest.QUOTA.value, stop_reason=reason)
-    )
-    if result.rowcount != 1:
-        return False
-    note(session, job_id, f"{reason}; stopping it", now)
-    return True
+    return request_stop(session, job_id, StopRequest.QUOTA, reason, now)
