@@ -196,3 +196,26 @@ def test_a_hostile_listener_name_is_shown_inert(capsys: pytest.CaptureFixture[st
     sessions._reach(ScriptedApi(hostile), 9, 29601)
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "ssh" not in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root --auth daemon runs jobs as accounts")
+def test_an_unreadable_account_database_is_no_answer_about_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short of descriptors, pwd says "not found": that is the machine's state (503), not
+    "the job's account does not exist" (which would call any listener someone else's)."""
+    from ddpq.server import exhaustion
+
+    def not_found(_name: str) -> Any:
+        raise KeyError(_name)
+
+    def exhausted() -> None:
+        raise exhaustion.Exhausted("the ddpq daemon has no file descriptor left (EMFILE)")
+
+    settings = Settings(home=tmp_path, auth=True)
+    monkeypatch.setattr(portuse.pwd, "getpwnam", not_found)
+    monkeypatch.setattr(exhaustion, "check", exhausted)
+    with pytest.raises(exhaustion.Exhausted, match="EMFILE"):
+        portuse.account_uid(settings, "alice")
+    monkeypatch.setattr(exhaustion, "check", lambda: None)  # readable: really no account
+    assert portuse.account_uid(settings, "alice") is None

@@ -15,6 +15,7 @@ import pwd
 from ddpq import portholders
 from ddpq.config import Settings
 from ddpq.schemas import PortUseOut
+from ddpq.server import identity
 
 
 def account_uid(settings: Settings, account: str | None) -> int | None:
@@ -24,10 +25,9 @@ def account_uid(settings: Settings, account: str | None) -> int | None:
         return os.geteuid()  # every job runs as the daemon itself
     if account is None:
         return None
-    try:
-        return pwd.getpwnam(account).pw_uid
-    except KeyError:
-        return None
+    # "No such account" only when the database could be read (else 503, server.exhaustion).
+    entry = identity.look_up(lambda: pwd.getpwnam(account))
+    return None if entry is None else entry.pw_uid
 
 
 def port_use(
