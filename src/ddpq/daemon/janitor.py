@@ -23,8 +23,9 @@ from ddpq.config import Settings
 from ddpq.core import retention
 from ddpq.core.retention import JobFolder, Plan, Policy, What
 from ddpq.daemon import sweep
+from ddpq.daemon.failures import FailureLog
 from ddpq.store import retention as store
-from ddpq.store.db import Database, storage_fault
+from ddpq.store.db import Database
 
 log = logging.getLogger("ddpq.janitor")
 
@@ -102,7 +103,7 @@ class Janitor:
         self.clock = clock
         self.db = Database(settings.db_path, durable=False)
         self._stop = threading.Event()
-        self._failing: str | None = None  # the failure last logged
+        self.failures = FailureLog(log, "retention pass")
         self._over_budget = False
 
     # ---- the thread -----------------------------------------------------------------
@@ -125,12 +126,9 @@ class Janitor:
         try:
             report = self.prune()
         except Exception as exc:
-            why = storage_fault(exc) or f"{type(exc).__name__}: {exc}"
-            if why != self._failing:
-                log.error("retention pass failed: %s", why, exc_info=storage_fault(exc) is None)
-            self._failing = why
+            self.failures.failed(exc)
             return None
-        self._failing = None
+        self.failures.cleared()
         if report.removed_anything or report.left:
             log.info("retention: %s", report.summary())
         if report.plan.over_budget and not self._over_budget:

@@ -32,11 +32,12 @@ from pathlib import Path
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import quota
+from ddpq.daemon.failures import FailureLog
 from ddpq.daemon.measure import Measurer, Running
 from ddpq.executors.local import cgroups
 from ddpq.executors.local.freeze import pauser
 from ddpq.store import quota as quota_store
-from ddpq.store.db import Database, storage_fault
+from ddpq.store.db import Database
 from ddpq.store.headroom import Reserve
 
 log = logging.getLogger("ddpq.disk")
@@ -55,7 +56,7 @@ class DiskWatch:
         self.db = Database(settings.db_path, durable=False, reserve=self.reserve)
         self._stop = threading.Event()
         self.measurer = Measurer()  # walks of big folders go on from one look to the next
-        self._failing: str | None = None  # the failure last logged
+        self.failures = FailureLog(log, "disk watch")
         self._short: str | None = None  # the shortage last logged
 
     def run(self) -> None:
@@ -79,12 +80,9 @@ class DiskWatch:
             self._say_shortage()
             asked = self.stop_over_limit()
         except Exception as exc:
-            why = storage_fault(exc) or f"{type(exc).__name__}: {exc}"
-            if why != self._failing:
-                log.error("disk watch failed: %s", why, exc_info=storage_fault(exc) is None)
-            self._failing = why
+            self.failures.failed(exc)
             return {}
-        self._failing = None
+        self.failures.cleared()
         return asked
 
     def _say_shortage(self) -> None:
