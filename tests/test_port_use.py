@@ -8,6 +8,7 @@ test_sessions_e2e.py."""
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -213,7 +214,7 @@ def test_an_unreadable_account_database_is_no_answer_about_the_job(
         raise exhaustion.Exhausted("the ddpq daemon has no file descriptor left (EMFILE)")
 
     settings = Settings(home=tmp_path, auth=True)
-    monkeypatch.setattr(portuse.pwd, "getpwnam", not_found)
+    monkeypatch.setattr(pwd, "getpwnam", not_found)
     monkeypatch.setattr(exhaustion, "check", exhausted)
     with pytest.raises(exhaustion.Exhausted, match="EMFILE"):
         portuse.account_uid(settings, "alice")
