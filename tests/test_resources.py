@@ -107,10 +107,14 @@ def test_a_full_state_disk_still_takes_cancels_holds_and_jobs_ends(
     recorded (the reserve given back); once an admin makes room, all is as before."""
     home = small_disk / "home"
     # No per-job limit: the job is to fill the disk (the default, half of it, would stop it).
-    limits = ["--state-reserve", "4M", "--job-folder-max", "unlimited"]
+    # The default reserve, 64M, on a 24M disk: made all the same, an eighth of the disk (a
+    # reserve only made with as much again free beside it was never made here, and the
+    # cancel below was answered 503).
+    limits = ["--state-reserve", "64M", "--job-folder-max", "unlimited"]
     d = make_daemon("--fake-gpus", "1", "--grace", "1s", *limits, home=home)
-    reserve = Reserve(home / "db-reserve", 4 << 20)
-    wait_for(lambda: reserve.held() == 4 << 20, 30, "the disk watch to make the reserve")
+    reserve = Reserve(home / "db-reserve", 64 << 20)
+    assert reserve.size == 3 << 20
+    wait_for(lambda: reserve.held() == reserve.size, 30, "the disk watch to make the reserve")
     c = d.client()
     held = c.submit(JobSubmit(command=["true"], gpus=1, hold=True))  # waits on the GPU
     fill = 'dd if=/dev/zero of="$DDPQ_JOB_DIR/fill" bs=1M 2>/dev/null; sleep 300'
@@ -125,8 +129,8 @@ def test_a_full_state_disk_still_takes_cancels_holds_and_jobs_ends(
     assert c.cancel(job.id).state in ("running", "cancelled")
     done = wait_done(c, job.id, 30)
     assert done.state == "cancelled", done.reason
-    assert reserve.held() < 4 << 20  # what the writes took it from
+    assert reserve.held() < reserve.size  # what the writes took it from
     fill_file.unlink()  # the admin makes room
-    wait_for(lambda: reserve.held() == 4 << 20, 30, "the reserve to be whole again")
+    wait_for(lambda: reserve.held() == reserve.size, 30, "the reserve to be whole again")
     nxt = c.submit(JobSubmit(command=["true"], gpus=1))
     assert wait_done(c, nxt.id).state == "succeeded"

@@ -53,6 +53,34 @@ def free_bytes(folder: Path) -> int:
     return blocks * st.f_frsize
 
 
+# At most this share of the state folder's filesystem: on a small disk the reserve the
+# setting asks for could never be made (it is made only with as much again free beside
+# it), and a daemon without one has nothing to give back for a cancel.
+MAX_SHARE_OF_DISK = 8
+_said_fitted: set[Path] = set()
+
+
+def fitted(folder: Path, size: int) -> int:
+    """``size``, or an eighth of the filesystem holding ``folder`` where that is less
+    (said once per folder)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return size  # no folder yet: the setting as it is
+    share = st.f_blocks * st.f_frsize // MAX_SHARE_OF_DISK
+    if size <= share:
+        return size
+    if folder not in _said_fitted:
+        _said_fitted.add(folder)
+        log.warning(
+            "the database's reserve is %s, not %s: an eighth of the disk holding %s",
+            size_for_people(share),
+            size_for_people(size),
+            folder,
+        )
+    return share
+
+
 class Reserve:
     """The reserve file of one state folder; safe to use from several threads."""
 
@@ -63,7 +91,7 @@ class Reserve:
         pause_jobs: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> None:
         self.path = path
-        self.size = size
+        self.size = fitted(path.parent, size)
         # Holds every job still for a block (none given: jobs are not held).
         self.pause_jobs = pause_jobs
         self._lock = threading.Lock()
