@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, insert, select, update
@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, aliased, defer
 from ddpq.core.deps import SweepStanding, settle_change, waiting_place
 from ddpq.core.plan import QueuedJob, needs_port
 from ddpq.core.rules import Run, StopRequest
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, TERMINAL, JobState, check_transition
 from ddpq.store.dependencies import (
     checked_standings,
@@ -30,35 +31,8 @@ class UnknownJob(LookupError):
         self.job_id = job_id
 
 
-@dataclass(frozen=True)
-class NewJob:
-    name: str
-    owner: str
-    command: list[str]
-    cwd: str
-    gpus: int
-    launcher: str = "plain"
-    env: dict[str, str] = field(default_factory=dict)
-    priority: int = 0
-    time_limit_s: float | None = None
-    max_retries: int = 0
-    after: tuple[int, ...] = ()
-    hold: bool = False
-    after_sweeps: tuple[int, ...] = ()  # waits for every member of these sweeps to succeed
-    notify_url: str | None = None
-    preemptible: bool = False
-    preempt_signal: str = "USR1"
-    interactive: bool = False  # a session (ddpq shell): its shim holds a terminal
-    idle_s: float | None = None  # a session's idle limit (core.interactive); None: never
-    run_as: str | None = None  # the Unix account the submission proved (models.Job.run_as)
-    nodes: int = 1
-    gpus_per_node: int | None = None
-    partition: str | None = None
-    slurm_options: tuple[str, ...] = ()
-    gpu_mem_bytes: int | None = None  # sharing GPUs by memory: reserved on each
-    gpu_mem_auto: bool = False  # reserve what earlier runs of it were measured to use
-    gpu_share: int | None = None
-    mem_key: str | None = None  # which earlier jobs are the same job (``auto``)
+# The spec under the name the store first gave it; ``core.spec.JobSpec`` is the record.
+NewJob = JobSpec
 
 
 def _record(

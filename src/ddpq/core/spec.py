@@ -1,0 +1,49 @@
+"""What a job is: one frozen record of what its submission asked for, checked.
+
+Every layer reads this one record: the API validates a submission into it
+(``server.routes.jobs``), the store persists it (``store.jobs.create_job``) and reads it
+back (``models.Job.spec``), the planner and the executors read it, and a launch is this
+spec plus what the worker leased it (``executors.base.Launch``). Adding a job field is:
+a field here, a migration for its column, the API's field and the CLI option if it has
+one; nothing else copies fields by hand.
+
+Pure data (standard library only): the spec says nothing about where the job runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A submission as checked by the API: who owns it, what it runs, what it needs."""
+
+    name: str
+    owner: str
+    command: list[str]
+    cwd: str
+    gpus: int
+    launcher: str = "plain"  # plain | torchrun
+    # The exported environment and --env in one marked mapping (core.jobenv.pack).
+    env: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    time_limit_s: float | None = None
+    max_retries: int = 0
+    after: tuple[int, ...] = ()
+    hold: bool = False
+    after_sweeps: tuple[int, ...] = ()  # waits for every member of these sweeps to succeed
+    notify_url: str | None = None
+    preemptible: bool = False
+    preempt_signal: str = "USR1"
+    interactive: bool = False  # a session (ddpq shell): its shim holds a terminal
+    idle_s: float | None = None  # a session's idle limit (core.interactive); None: never
+    run_as: str | None = None  # the Unix account the submission proved (models.Job.run_as)
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    slurm_options: tuple[str, ...] = ()
+    gpu_mem_bytes: int | None = None  # sharing GPUs by memory: reserved on each
+    gpu_mem_auto: bool = False  # reserve what earlier runs of it were measured to use
+    gpu_share: int | None = None
+    mem_key: str | None = None  # which earlier jobs are the same job (``auto``)
