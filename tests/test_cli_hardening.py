@@ -24,7 +24,7 @@ import pytest
 from rich.console import Console
 
 from ddpq import entry
-from ddpq.client import cli
+from ddpq.client import account
 from ddpq.client import draw as drawing
 from ddpq.client.format import progress_fraction, progress_line, sanitize
 from ddpq.client.watchview import render
@@ -473,7 +473,7 @@ def test_login_on_a_terminal_asks_at_a_hidden_prompt(
 
     monkeypatch.setattr(sys, "stdin", Terminal())
     monkeypatch.setattr("getpass.getpass", getpass)
-    cli.login(None)
+    account.login(None)
     assert prompts and saved(config)["token"] == "ddpq_tty"
     assert "warning" not in capsys.readouterr().err
 

@@ -88,81 +88,27 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
     ``[/bold]``), and everything a user or job chose goes through ``sanitize``."""
     from rich.text import Text
 
-    from ddpq.client.format import age, notify_lines, plain, progress_line, sanitize, when
-    from ddpq.client.sharing import attempt_memory, memory_lines
-    from ddpq.core.units import human_duration
+    from ddpq.client.format import plain, sanitize
 
     j = as_data(job)
     con = console()
-
-    def line(value: str) -> None:
-        con.print(Text(value))
-
-    def safe(value: object) -> str:
-        return sanitize(text(value))
-
-    leases = j["leases"]
     con.print(
         Text.assemble(
             (f"job {j['id']}", "bold"),
-            f" {safe(j['name'])}  ",
+            f" {_safe(j['name'])}  ",
             styled_state(j["state"]),
-            f"  {safe(j['reason'])}",
+            f"  {_safe(j['reason'])}",
         )
     )
-    line(f"  owner      {safe(j['owner'])}")
-    line(
-        f"  command    {sanitize(' '.join(map(text, j['command'])))}"
-        + ("  (torchrun)" if j["launcher"] == "torchrun" else "")
-    )
-    line(
-        f"  gpus       {j['gpus']} requested"
-        + (f", leased {leases['gpus']}" if leases["gpus"] else "")
-    )
-    for memory in memory_lines(j):
-        line(memory)
-    if leases["port"]:
-        line(f"  port       {leases['port']}")
-    if j.get("interactive"):
-        limit = j.get("idle_s")
-        line(
-            "  session    interactive, "
-            + (f"ended once its GPUs are unused {human_duration(limit)}" if limit else "never idle")
-            + (f"; `ddpq attach {j['id']}`" if j.get("attach") else "")
-        )
-    if j.get("idle_since"):
-        line(f"  idle       its GPUs unused for {age(j['idle_since'])}")
-    line(f"  priority   {j['priority']}")
-    if j["time_limit_s"]:
-        line(f"  time limit {human_duration(j['time_limit_s'])}")
-    if j["after"]:
-        line(f"  after      {', '.join(map(str, j['after']))}")
-    line(f"  attempt    {j['attempt']} (retries allowed: {j['retries']})")
-    if j["exit_code"] is not None or j["exit_signal"] is not None:
-        line(
-            f"  exit       code {j['exit_code']}"
-            + (f", signal {j['exit_signal']}" if j["exit_signal"] else "")
-        )
-    if j["progress"]:
-        line(f"  progress   {sanitize(progress_line(j['progress']))}")
-    if j["job_dir"]:
-        line(f"  folder     {safe(j['job_dir'])}")
-    for notified in notify_lines(j, "one message, once it has ended"):
-        line(notified)
+    for line in job_lines(j):
+        con.print(Text(line))
     con.print(plain("history", "bold"))
-    for e in j.get("events", []):
-        at = f"{when(e['at']).astimezone():%Y-%m-%d %H:%M:%S}"
-        line(f"  {at}  {safe(e['to_state']):<10} {safe(e['reason'])}")
+    for line in history_lines(j):
+        con.print(Text(line))
     if j.get("attempts"):
         con.print(plain("attempts", "bold"))
-        for a in j["attempts"]:
-            state = safe(a["state"] or "running")
-            handle = a.get("handle")
-            where = f"  ({safe(a.get('executor') or '?')} {safe(handle)})" if handle else ""
-            line(
-                f"  #{a['number']} GPUs {a['gpus']} port {a['port']}  {state}  "
-                f"{safe(a['reason'])}{where}{attempt_memory(a)}"
-            )
+        for line in attempt_lines(j):
+            con.print(Text(line))
     if tail:
         con.print(plain("log tail", "bold"))
         # `ddpq logs` prints a job's bytes raw on purpose (they are the job's, and may be
@@ -170,6 +116,91 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
         # rest: lines kept, escapes and other control characters made visible.
         shown = sanitize(tail.decode(errors="replace"), multiline=True)
         con.print(Text(shown), highlight=False, soft_wrap=True)
+
+
+def _safe(value: object) -> str:
+    from ddpq.client.format import sanitize
+
+    return sanitize(text(value))
+
+
+def job_lines(j: Data) -> list[str]:
+    """`show`'s lines under the job's title: what it asked for, holds, and has done."""
+    from ddpq.client.format import notify_lines, progress_line, sanitize
+    from ddpq.client.sharing import memory_lines
+    from ddpq.core.units import human_duration
+
+    leases = j["leases"]
+    launcher = "  (torchrun)" if j["launcher"] == "torchrun" else ""
+    lines = [
+        f"  owner      {_safe(j['owner'])}",
+        f"  command    {sanitize(' '.join(map(text, j['command'])))}{launcher}",
+        f"  gpus       {j['gpus']} requested"
+        + (f", leased {leases['gpus']}" if leases["gpus"] else ""),
+        *memory_lines(j),
+    ]
+    if leases["port"]:
+        lines.append(f"  port       {leases['port']}")
+    lines += session_lines(j)
+    lines.append(f"  priority   {j['priority']}")
+    if j["time_limit_s"]:
+        lines.append(f"  time limit {human_duration(j['time_limit_s'])}")
+    if j["after"]:
+        lines.append(f"  after      {', '.join(map(str, j['after']))}")
+    lines.append(f"  attempt    {j['attempt']} (retries allowed: {j['retries']})")
+    if j["exit_code"] is not None or j["exit_signal"] is not None:
+        signal = f", signal {j['exit_signal']}" if j["exit_signal"] else ""
+        lines.append(f"  exit       code {j['exit_code']}{signal}")
+    if j["progress"]:
+        lines.append(f"  progress   {sanitize(progress_line(j['progress']))}")
+    if j["job_dir"]:
+        lines.append(f"  folder     {_safe(j['job_dir'])}")
+    return lines + notify_lines(j, "one message, once it has ended")
+
+
+def session_lines(j: Data) -> list[str]:
+    """An interactive session's lines: its idle limit, how to attach, how long it idles."""
+    from ddpq.client.format import age
+    from ddpq.core.units import human_duration
+
+    lines = []
+    if j.get("interactive"):
+        limit = j.get("idle_s")
+        lines.append(
+            "  session    interactive, "
+            + (f"ended once its GPUs are unused {human_duration(limit)}" if limit else "never idle")
+            + (f"; `ddpq attach {j['id']}`" if j.get("attach") else "")
+        )
+    if j.get("idle_since"):
+        lines.append(f"  idle       its GPUs unused for {age(j['idle_since'])}")
+    return lines
+
+
+def history_lines(j: Data) -> list[str]:
+    """The job's state changes, one a line, in local time."""
+    from ddpq.client.format import when
+
+    return [
+        f"  {when(e['at']).astimezone():%Y-%m-%d %H:%M:%S}  "
+        f"{_safe(e['to_state']):<10} {_safe(e['reason'])}"
+        for e in j.get("events", [])
+    ]
+
+
+def attempt_lines(j: Data) -> list[str]:
+    """Each attempt: its GPUs and port, how it ended, where it ran, its memory."""
+    from ddpq.client.sharing import attempt_memory
+
+    lines = []
+    for a in j["attempts"]:
+        state = _safe(a["state"] or "running")
+        handle = a.get("handle")
+        where = f"  ({_safe(a.get('executor') or '?')} {_safe(handle)})" if handle else ""
+        lines.append(
+            f"  #{a['number']} GPUs {a['gpus']} port {a['port']}  {state}  "
+            f"{_safe(a['reason'])}{where}{attempt_memory(a)}"
+        )
+    return lines
 
 
 def render_env(env: Data) -> None:

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ddpq.client import common
 from ddpq.client.coercion import QuickCommand
 
 POLL_S = 0.5
@@ -74,7 +75,7 @@ def shell(
     Ctrl-\\ detaches and `ddpq attach ID` comes back. A session whose GPUs stay unused for
     its --idle limit is warned in its terminal, then ended (reason idle).
     """
-    from ddpq.client import cli, relay, submission
+    from ddpq.client import relay, submission
     from ddpq.client.api import DdpqError
     from ddpq.client.format import sanitize
     from ddpq.core.units import parse_duration
@@ -85,7 +86,7 @@ def shell(
         env_map = submission.env_pairs(env or [])
         exported, _ = submission.exported_env(export, os.environ)
     except submission.BadOption as exc:
-        cli.fail(sanitize(str(exc)), 2)
+        common.fail(sanitize(str(exc)), 2)
     # The session's terminal is this one's type (an exported environment never carries it).
     env_map.setdefault("TERM", os.environ.get("TERM") or "xterm-256color")
     fields: dict[str, Any] = {
@@ -103,15 +104,15 @@ def shell(
             try:
                 fields[field] = parse_duration(value)
             except ValueError as exc:
-                cli.fail(f"{option}: {sanitize(str(exc))}", 2)
+                common.fail(f"{option}: {sanitize(str(exc))}", 2)
     fields = {k: v for k, v in fields.items() if v is not None}
-    with cli.client() as c:
+    with common.client() as c:
         try:
             job = c.submit(fields)
         except DdpqError as exc:
             if exc.status != 422:
                 raise
-            cli.fail(submission.refusal(exc.detail), 2)
+            common.fail(submission.refusal(exc.detail), 2)
         say(f"job {job['id']}: a session on {_gpu_words(gpus)}; Ctrl-C cancels it while it waits")
         try:
             job = _wait_to_run(c, job["id"])
@@ -127,13 +128,13 @@ def attach(
     detach_key: DetachOpt = "^\\",
 ) -> None:
     """Reattach to a running session (`ddpq shell`): its terminal, as you left it."""
-    from ddpq.client import cli, relay
+    from ddpq.client import relay
 
     key = _detach_key(detach_key)
-    with cli.client() as c:
+    with common.client() as c:
         job = c.show(job_id)
         if not job.get("interactive"):
-            cli.fail(f"job {job_id} is not an interactive session (`ddpq logs -f {job_id}`)", 2)
+            common.fail(f"job {job_id} is not an interactive session (`ddpq logs -f {job_id}`)", 2)
         try:
             job = _wait_to_run(c, job_id)
         except KeyboardInterrupt:
@@ -161,12 +162,12 @@ def say(line: str) -> None:
 
 
 def _detach_key(spec: str) -> int | None:
-    from ddpq.client import cli, relay
+    from ddpq.client import relay
 
     try:
         return relay.detach_byte(spec)
     except ValueError as exc:
-        cli.fail(f"--detach-key: {exc}", 2)
+        common.fail(f"--detach-key: {exc}", 2)
 
 
 def _login_shell() -> str:
@@ -185,8 +186,6 @@ def _gpu_words(gpus: int) -> str:
 
 def _wait_to_run(c: Any, job_id: int) -> dict[str, Any]:
     """The job once it runs and its terminal is served, saying why it waits meanwhile."""
-    from ddpq.client import cli
-
     shown = None
     since = time.monotonic()
     while True:
@@ -195,7 +194,7 @@ def _wait_to_run(c: Any, job_id: int) -> dict[str, Any]:
         if state == "running" and job.get("attach"):
             return job
         if state not in WAITING and state != "running":
-            cli.fail(f"job {job_id} has ended: {state} ({reason or 'no reason given'})", 1)
+            common.fail(f"job {job_id} has ended: {state} ({reason or 'no reason given'})", 1)
         # Said when it changes; a job that starts at once has nothing to say.
         quiet = not reason and time.monotonic() - since < QUIET_S
         now = f"{state}: {reason or 'waiting for the scheduler'}"
@@ -207,7 +206,6 @@ def _wait_to_run(c: Any, job_id: int) -> dict[str, Any]:
 
 def _attach(c: Any, job: dict[str, Any], key: int | None, relay: Any) -> None:
     """Relay this terminal to the running session ``job``; exit as the session did."""
-    from ddpq.client import cli
     from ddpq.core.interactive import uses_port
 
     job_id = job["id"]
@@ -220,7 +218,7 @@ def _attach(c: Any, job: dict[str, Any], key: int | None, relay: Any) -> None:
     try:
         outcome = relay.relay(sock, sys.stdin.fileno(), sys.stdout.fileno(), key)
     except relay.CannotAttach as exc:
-        cli.fail(str(exc), 1)
+        common.fail(str(exc), 1)
     finally:
         sock.close()
     if outcome.detached:
@@ -239,15 +237,13 @@ def _attach(c: Any, job: dict[str, Any], key: int | None, relay: Any) -> None:
 
 
 def _connect(c: Any, job: dict[str, Any], relay: Any) -> Any:
-    from ddpq.client import cli
-
     deadline = time.monotonic() + SOCKET_WAIT_S
     while True:
         try:
             return relay.connect(job["attach"])
         except relay.CannotAttach as exc:
             if not exc.waiting or time.monotonic() > deadline:
-                cli.fail(
+                common.fail(
                     f"cannot attach to job {job['id']}: {exc} (its terminal is served on the "
                     "daemon's host, to the account the job runs as)",
                     1,
@@ -256,7 +252,7 @@ def _connect(c: Any, job: dict[str, Any], relay: Any) -> Any:
         time.sleep(0.1)
         job = c.show(job["id"])
         if job["state"] != "running" or not job.get("attach"):
-            cli.fail(f"job {job['id']} ended before its terminal could be attached ({last})", 1)
+            common.fail(f"job {job['id']} ended before its terminal could be attached ({last})", 1)
 
 
 def _final(c: Any, job_id: int) -> dict[str, Any] | None:

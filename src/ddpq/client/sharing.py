@@ -1,6 +1,7 @@
-"""The client's side of sharing GPUs by memory and of reservations: ``submit``'s
-``--gpu-mem``/``--gpu-share``, the memory a job reserved and used as `ls` and `show` print
-it, and `ddpq reservations`. Standard library only at import (the CLI's hot path)."""
+"""The client's side of sharing GPUs by memory: ``submit``'s ``--gpu-mem``/``--gpu-share``,
+and the memory a job reserved and used as `ls`, `show` and `gpus` print it (the drawing
+itself is ``client.draw``'s, which imports this module; `ddpq reservations` is
+``client.reservations``). Standard library only at import (the CLI's hot path)."""
 
 from __future__ import annotations
 
@@ -107,41 +108,3 @@ def share_text(device: Data) -> tuple[str, str]:
 
 def reserved_on(device: Data) -> int:
     return sum(int(s["gpu_mem"]) for s in device.get("shares") or [])
-
-
-def reservations_table(items: list[Data]) -> Any:
-    from ddpq.client.draw import new_table
-    from ddpq.client.format import plain, text, when
-
-    table = new_table("ID", "USER", "GPUS", "START", "END", "STATE", wrap="")
-    for r in items:
-        table.add_row(
-            plain(str(r["id"])),
-            plain(text(r["user"])),
-            plain(str(r["gpus"])),
-            plain(f"{when(r['start']).astimezone():%Y-%m-%d %H:%M}"),
-            plain(f"{when(r['end']).astimezone():%Y-%m-%d %H:%M}"),
-            plain("in force" if r["active"] else "to come", "green" if r["active"] else ""),
-        )
-    return table
-
-
-def register(app: typer.Typer, connect: Any, print_json: Any, quick: Any) -> None:
-    """Add `ddpq reservations` to the client's commands (``connect``: a ``JsonApi``)."""
-
-    @app.command("reservations", cls=quick)
-    def reservations(
-        ended: Annotated[bool, typer.Option("--ended", help="past ones too")] = False,
-        as_json: Annotated[bool, typer.Option("--json")] = False,
-    ) -> None:
-        """GPU reservations in force or to come (`ddpq admin reserve` makes them)."""
-        from ddpq.client.draw import console
-
-        with connect() as c:
-            items = c.reservations(ended)["items"]
-        if as_json:
-            print_json(items)
-        elif not items:
-            typer.echo("no reservations")
-        else:
-            console().print(reservations_table(items))

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from ddpq.client.coercion import QuickCommand, QuickGroup
+from ddpq.client.common import client, fail, print_json
 
 app = typer.Typer(
     help="Your own API tokens, for another machine or the web page (on the server itself "
@@ -53,7 +54,6 @@ def create(
     $DDPQ_URL.
     """
     from ddpq.client.api import uses_socket
-    from ddpq.client.cli import client, fail, print_json
     from ddpq.core.units import parse_duration
 
     try:
@@ -87,7 +87,6 @@ def ls(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Your tokens: id, note, made, works until (expired ones for 30 days)."""
-    from ddpq.client.cli import client, print_json
     from ddpq.client.format import sanitize, text
 
     with client() as c:
@@ -114,7 +113,6 @@ def revoke(
 ) -> None:
     """Revoke tokens: each stops working at once."""
     from ddpq.client.api import DdpqError
-    from ddpq.client.cli import client
 
     worst = 0
     with client() as c:

@@ -1,8 +1,8 @@
 """``ddpq usage``: GPU-hours of jobs and of outside use, jobs ended, waits, per user, day or
 month; as a table, CSV (``--csv``, for a spreadsheet) or the API's JSON (``--json``).
 
-Registered by ``client.cli``; it imports the CLI's helpers when it runs, so that importing
-it costs the other commands nothing.
+Registered by ``client.cli`` (``register``); the drawing is imported when it runs, so that
+importing it costs the other commands nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
+from ddpq.client.coercion import QuickCommand
+from ddpq.client.common import client, fail, print_json
 from ddpq.client.format import Data, sanitize, text
 from ddpq.core.states import TERMINAL, JobState
 
@@ -52,7 +54,6 @@ def usage(
 ) -> None:
     """GPU-hours used (jobs, and processes in no job), jobs ended by state, queue waits."""
     from ddpq.client.api import DdpqError
-    from ddpq.client.cli import client, fail, print_json
     from ddpq.core.usage import parse_since
 
     try:
@@ -78,6 +79,11 @@ def usage(
         from ddpq.client.draw import console
 
         console().print(usage_table(report, since, by))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ddpq usage` to the client's app."""
+    app.command("usage", cls=QuickCommand)(usage)
 
 
 def _rows(report: Data) -> list[Data]:

@@ -1,0 +1,51 @@
+"""The GPUs: `ddpq gpus` (who holds each, memory, outside processes) and `ddpq watch` (a
+live view of the queue and the GPU map). Rich is imported when they draw."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from ddpq.client.coercion import QuickCommand
+from ddpq.client.common import ACTIVE_STATES, client, print_json
+
+
+def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Every GPU: who holds it (job, owner, since when), memory, outside processes."""
+    from ddpq.client.draw import console, gpu_table
+
+    with client() as c:
+        devs = c.devices()
+    if as_json:
+        print_json(devs)
+        return
+    console().print(gpu_table(devs))
+
+
+def watch(
+    interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
+    all_: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
+) -> None:
+    """A live view of the queue and the GPU map, with progress bars. Ctrl-C to leave."""
+    from rich.live import Live
+
+    from ddpq.client.draw import console
+    from ddpq.client.watchview import render
+
+    with client() as c, Live(console=console(), auto_refresh=False, screen=False) as live:
+        try:
+            while True:
+                states = None if all_ else ACTIVE_STATES
+                jobs = c.list_all(states=states)
+                live.update(render(jobs, c.devices()), refresh=True)
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+
+def register(app: typer.Typer) -> None:
+    """Add `gpus` and `watch` to the client's app."""
+    app.command("gpus", cls=QuickCommand)(gpus)
+    app.command("watch", cls=QuickCommand)(watch)
