@@ -74,13 +74,6 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
-def safe(value: object) -> str:
-    """A value from an answer as text that is safe to print on one line."""
-    from ddpq.client.format import sanitize, text
-
-    return sanitize(text(value))
-
-
 def run(cli: Callable[[], object]) -> None:
     """Run the command line: a ``DdpqError`` is one line on stderr and its exit code."""
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ddpq.client.format import Data, Dumps, as_data, text
+from ddpq.client.format import Data, Dumps, as_data, safe, text
 from ddpq.core.states import JobState
 
 
@@ -95,9 +95,9 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
     con.print(
         Text.assemble(
             (f"job {j['id']}", "bold"),
-            f" {_safe(j['name'])}  ",
+            f" {safe(j['name'])}  ",
             styled_state(j["state"]),
-            f"  {_safe(j['reason'])}",
+            f"  {safe(j['reason'])}",
         )
     )
     for line in job_lines(j):
@@ -118,12 +118,6 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
         con.print(Text(shown), highlight=False, soft_wrap=True)
 
 
-def _safe(value: object) -> str:
-    from ddpq.client.format import sanitize
-
-    return sanitize(text(value))
-
-
 def job_lines(j: Data) -> list[str]:
     """`show`'s lines under the job's title: what it asked for, holds, and has done."""
     from ddpq.client.format import notify_lines, progress_line, sanitize
@@ -133,7 +127,7 @@ def job_lines(j: Data) -> list[str]:
     leases = j["leases"]
     launcher = "  (torchrun)" if j["launcher"] == "torchrun" else ""
     lines = [
-        f"  owner      {_safe(j['owner'])}",
+        f"  owner      {safe(j['owner'])}",
         f"  command    {sanitize(' '.join(map(text, j['command'])))}{launcher}",
         f"  gpus       {j['gpus']} requested"
         + (f", leased {leases['gpus']}" if leases["gpus"] else ""),
@@ -154,7 +148,7 @@ def job_lines(j: Data) -> list[str]:
     if j["progress"]:
         lines.append(f"  progress   {sanitize(progress_line(j['progress']))}")
     if j["job_dir"]:
-        lines.append(f"  folder     {_safe(j['job_dir'])}")
+        lines.append(f"  folder     {safe(j['job_dir'])}")
     return lines + notify_lines(j, "one message, once it has ended")
 
 
@@ -182,7 +176,7 @@ def history_lines(j: Data) -> list[str]:
 
     return [
         f"  {when(e['at']).astimezone():%Y-%m-%d %H:%M:%S}  "
-        f"{_safe(e['to_state']):<10} {_safe(e['reason'])}"
+        f"{safe(e['to_state']):<10} {safe(e['reason'])}"
         for e in j.get("events", [])
     ]
 
@@ -193,12 +187,12 @@ def attempt_lines(j: Data) -> list[str]:
 
     lines = []
     for a in j["attempts"]:
-        state = _safe(a["state"] or "running")
+        state = safe(a["state"] or "running")
         handle = a.get("handle")
-        where = f"  ({_safe(a.get('executor') or '?')} {_safe(handle)})" if handle else ""
+        where = f"  ({safe(a.get('executor') or '?')} {safe(handle)})" if handle else ""
         lines.append(
             f"  #{a['number']} GPUs {a['gpus']} port {a['port']}  {state}  "
-            f"{_safe(a['reason'])}{where}{attempt_memory(a)}"
+            f"{safe(a['reason'])}{where}{attempt_memory(a)}"
         )
     return lines
 

@@ -88,6 +88,11 @@ def sanitize(text: str, *, multiline: bool = False) -> str:
     return "".join(out)
 
 
+def safe(value: object) -> str:
+    """A field of an answer (a name, a reason, a state) as one line of text safe to print."""
+    return sanitize(text(value))
+
+
 def plain(text: str, style: str = "") -> Text:
     """Untrusted text as a Rich renderable: sanitized, and never read as markup (``[red]``,
     ``[/bold]``, ``[link=…]``) or emoji codes (``:smile:``), as a ``str`` would be, table

@@ -15,7 +15,8 @@ import typer
 
 from ddpq.client.api import DdpqError, JsonApi
 from ddpq.client.coercion import QuickCommand
-from ddpq.client.common import ACTIVE_STATES, client, fail, print_json, safe
+from ddpq.client.common import ACTIVE_STATES, client, fail, print_json
+from ddpq.client.format import safe
 
 StateOpt = Annotated[list[str] | None, typer.Option("--state", "-s", help="only these states")]
 RefsArg = Annotated[list[str], typer.Argument(metavar="ID...", help="job ids, or sN for sweeps")]
