@@ -113,17 +113,31 @@ def test_every_client_function_is_short() -> None:
     assert not long, long
 
 
-def test_the_command_line_is_the_one_entry_mounts() -> None:
+def test_the_command_line_is_the_one_entry_mounts_in_the_order_help_lists() -> None:
     from ddpq import entry
     from ddpq.client import cli, common
 
     assert cli.app is common.app
-    commands = entry.command_line(["ls"]).commands
-    for name in ("submit", "ls", "show", "logs", "cancel", "hold", "release", "preempt"):
-        assert name in commands
-    for name in ("gpus", "watch", "usage", "shell", "attach", "login", "whoami", "token"):
-        assert name in commands
-    assert "version" in commands and "reservations" in commands
+    assert list(entry.command_line(["ls"]).commands) == [
+        "submit",
+        "ls",
+        "show",
+        "logs",
+        "cancel",
+        "hold",
+        "release",
+        "preempt",
+        "gpus",
+        "watch",
+        "usage",
+        "shell",
+        "attach",
+        "login",
+        "whoami",
+        "version",
+        "reservations",
+        "token",
+    ]
 
 
 # ---- the checker itself -----------------------------------------------------------------
