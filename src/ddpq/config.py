@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+from pydantic.fields import FieldInfo
 
-from ddpq.config_decl import Declared, default_home, public_fields
+from ddpq.config_decl import Declared
 from ddpq.config_values import (
     DEFAULT_PORT_RANGE,
     EXECUTORS,
@@ -23,6 +23,7 @@ from ddpq.config_values import (
     ConfigError,
     Public,
     check_port_range,
+    default_home,
     parse_port_range,
     read_ephemeral_range,
 )
@@ -48,19 +49,6 @@ __all__ = [
 
 class Settings(Declared):
     """What the daemon runs with. The worker and the server read these attributes."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Built directly: the arguments and the defaults. A test's settings must not
-        # depend on the machine's /etc/ddpq or on the environment it runs in.
-        return (init_settings,)
 
     @property
     def db_path(self) -> Path:
@@ -128,44 +116,50 @@ class Settings(Declared):
     ) -> None:
         """What can only be checked on the machine the daemon starts on (each value's own
         form was checked when the settings were made)."""
-        if ephemeral is None:
-            try:
-                ephemeral = read_ephemeral_range()
-            except OSError:
-                ephemeral = None
-        if ephemeral is not None:
-            check_port_range(self.port_range, ephemeral)
-        maximum, default = self.idle_max_s, self.idle_default_s
-        if maximum is not None and (default is None or default > maximum):
-            # Checked here, not per source: a flag may raise the maximum a file's default needs.
-            raise ConfigError(
-                "--idle must be at most --idle-max (a default of 'off' needs --idle-max off)"
-            )
-        sock = self.socket_file
-        if listens and sock is not None and len(os.fsencode(sock)) > MAX_SOCKET_PATH:
-            raise ConfigError(
-                f"the socket path {sock} is longer than the {MAX_SOCKET_PATH} bytes a Unix "
-                "socket's address may hold; choose a shorter one with --socket (or --home), "
-                "or --socket none"
-            )
-        if listens and not self.auth and not is_loopback(self.host):
-            raise ConfigError(
-                f"refusing to listen on {self.host} without --auth: anyone on the network "
-                "could run commands as the daemon's user; use --auth or 127.0.0.1"
-            )
-        if runs_jobs and self.auth and os.geteuid() != 0 and not self.shared_account:
-            raise ConfigError(
-                "refusing --auth without root: the daemon could not run jobs as their "
-                "owners, so every job would run as this account and could read the database "
-                "(tokens, everyone's --env secrets) and stop other users' jobs. Run as root, "
-                "or add --shared-account if every user may be trusted with every job"
-            )
-        if not self.auth and os.geteuid() == 0 and not self.allow_root_without_auth:
-            raise ConfigError(
-                "refusing to run as root without --auth: any local user could run commands "
-                "as root (and jobs could not run as their owners). Use --auth, or "
-                "--allow-root on a machine where every local user is trusted with root"
-            )
+        _check_on_this_machine(self, ephemeral, runs_jobs=runs_jobs, listens=listens)
+
+
+def _check_on_this_machine(
+    settings: Settings, ephemeral: tuple[int, int] | None, *, runs_jobs: bool, listens: bool
+) -> None:
+    if ephemeral is None:
+        try:
+            ephemeral = read_ephemeral_range()
+        except OSError:
+            ephemeral = None
+    if ephemeral is not None:
+        check_port_range(settings.port_range, ephemeral)
+    maximum, default = settings.idle_max_s, settings.idle_default_s
+    if maximum is not None and (default is None or default > maximum):
+        # Checked here, not per source: a flag may raise the maximum a file's default needs.
+        raise ConfigError(
+            "--idle must be at most --idle-max (a default of 'off' needs --idle-max off)"
+        )
+    sock = settings.socket_file
+    if listens and sock is not None and len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+        raise ConfigError(
+            f"the socket path {sock} is longer than the {MAX_SOCKET_PATH} bytes a Unix "
+            "socket's address may hold; choose a shorter one with --socket (or --home), "
+            "or --socket none"
+        )
+    if listens and not settings.auth and not is_loopback(settings.host):
+        raise ConfigError(
+            f"refusing to listen on {settings.host} without --auth: anyone on the network "
+            "could run commands as the daemon's user; use --auth or 127.0.0.1"
+        )
+    if runs_jobs and settings.auth and os.geteuid() != 0 and not settings.shared_account:
+        raise ConfigError(
+            "refusing --auth without root: the daemon could not run jobs as their "
+            "owners, so every job would run as this account and could read the database "
+            "(tokens, everyone's --env secrets) and stop other users' jobs. Run as root, "
+            "or add --shared-account if every user may be trusted with every job"
+        )
+    if not settings.auth and os.geteuid() == 0 and not settings.allow_root_without_auth:
+        raise ConfigError(
+            "refusing to run as root without --auth: any local user could run commands "
+            "as root (and jobs could not run as their owners). Use --auth, or "
+            "--allow-root on a machine where every local user is trusted with root"
+        )
 
 
 def is_loopback(host: str) -> bool:
@@ -177,3 +171,13 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def public_fields() -> dict[str, tuple[Public, FieldInfo]]:
+    """The settings people set, by attribute, in the order declared (the flags' order)."""
+    found = {}
+    for field, info in Settings.model_fields.items():
+        for meta in info.metadata:
+            if isinstance(meta, Public):
+                found[field] = (meta, info)
+    return found

@@ -12,14 +12,12 @@ internal (``python``, ``poll_s``). Adding a setting is one field here, and its u
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, Field
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ddpq.config_values import (
     DEFAULT_PORT_RANGE,
@@ -36,40 +34,30 @@ from ddpq.config_values import (
     PortRange,
     Public,
     Seconds,
+    absolute,
     at_least,
     between,
     checked_url,
+    default_home,
     group_name,
     one_of,
     slurm_name,
     socket_path,
 )
 from ddpq.core import notify, slurm
-from ddpq.core.names import DEFAULT_API_ADDRESS, state_folder
+from ddpq.core.names import DEFAULT_API_ADDRESS
 from ddpq.core.policy import DEFAULT_POLICY, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS
-
-
-def default_home() -> Path:
-    """Per-user state folder: $DDPQ_HOME, else $XDG_STATE_HOME/ddpq, else ~/.local/state/ddpq."""
-    return Path(state_folder(os.environ, str(Path.home()))).expanduser()
-
 
 _HOST, _PORT = DEFAULT_API_ADDRESS
 
 
-def _absolute(path: Path) -> Path:
-    return path.expanduser().resolve()
-
-
-class Declared(BaseSettings):
-    """The settings, each with its type, default and (if people set it) ``Public``."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+class _Service(BaseSettings):
+    """Where the daemon keeps its state and listens, and how it treats a job's output."""
 
     home: Annotated[
         Path,
-        AfterValidator(_absolute),
+        AfterValidator(absolute),
         Public("home", "state folder (default $DDPQ_HOME or ~/.local/state/ddpq)"),
     ] = Field(default_factory=default_home, validate_default=True)
     host: Annotated[str, Public("host", "address to listen on", only="api")] = _HOST
@@ -110,6 +98,11 @@ class Declared(BaseSettings):
         bool,
         Public("stop_jobs", "on shutdown, stop running jobs instead of leaving them to re-adopt"),
     ] = False
+
+
+class _Trust(BaseSettings):
+    """Whom the daemon believes (docs/architecture.md, trust modes)."""
+
     allow_root_without_auth: Annotated[
         bool,
         Public(
@@ -160,6 +153,11 @@ class Declared(BaseSettings):
             only="api",
         ),
     ] = False
+
+
+class _Jobs(BaseSettings):
+    """What jobs may hold and where their ends are told; the policy that orders them."""
+
     # So that one user's flood of torchrun jobs cannot take every port.
     max_user_ports: Annotated[
         int,
@@ -206,6 +204,11 @@ class Declared(BaseSettings):
         Field(ge=0, le=1000),
         Public("max_preemptions", "the policy preempts one job at most this many times"),
     ] = DEFAULT_GUARDS.max_preemptions
+
+
+class _Retention(BaseSettings):
+    """Retention and interactive sessions' idle limits."""
+
     # Retention (ddpq.daemon.janitor); jobs that are not finished are never touched.
     keep_finished_s: Annotated[
         KeepFor,
@@ -251,6 +254,11 @@ class Declared(BaseSettings):
     idle_grace_s: Annotated[
         Seconds, Public("idle_grace", "time between an idle session's warning and its end")
     ] = 5 * 60.0
+
+
+class _Slurm(BaseSettings):
+    """Where jobs run: this host or a Slurm cluster (docs/slurm.md)."""
+
     # docs/slurm.md.
     executor: Annotated[
         str,
@@ -296,6 +304,11 @@ class Declared(BaseSettings):
             default_is="every GPU of the partition, from sinfo",
         ),
     ] = None
+
+
+class _Resources(BaseSettings):
+    """GPUs shared by memory (core.sharing) and the state disk (core.quota)."""
+
     # Sharing GPUs by memory (core.sharing).
     gpu_mem_headroom_bytes: Annotated[
         AnySize,
@@ -342,7 +355,28 @@ class Declared(BaseSettings):
         ),
     ] = 0.5
 
-    # ---- internals: no flag, variable or key ----
+
+# The groups above, listed last first: pydantic orders inherited fields from the last base
+# to the first, and their order is the flags' and the docs' order.
+class Declared(_Resources, _Slurm, _Retention, _Jobs, _Trust, _Service):
+    """Every setting, each with its type, default and (if people set it) ``Public``; the
+    internals, which no flag, variable or key sets, are declared here."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Built directly: the arguments and the defaults. A test's settings must not
+        # depend on the machine's /etc/ddpq or on the environment it runs in.
+        return (init_settings,)
+
     disk_every_s: float = 5.0
     usage_window_s: float = 7 * 24 * 3600.0
     max_port_retries: int = 3
@@ -356,13 +390,3 @@ class Declared(BaseSettings):
     poll_s: float = 0.5
     notify_timeout_s: float = notify.TIMEOUT_S
     notify_retry_s: tuple[float, ...] = notify.RETRY_DELAYS_S
-
-
-def public_fields() -> dict[str, tuple[Public, FieldInfo]]:
-    """The settings people set, by attribute, in the order declared (the flags' order)."""
-    found = {}
-    for field, info in Declared.model_fields.items():
-        for meta in info.metadata:
-            if isinstance(meta, Public):
-                found[field] = (meta, info)
-    return found

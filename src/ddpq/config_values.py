@@ -13,11 +13,13 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from ddpq.core import notify, quota, slurm
+from ddpq.core.names import state_folder
 from ddpq.core.units import human_duration, human_size, parse_duration, parse_size
 
 DEFAULT_PORT_RANGE = (29600, 29999)
@@ -70,6 +72,15 @@ FOLDER_LIMIT = Written(
     "size (10G), share of the disk (50%) or unlimited",
     lambda v: human_size(v) if isinstance(v, int) else _share(v),
 )
+
+
+def default_home() -> Path:
+    """Per-user state folder: $DDPQ_HOME, else $XDG_STATE_HOME/ddpq, else ~/.local/state/ddpq."""
+    return Path(state_folder(os.environ, str(Path.home()))).expanduser()
+
+
+def absolute(path: Path) -> Path:
+    return path.expanduser().resolve()
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
