@@ -280,6 +280,6 @@ def test_every_settings_row_in_the_docs_names_a_setting_and_its_default() -> Non
             if options.option_type(info) is bool:
                 assert default[1] == str(info.default).lower(), (doc, key)
             else:
-                read = Settings(**{NAMES[key]: default[1]})
+                read = Settings.model_validate({NAMES[key]: default[1]})
                 assert getattr(read, NAMES[key]) == info.default, (doc, key)
     assert found >= len(DECLARED) + 3  # the full table and interactive.md's
