@@ -82,7 +82,11 @@ def _run_daemon(*, api: bool, worker: bool, config: Path | None, flags: dict[str
 
 class DeclaredOptions(ShowsSettingsDefaults):
     """A daemon command: ``--config``, and an option per setting it reads (``api``: the API's,
-    ``worker``: the worker's), which run ``_run_daemon`` with the flags given."""
+    ``worker``: the worker's), which run ``_run_daemon`` with the flags given.
+
+    Its options are made the first time anything asks for them (parsing, help, a test
+    reading ``params``), by a command Typer builds then: building ``ddpq``'s command line
+    imports no settings, and Typer's own callback knows every option it is given."""
 
     api = worker = True
     _declared: TyperCommand | None = None
