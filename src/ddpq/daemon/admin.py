@@ -14,9 +14,8 @@ from ddpq.daemon import admin_limits
 from ddpq.daemon.commands import (
     ConfigOpt,
     HomeOpt,
-    JobsBudgetOpt,
-    KeepFinishedOpt,
-    PruneRowsOpt,
+    SettingSwitch,
+    SettingText,
     ShowsSettingsDefaults,
     fail,
 )
@@ -244,9 +243,9 @@ def prune(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="only show what would be removed")
     ] = False,
-    keep_finished: KeepFinishedOpt = None,
-    jobs_budget: JobsBudgetOpt = None,
-    prune_rows: PruneRowsOpt = None,
+    keep_finished: SettingText = None,
+    jobs_budget: SettingText = None,
+    prune_rows: SettingSwitch = None,
     home: HomeOpt = None,
     config: ConfigOpt = None,
 ) -> None:

@@ -19,56 +19,18 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource
 
-from ddpq.config import ConfigError, Settings
-from ddpq.core.units import human_duration, human_size
+from ddpq.config import ConfigError, Public, Settings, public_fields
+from ddpq.config_values import Written
 
 # Read when it exists; `--config PATH` names another, which must exist.
 DEFAULT_CONFIG_FILE = Path("/etc/ddpq/ddpq.toml")
 ENV_PREFIX = "DDPQ_"
-# The settings people set, by their public name, and the attribute each one sets.
-# Attributes not named here (python, poll_s, ...) are internals. Other DDPQ_* variables
-# (DDPQ_URL, DDPQ_TRACKING, a job's DDPQ_JOB_DIR, ...) are not settings: never read here.
+# The settings people set, by their public name, and the attribute each one sets: the
+# fields declared ``Public`` (ddpq.config_decl). Attributes not named here (python, poll_s,
+# ...) are internals. Other DDPQ_* variables (DDPQ_URL, DDPQ_TRACKING, a job's
+# DDPQ_JOB_DIR, ...) are not settings: never read here.
 PUBLIC_NAMES: dict[str, str] = {
-    "home": "home",
-    "host": "host",
-    "port": "port",
-    "fake_gpus": "fake_gpus",
-    "port_range": "port_range",
-    "external_gpus": "external_policy",
-    "outside_use": "outside_use",
-    "grace": "grace_s",
-    "log_cap": "log_cap_bytes",
-    "auth": "auth",
-    "allow_root": "allow_root_without_auth",
-    "shared_account": "shared_account",
-    "socket": "unix_socket",
-    "admin_group": "admin_group",
-    "remote_accounts": "remote_accounts",
-    "stop_jobs": "stop_jobs_on_exit",
-    "ports_per_user": "max_user_ports",
-    "policy": "policy",
-    "preempt_grace": "preempt_grace_s",
-    "preempt_min_run": "preempt_min_run_s",
-    "max_preemptions": "max_preemptions",
-    "notify_url": "notify_url",
-    "notify_allow_loopback": "notify_allow_loopback",
-    "keep_finished": "keep_finished_s",
-    "jobs_budget": "jobs_budget_bytes",
-    "prune_rows": "prune_rows",
-    "state_reserve": "state_reserve_bytes",
-    "job_folder_max": "job_folder_max",
-    "idle": "idle_default_s",
-    "idle_max": "idle_max_s",
-    "idle_grace": "idle_grace_s",
-    "executor": "executor",
-    "slurm_partition": "slurm_partition",
-    "slurm_account": "slurm_account",
-    "slurm_options": "slurm_options",
-    "slurm_user_options": "slurm_user_options",
-    "slurm_gpus": "slurm_gpus",
-    "gpu_mem_headroom": "gpu_mem_headroom_bytes",
-    "gpu_mem_margin": "gpu_mem_margin",
-    "gpu_poll": "gpu_poll_s",
+    public.name: field for field, (public, _) in public_fields().items()
 }
 _NAME_OF = {field: name for name, field in PUBLIC_NAMES.items()}
 
@@ -93,29 +55,26 @@ def load_settings(flags: Mapping[str, Any], config_file: Path | None = None) -> 
 
 
 def written_defaults() -> dict[str, object]:
-    """Each public setting's default as one would write it (``grace``: "10s"), for help."""
-    shown: dict[str, object] = {}
-    for name, field in PUBLIC_NAMES.items():
-        info = Settings.model_fields[field]
-        if info.default_factory is not None or info.default is None:
-            continue  # home (a rule, which the help tells) and fake_gpus (none)
-        value = info.default
-        if field in ("grace_s", "idle_default_s", "idle_max_s", "idle_grace_s"):
-            value = human_duration(value)
-        elif field in ("log_cap_bytes", "gpu_mem_headroom_bytes", "state_reserve_bytes"):
-            value = human_size(value)
-        elif field == "job_folder_max":
-            value = human_size(value) if isinstance(value, int) else f"{value:.0%}"
-        elif field == "gpu_poll_s":
-            value = human_duration(value)
-        elif field == "gpu_mem_margin":
-            value = f"{value:.0%}"
-        elif field == "slurm_user_options":
-            value = ",".join(value)
-        elif field == "port_range":
-            value = "{}-{}".format(*value)
-        shown[name] = value
+    """Each public setting's default as one would write it (``grace``: "10s"; a switch's:
+    the bool), for help; a default that is a rule (``home``) or none is left out."""
+    shown = {}
+    for public, info in public_fields().values():
+        if (value := written_default(public, info)) is not None:
+            shown[public.name] = value
     return shown
+
+
+def written_default(public: Public, info: FieldInfo) -> object:
+    """A setting's default as people would write it (a switch's: the bool), or None."""
+    if public.default_is is not None:
+        return public.default_is
+    if info.default_factory is not None:
+        return None  # a rule, which the help tells (home)
+    written = next((m for m in info.metadata if isinstance(m, Written)), None)
+    value = info.default
+    if value is None or isinstance(value, bool):
+        return written.none if value is None and written else value
+    return written.show(value) if written else str(value)
 
 
 class _Loaded(Settings):
