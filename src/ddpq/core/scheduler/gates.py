@@ -96,10 +96,9 @@ def in_line(job: QueuedJob, p: Pass) -> str | None:
 def owner_limits(job: QueuedJob, p: Pass) -> str | None:
     """The most jobs and GPUs an owner's jobs hold at once (``core.limits``). A sharing
     job may still fit on GPUs its owner holds already (``placement.own_gpus``)."""
-    limits = p.world.limits
-    if not limits.any:
+    if not p.limited:
         return None
-    return p.owners.blocks(job.owner, job.gpus, limits, shares=job.sharer is not None)
+    return p.owners.blocks(job.owner, job.gpus, p.world.limits, shares=job.sharer is not None)
 
 
 # The order the pipeline asks them in (and so the reason that is said first).

@@ -53,6 +53,7 @@ class Pass:
             for job in running
         ]
         self.owners = OwnerUse((job.owner, job.gpus) for job in running)
+        self.limited = world.limits.any  # asked once: most hosts set no limit
         self.calendar = Calendar(
             world.reservations,
             self.usable,
