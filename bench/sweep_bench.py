@@ -135,9 +135,6 @@ def planner_figures(members: int, repeat: int) -> list[str]:
         f"plan(), {members} members of a sweep at its cap of 8 (none placed)": lambda: planner.plan(
             capped, everything, running, ports, {}, 1000.0, sweep_caps=caps
         ),
-        f"explain_waits(), {members} capped members": lambda: planner.explain_waits(
-            capped, everything, [], ports, {}, 1000.0, sweep_caps=caps
-        ),
         "plan(), an empty queue": lambda: planner.plan([], everything, running, ports, {}, 1000.0),
     }
     return [row(what, timed(fn, repeat * 10)) for what, fn in cases.items()]

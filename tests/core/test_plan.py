@@ -21,8 +21,8 @@ from ddpq.core.plan import (
     QueuedJob,
     RunningJob,
     SweepCaps,
-    explain_waits,
     plan,
+    plan_explained,
     shadow,
 )
 from ddpq.core.rules import Run, recent_usage
@@ -656,30 +656,29 @@ def test_shadow_counts_jobs_placed_in_this_round() -> None:
     assert placements == [Placement(1, (0, 1), 1), Placement(3, (2, 3), 2)]
 
 
-def test_explain_waits_says_why_each_unplaced_job_waits() -> None:
-    from ddpq.core.plan import explain_waits
-
+def test_the_plan_says_why_each_unplaced_job_waits() -> None:
     now = 100.0
     big = QueuedJob(1, "a", 9, 0, 1.0)
     head = QueuedJob(2, "a", 3, 0, 2.0)
     behind = QueuedJob(3, "b", 1, 0, 3.0)
     backing_off = QueuedJob(4, "a", 1, 0, 4.0, not_before=now + 5)
     placed = QueuedJob(5, "c", 0, 5, 5.0)
-    reasons = explain_waits(
+    result = plan_explained(
         [big, head, behind, backing_off, placed],
         [0, 1, 2, 3],
-        [Placement(5, (), 29600)],
-        [29601],
+        [RunningJob(9, (0, 1), now - 10)],  # two of the four GPUs are taken
+        [29600, 29601],
         {},
         now,
     )
-    assert reasons == {
+    assert result.placements == [Placement(5, (), 29600)]
+    assert result.reasons == {
         1: "needs 9 GPUs; only 4 can be handed out",
         2: "waiting for 3 free GPUs (next in line)",
         3: "waiting in line",
         4: "waiting out its retry back-off",
     }
-    no_ports = explain_waits([head], [0, 1, 2, 3], [], [], {}, now)
+    no_ports = plan_explained([head], [0, 1, 2, 3], [], [], {}, now).reasons
     assert no_ports == {2: "waiting for a free rendezvous port"}
 
 
@@ -758,9 +757,10 @@ def test_members_held_back_by_a_cap_delay_nobody(c: Capped) -> None:
     back = held_back(c, placements)
     rest = replace(c.s, queued=tuple(j for j in c.s.queued if j.id not in back))
     assert placements == Capped(rest, NO_SWEEP_CAPS).run_plan()
-    reasons = explain_waits(
-        c.s.queued, c.s.usable, placements, c.s.ports, c.s.usage, c.s.now, sweep_caps=c.caps
-    )
+    s = c.s
+    reasons = plan_explained(
+        s.queued, s.usable, s.running, s.ports, s.usage, s.now, sweep_caps=c.caps
+    ).reasons
     usable = len(set(c.s.usable))
     for job in c.s.queued:
         if job.id in back:
@@ -782,7 +782,9 @@ def test_a_capped_sweep_starts_its_first_members_and_says_why_the_rest_wait() ->
     caps = SweepCaps({7: 2}, {7: 0})
     placed = plan([*members, other], [0, 1, 2, 3], [], [1, 2, 3, 4], {}, NOW, sweep_caps=caps)
     assert [p.job_id for p in placed] == [1, 2, 9]
-    reasons = explain_waits([*members, other], [0, 1, 2, 3], placed, [4], {}, NOW, sweep_caps=caps)
+    reasons = plan_explained(
+        [*members, other], [0, 1, 2, 3], [], [1, 2, 3, 4], {}, NOW, sweep_caps=caps
+    ).reasons
     assert reasons == {i: "sweep 7 runs 2 members at once, its cap" for i in (3, 4, 5)}
     # One already runs: one more may start.
     caps = SweepCaps({7: 2}, {7: 1})

@@ -19,7 +19,6 @@ from ddpq.core.plan import (
     Placement,
     QueuedJob,
     RunningJob,
-    explain_waits,
     plan,
     plan_explained,
 )
@@ -393,15 +392,12 @@ def test_a_user_at_their_limit_waits_and_the_reason_names_it() -> None:
     queued = [q(2), q(3, "bob")]
     result = plan_explained(queued, range(4), running, [29600, 29601], {}, NOW, limits=limits)
     assert [p.job_id for p in result.placements] == [3]
-    reasons = explain_waits(
-        queued, range(4), result.placements, [29601], {}, NOW, notes=result.notes
-    )
-    assert reasons == {2: "at alice's limit of 2 GPUs"}
+    assert result.reasons == {2: "at alice's limit of 2 GPUs"}
     jobs = Limits(default=Limit(jobs=1))
     result = plan_explained(queued, range(4), running, [29600], {}, NOW, limits=jobs)
-    assert result.notes == {2: "at alice's limit of 1 running job"}
+    assert result.reasons == {2: "at alice's limit of 1 running job"}
     too_big = plan_explained([q(4, gpus=3)], range(4), [], [29600], {}, NOW, limits=limits)
-    assert too_big.notes == {4: "needs 3 GPUs, more than alice's limit of 2"}
+    assert too_big.reasons == {4: "needs 3 GPUs, more than alice's limit of 2"}
 
 
 def test_sharing_jobs_count_each_gpu_once_against_the_limit() -> None:
@@ -464,7 +460,7 @@ def test_a_reservation_holds_its_gpus() -> None:
     ]
     result = plan_explained(queued, [0, 1], [], list(range(1, 10)), {}, NOW, reservations=[r])
     assert [p.job_id for p in result.placements] == [1, 4]
-    assert result.notes == {
+    assert result.reasons == {
         2: "without a time limit it would run into reservation 7 (2 GPUs for alice)",
         3: "its time limit would run into reservation 7 (2 GPUs for alice)",
     }
@@ -475,7 +471,7 @@ def test_a_reservation_holds_its_gpus() -> None:
         queued, [0, 1, 2], [], list(range(1, 10)), {}, NOW, reservations=[active]
     )
     assert sorted(p.job_id for p in result.placements) == [1, 3, 4]
-    assert result.notes[2] == "the free GPUs are kept for reservation 8 (2 GPUs for alice)"
+    assert result.reasons[2] == "the free GPUs are kept for reservation 8 (2 GPUs for alice)"
 
 
 # ---------------------------------------------------------------------------- done when
@@ -491,7 +487,7 @@ def test_three_5g_jobs_share_a_16g_gpu_a_fourth_waits_and_a_whole_gpu_job_never_
     running = [RunningJob(p.job_id, p.gpus, NOW, None, "alice", 5 * G) for p in placed]
     rest = [j for j in queued if j.id in (4, 5)]
     assert plan(rest, [0], running, [1], {}, NOW, memory=memory) == []
-    reasons = explain_waits(rest, [0], [], [1], {}, NOW, memory=memory)
+    reasons = plan_explained(rest, [0], running, [1], {}, NOW, memory=memory).reasons
     assert reasons[4] == "waiting for 5G of memory free on a GPU (next in line)"
     # Once two have ended, the fourth joins the last; the whole-GPU job still waits.
     assert plan(rest, [0], running[2:], [1], {}, NOW, memory=memory) == [
@@ -519,7 +515,7 @@ def test_a_share_cap_and_a_reservation_too_large_for_any_gpu() -> None:
     assert [p.job_id for p in plan(queued, [0], [], [1, 2, 3], {}, NOW, memory=memory)] == [1, 2]
     big = [q(9, mem_bytes=20 * G)]
     assert plan(big, [0], [], [1], {}, NOW, memory=memory) == []
-    assert explain_waits(big, [0], [], [1], {}, NOW, memory=memory) == {
+    assert plan_explained(big, [0], [], [1], {}, NOW, memory=memory).reasons == {
         9: "asks 20G of GPU memory; the GPUs here have at most 15G to share (1G of each kept free)"
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpq.core.plan import PortBudget, QueuedJob, RunningJob, explain_waits, needs_port, plan
+from ddpq.core.plan import PortBudget, QueuedJob, RunningJob, needs_port, plan, plan_explained
 
 
 def q(i: int, owner: str = "a", gpus: int = 0, port: bool = True) -> QueuedJob:
@@ -28,7 +28,7 @@ def test_cpu_jobs_start_without_ports_while_gpu_jobs_keep_them() -> None:
 def test_no_free_port_blocks_only_the_jobs_that_need_one() -> None:
     placed = plan([q(1, gpus=1), q(2, port=False)], [0, 1], [], [], {}, 0.0)
     assert [p.job_id for p in placed] == [2]
-    why = explain_waits([q(1, gpus=1), q(2, port=False)], [0, 1], placed, [], {}, 0.0)
+    why = plan_explained([q(1, gpus=1), q(2, port=False)], [0, 1], [], [], {}, 0.0).reasons
     assert why == {1: "waiting for a free rendezvous port"}
 
 
@@ -37,7 +37,7 @@ def test_an_owner_over_the_port_budget_waits_and_others_go_ahead() -> None:
     queued = [q(1, "a", 1), q(2, "a", 1), q(3, "a", 1), q(4, "b", 1)]
     placed = plan(queued, [0, 1, 2, 3], [], [1, 2, 3, 4], {}, 0.0, budget)
     assert sorted(p.job_id for p in placed) == [1, 4]
-    why = explain_waits(queued, [0, 1, 2, 3], placed, [3, 4], {}, 0.0, PortBudget(2, {"a": 2}))
+    why = plan_explained(queued, [0, 1, 2, 3], [], [1, 2, 3, 4], {}, 0.0, budget).reasons
     assert "the most one user may hold" in why[2] and "the most one user may hold" in why[3]
 
 

@@ -1,0 +1,113 @@
+"""Gates: each says why a queued job may not start now, or None where it may (pure).
+
+A gate reads the job and the pass (``Pass``: the world after the jobs placed before it
+in this pass) and changes nothing. The pipeline asks them in ``GATES``' order, and the
+first that answers is the reason the user sees (``ddpq status``), so the order is the
+order in which reasons are worth saying: a job that can never run here says so before
+it says it waits for its sweep. A job a gate stops holds nothing, so it delays nobody:
+it is never the head that backfill protects.
+
+Dependencies and holds are not here: a job that waits for them is ``held``, not
+``queued``, and never reaches the planner (``core.deps``). Placement gates, which need
+the GPUs a placer chose (an owner's GPU limit for sharing jobs, reservations), are in
+``core.scheduler.placement``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ddpq.core.scheduler.model import QueuedJob
+from ddpq.core.scheduler.state import Pass
+from ddpq.core.sharing import GpuMemory
+from ddpq.core.units import size_for_people
+
+Gate = Callable[[QueuedJob, Pass], "str | None"]
+
+# What a job that needs a port is told when none is left; the worker says instead who
+# holds the ports, where outside programs do (``worker.ports``).
+NO_FREE_PORT = "waiting for a free rendezvous port"
+IN_LINE = "waiting in line"
+
+
+def back_off(job: QueuedJob, p: Pass) -> str | None:
+    """A retried job waits out its back-off."""
+    if job.not_before is not None and job.not_before > p.now:
+        return "waiting out its retry back-off"
+    return None
+
+
+def never_fits(job: QueuedJob, p: Pass) -> str | None:
+    """A job that needs more than this host could ever give it (say the GPUs became
+    external since it was submitted): it waits, and must not block the others."""
+    if job.mem_bytes is None:
+        usable = len(p.usable)
+        if job.gpus > usable:
+            return f"needs {job.gpus} GPUs; only {usable} can be handed out"
+        return None
+    if p.world.memory.can_ever_hold(job.mem_bytes, job.gpus):
+        return None
+    return too_big(job.mem_bytes, job.gpus, p.world.memory)
+
+
+def too_big(mem_bytes: int, gpus: int, memory: GpuMemory) -> str:
+    asked = size_for_people(mem_bytes)
+    largest = memory.largest()
+    if not largest:
+        return f"asks {asked} of GPU memory; no GPU here has memory to share"
+    where = "on each of its GPUs" if gpus > 1 else "of GPU memory"
+    return (
+        f"asks {asked} {where}; the GPUs here have at most {size_for_people(largest)} to "
+        f"share ({size_for_people(memory.headroom)} of each kept free)"
+    )
+
+
+def sweep_cap(job: QueuedJob, p: Pass) -> str | None:
+    """A member of a sweep capped at K (``--array 0-99%10``) waits while K of its members
+    hold leases, those placed in this pass included."""
+    caps = p.world.sweep_caps
+    if caps.allows(job.sweep_id, p.sweeps_placed):
+        return None
+    assert job.sweep_id is not None
+    cap = caps.cap[job.sweep_id]
+    return f"sweep {job.sweep_id} runs {cap} member{'' if cap == 1 else 's'} at once, its cap"
+
+
+def port_budget(job: QueuedJob, p: Pass) -> str | None:
+    """An owner holds at most ``ports_per_user`` rendezvous ports at once."""
+    budget = p.world.port_budget
+    if not job.needs_port or budget.allows(job.owner, p.ports_placed):
+        return None
+    return (
+        f"{job.owner} holds {budget.per_owner} rendezvous ports, the most one user may hold at once"
+    )
+
+
+def free_port(job: QueuedJob, p: Pass) -> str | None:
+    """A job that rendezvous waits while no port is left."""
+    return NO_FREE_PORT if job.needs_port and not p.ports else None
+
+
+def in_line(job: QueuedJob, p: Pass) -> str | None:
+    """Behind a head that nobody passes (``fifo``): every later job waits its turn."""
+    return IN_LINE if p.stopped else None
+
+
+def owner_limits(job: QueuedJob, p: Pass) -> str | None:
+    """The most jobs and GPUs an owner's jobs hold at once (``core.limits``). A sharing
+    job may still fit on GPUs its owner holds already (``placement.own_gpus``)."""
+    if not p.limited:
+        return None
+    return p.owners.blocks(job.owner, job.gpus, p.world.limits, shares=job.sharer is not None)
+
+
+# The order the pipeline asks them in (and so the reason that is said first).
+GATES: tuple[Gate, ...] = (
+    back_off,
+    never_fits,
+    sweep_cap,
+    port_budget,
+    free_port,
+    in_line,
+    owner_limits,
+)

@@ -1,0 +1,134 @@
+"""The scheduler's plain data: the jobs it decides on, the world it decides in, and what
+it decides (pure)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ddpq.core.limits import NO_LIMITS, Limits, Reservation
+from ddpq.core.sharing import NO_MEMORY, GpuMemory, Sharer
+
+
+def needs_port(gpus: int, launcher: str) -> bool:
+    """Whether a job gets a rendezvous port: torchrun needs one, and so may any job on
+    GPUs (a script that starts its own ranks); a plain CPU job does not."""
+    return gpus > 0 or launcher == "torchrun"
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: int
+    owner: str
+    gpus: int
+    priority: int
+    submitted_at: float
+    time_limit_s: float | None = None
+    not_before: float | None = None  # retry back-off: not eligible before this time
+    # Only jobs that rendezvous (torchrun, or any job on GPUs) lease a port: a CPU-only
+    # helper job must not use up the range that DDP jobs need.
+    needs_port: bool = True
+    # GPU-seconds of its earlier attempts (the LAS policy ranks by it).
+    attained_s: float = 0.0
+    sweep_id: int | None = None  # the sweep it belongs to, if any (see SweepCaps)
+    # Sharing: bytes it reserves on each of its ``gpus`` GPUs (None: it takes them whole),
+    # and the most jobs it lets a GPU it is on take (``--gpu-share``).
+    mem_bytes: int | None = None
+    share_cap: int | None = None
+
+    @property
+    def sharer(self) -> Sharer | None:
+        return None if self.mem_bytes is None else Sharer(self.mem_bytes, self.share_cap)
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: int
+    gpus: tuple[int, ...]
+    started_at: float
+    time_limit_s: float | None = None
+    owner: str = ""
+    mem_bytes: int | None = None  # sharing: its reservation on each of its GPUs
+    share_cap: int | None = None
+
+
+def expected_end(job: RunningJob) -> float:
+    """When a running job's time limit ends (inf without one)."""
+    if job.time_limit_s is None:
+        return math.inf
+    return job.started_at + job.time_limit_s
+
+
+@dataclass(frozen=True)
+class Placement:
+    job_id: int
+    gpus: tuple[int, ...]
+    port: int | None
+    mem_bytes: int | None = None  # sharing: what it reserves on each GPU
+
+
+@dataclass(frozen=True)
+class PortBudget:
+    """Rendezvous ports one owner may hold at once, and how many each holds now."""
+
+    per_owner: int
+    held: Mapping[str, int]
+
+    def allows(self, owner: str, placed: Mapping[str, int]) -> bool:
+        return self.held.get(owner, 0) + placed.get(owner, 0) < self.per_owner
+
+
+NO_PORT_LIMIT = PortBudget(per_owner=2**31, held={})
+
+
+@dataclass(frozen=True)
+class SweepCaps:
+    """How many members each capped sweep may run at once (``%K``), and how many hold
+    leases now. A sweep absent from ``cap`` has no cap."""
+
+    cap: Mapping[int, int]
+    running: Mapping[int, int]
+
+    def allows(self, sweep_id: int | None, placed: Mapping[int, int]) -> bool:
+        if sweep_id is None or sweep_id not in self.cap:
+            return True
+        return self.running.get(sweep_id, 0) + placed.get(sweep_id, 0) < self.cap[sweep_id]
+
+
+NO_SWEEP_CAPS = SweepCaps(cap={}, running={})
+
+
+@dataclass(frozen=True)
+class World:
+    """What one scheduling pass decides in: a snapshot, never changed by the pass.
+
+    ``usable_gpus``: every GPU the policy lets ddpq hand out whole (held or not).
+    ``running``: jobs holding leases; their GPUs are not free.
+    ``free_ports``: unleased ports in the order they should be used.
+    ``port_budget``: how many ports each owner may hold. ``sweep_caps``: ``%K`` of sweeps.
+    ``memory``: every GPU's memory, for jobs that share GPUs (``core.sharing``); they may
+    use any GPU there, external ones too (what outside processes hold is counted).
+    ``limits``, ``reservations``: see ``core.limits``.
+    """
+
+    usable_gpus: Sequence[int]
+    running: Sequence[RunningJob]
+    free_ports: Sequence[int]
+    now: float
+    port_budget: PortBudget = NO_PORT_LIMIT
+    sweep_caps: SweepCaps = NO_SWEEP_CAPS
+    memory: GpuMemory = NO_MEMORY
+    limits: Limits = NO_LIMITS
+    reservations: Sequence[Reservation] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What starts now, and for every queued job that does not, why, in words
+    (``reasons``) and which stage of the pipeline stopped it (``stopped_by``: a gate's
+    name, or ``backfill``)."""
+
+    placements: list[Placement]
+    reasons: dict[int, str] = field(default_factory=dict)
+    stopped_by: dict[int, str] = field(default_factory=dict)

@@ -1,0 +1,48 @@
+"""The placement stage: the placer's choice of GPUs, and the gates that need it (pure).
+
+``own_gpus``: a sharing job whose owner is at the GPU limit may still join GPUs its owner
+holds already; where none has room, that limit is why it waits. ``reservations``: a job
+may take no GPU a reservation needs (``core.limits``); a sharing job refused idle GPUs
+tries GPUs shared already, which a reservation counts as taken anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddpq.core.scheduler.model import QueuedJob
+from ddpq.core.scheduler.placers import placer_for
+from ddpq.core.scheduler.state import Pass
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The GPUs a job would get now (None: it does not fit), or the gate that refused
+    them and why."""
+
+    gpus: tuple[int, ...] | None
+    stopped_by: str | None = None
+    reason: str | None = None
+
+
+def choose(job: QueuedJob, p: Pass) -> Choice:
+    placer = placer_for(job)
+    limits = p.world.limits
+    only = p.owners.only_own(job.owner, job.gpus, limits) if job.sharer else None
+    gpus = placer.choose(job, p.free, p.pool, only=only)
+    if gpus is None and only is not None:
+        limit = limits.of(job.owner).gpus
+        assert limit is not None
+        return Choice(None, "own_gpus", p.owners.gpu_limit_reason(job.owner, limit))
+    if gpus is None or job.gpus == 0 or not p.calendar:
+        return Choice(gpus)
+    end = p.end_of(job)
+    kept = p.calendar.blocks(job.owner, gpus, end)
+    if kept is not None and job.sharer is not None:
+        # On GPUs other jobs share already, it may take none a reservation needs.
+        other = placer.choose(job, p.free, p.pool, only=only, idle=False)
+        if other is not None and p.calendar.blocks(job.owner, other, end) is None:
+            return Choice(other)
+    if kept is not None:
+        return Choice(None, "reservations", p.calendar.reason(kept, end))
+    return Choice(gpus)
