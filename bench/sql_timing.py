@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
+import gc
+import resource
 import os
 import sqlite3
 import sys
@@ -46,6 +49,8 @@ def install(path: str, fsync_ms: float) -> None:
                 result = super().execute(sql, *args)
                 now = time.perf_counter()
                 note("lock wait ms", (now - t0) * 1000)
+                if "AnyIO worker thread|first write at s" not in stats:
+                    note("first write at s", now - t_start)
                 conn.locked_at = now  # type: ignore[attr-defined]
                 conn.changes_at = conn.total_changes  # type: ignore[attr-defined]
                 return result
@@ -78,8 +83,27 @@ def install(path: str, fsync_ms: float) -> None:
             super().rollback()
 
     plain = sqlite3.dbapi2.connect
+    gate_timed = []
+
+    def time_the_gate() -> None:
+        # ddpq.store.write_gate (where there is one): the wait before BEGIN moved there.
+        gate = sys.modules.get("ddpq.store.write_gate")
+        if gate is None or gate_timed:
+            return
+        gate_timed.append(True)
+        held = gate.WriteGate.held
+
+        @contextlib.contextmanager
+        def timed(self):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            with held(self):
+                note("gate wait ms", (time.perf_counter() - t0) * 1000)
+                yield
+
+        gate.WriteGate.held = timed
 
     def connect(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time_the_gate()
         kwargs.setdefault("factory", Connection)
         return plain(*args, **kwargs)
 
@@ -89,6 +113,10 @@ def install(path: str, fsync_ms: float) -> None:
     def dump() -> None:
         with open(f"{path}.{os.getpid()}", "w") as out:
             out.write(f"argv: {sys.orig_argv}\nemulated fsync: {fsync_ms} ms\n")
+            use = resource.getrusage(resource.RUSAGE_SELF)
+            first = stats.get("AnyIO worker thread|first write at s", ["none"])
+            out.write(f"full collections (s after start, ms): {full}; first API write {first}\n")
+            out.write(f"cpu: user {use.ru_utime:.2f} s, sys {use.ru_stime:.2f} s\n")
             out.write("thread | what | n | sum ms | p50 | p90 | p99 | max\n")
             for key in sorted(stats):
                 values = sorted(stats[key])
@@ -102,4 +130,19 @@ def install(path: str, fsync_ms: float) -> None:
                     f"{q(0.99):.2f} | {values[-1]:.2f}\n"
                 )
 
+    started: dict[str, float] = {}
+    full: list[tuple[float, float]] = []  # (when, after start in s; how long, ms)
+    t_start = time.perf_counter()
+
+    def collecting(phase: str, info: dict[str, int]) -> None:
+        # The cyclic collector's pauses, by generation (they stop every thread).
+        if phase == "start":
+            started["t"] = time.perf_counter()
+        elif "t" in started:
+            now = time.perf_counter()
+            note(f"gc gen{info['generation']} ms", (now - started["t"]) * 1000)
+            if info["generation"] == 2:
+                full.append((started["t"] - t_start, (now - started.pop("t")) * 1000))
+
+    gc.callbacks.append(collecting)
     atexit.register(dump)
