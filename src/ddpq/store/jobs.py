@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, union, update
+from sqlalchemy import BindParameter, Table, bindparam, func, insert, select, union, update
 from sqlalchemy.orm import Session, aliased, defer
 
 from ddpq.core.deps import SweepStanding, settle_change, waiting_place
@@ -211,7 +211,7 @@ def settle_dependents(session: Session, job_id: int, now: float) -> None:
 # column proxies, and loading two ORM queries' rows per ended job was most of the cost of
 # recording an end. Only the ids are read; the jobs are loaded only when there are any.
 _MEMBER = aliased(Job)
-_ENDED = bindparam("ended", expanding=True)
+_ENDED: BindParameter[int] = bindparam("ended", expanding=True)
 _HELD_ON_THEM = union(
     select(JobDependency.job_id)
     .join(Job, Job.id == JobDependency.job_id)
