@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--sort", default="tottime", help="tottime or cumulative")
+    ap.add_argument("--dump", help="also write the profile here (pstats, for print_callees)")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="ddpq-profile-"))
     try:
@@ -67,6 +68,8 @@ def main() -> None:
             f"{ok} succeeded"
         )
         pstats.Stats(profile).sort_stats(args.sort).print_stats(args.top)
+        if args.dump:
+            profile.dump_stats(args.dump)
         worker.close()
         db.dispose()
     finally:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ddpq.config import ConfigError, Settings
 from ddpq.core.names import SYSTEM_SOCKET
+from ddpq.daemon.heap import freeze_startup_objects
 from ddpq.daemon.job_ids import keep_job_ids_unique
 from ddpq.daemon.reach import require_jobs_can_run_the_shim
 from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
@@ -267,9 +268,11 @@ def _serve(
             signal.signal(sig, lambda *_: None)
         server = uvicorn.Server(config)
         shutdown.attach(server)
+        freeze_startup_objects()  # the worker and the app are made (daemon.heap)
         server.run(sockets=listening)
         return
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: shutdown.event.set())
+    freeze_startup_objects()
     while not shutdown.event.wait(3600):
         pass

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session as Session
 from sqlalchemy.orm import sessionmaker
 
 from ddpq.store.headroom import Reserve
+from ddpq.store.write_gate import gate_for
 
 T = TypeVar("T")
 
@@ -72,11 +73,12 @@ class Database:
         self.read_engine = make_engine(path, immediate=False, durable=durable)
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+        self._gate = gate_for(path)  # writers wait to be woken, not polling (store.write_gate)
 
     @contextmanager
     def write(self) -> Iterator[Session]:
         """One ``BEGIN IMMEDIATE`` transaction; committed when the block ends."""
-        with self._write() as session, session.begin():
+        with self._gate.held(), self._write() as session, session.begin():
             yield session
 
     @contextmanager

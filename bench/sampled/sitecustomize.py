@@ -1,0 +1,24 @@
+"""Benchmark aids started inside a ddpq daemon (never the benchmark's client or a shim):
+
+    PYTHONPATH=bench/sampled DDPQ_BENCH_SAMPLE=/tmp/prof python bench/scheduler_bench.py
+    PYTHONPATH=bench/sampled DDPQ_BENCH_SQL=/tmp/sql [DDPQ_BENCH_FSYNC_MS=10] python ...
+
+``DDPQ_BENCH_SAMPLE``: bench/stack_sampler.py (where the threads' wall time goes).
+``DDPQ_BENCH_SQL``: bench/sql_timing.py (write-lock waits, holds, commits; a slow disk).
+"""
+
+import os
+import sys
+
+if {"serve", "server", "worker"} & set(sys.orig_argv):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    if os.environ.get("DDPQ_BENCH_SAMPLE"):
+        import stack_sampler
+
+        stack_sampler.start(os.environ["DDPQ_BENCH_SAMPLE"])
+    if os.environ.get("DDPQ_BENCH_SQL"):
+        import sql_timing
+
+        sql_timing.install(
+            os.environ["DDPQ_BENCH_SQL"], float(os.environ.get("DDPQ_BENCH_FSYNC_MS", "0"))
+        )

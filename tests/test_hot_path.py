@@ -1,0 +1,53 @@
+"""The worker's per-job costs that once grew with the machine's slowness stay small
+(bench/RESULTS.md, "the slower kind of machine"). Counted in work done, not timed."""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import pstats
+from pathlib import Path
+from types import ModuleType
+
+from ddpq.daemon.heap import freeze_startup_objects
+from ddpq.store import jobs
+from ddpq.store.db import Database, migrate
+
+
+def calls_to(name: str, profile: cProfile.Profile) -> int:
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    return sum(entry[1] for (_, _, function), entry in stats.items() if function == name)
+
+
+def test_settling_an_ended_jobs_dependents_builds_no_statement(tmp_path: Path) -> None:
+    # Each ended job asks which held jobs wait on it. A query built anew per call (a new
+    # alias of the jobs table each time) made SQLAlchemy proxy all of the table's columns
+    # again: 40% of recording a job's end, per job, under the worker's write lock.
+    migrate(tmp_path / "ddpq.db")
+    db = Database(tmp_path / "ddpq.db")
+    try:
+        for ended in ([1], [2, 3], [4]):  # the first call may build; none after it
+            profile = cProfile.Profile()
+            with db.write() as s:
+                profile.enable()
+                jobs.settle_dependents_many(s, ended, 100.0)
+                profile.disable()
+        assert calls_to("_make_proxy", profile) == 0
+        assert calls_to("aliased", profile) == 0
+    finally:
+        db.dispose()
+
+
+def test_the_daemons_start_up_objects_are_kept_out_of_full_collections() -> None:
+    # A full collection walked every object made at start with the interpreter lock
+    # held: 0.4-0.8 s pauses in the middle of a burst here (bench/RESULTS.md).
+    module = ModuleType("made_at_start")  # stands for the daemon's modules, tables, routes
+    module.cycle = [module]  # type: ignore[attr-defined]
+    try:
+        freeze_startup_objects()
+        assert gc.get_freeze_count() > 0
+        assert not gc.is_finalized(module)
+        tracked = {id(o) for o in gc.get_objects(generation=2)}
+        assert id(module) not in tracked  # frozen: outside every generation a pass walks
+    finally:
+        gc.unfreeze()  # this test process collects as before
