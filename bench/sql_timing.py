@@ -20,8 +20,8 @@ import atexit
 import collections
 import contextlib
 import gc
-import resource
 import os
+import resource
 import sqlite3
 import sys
 import threading
