@@ -108,27 +108,33 @@ RULES = [
     ),
     Rule(
         "the shim starts in milliseconds: standard library only",
-        # The shim, the two modules beside it, and the fork server that runs it: each is
+        # The shim, the modules beside it, and the fork server that runs it: each is
         # found as a top-level module when run by its path with python -S.
         applies_to=(
             "*.shim",
+            "*.shim_batch",
             "*.shim_log",
             "*.shim_procs",
             "*.shim_pty",
             "*.shim_record",
+            "*.shim_wire",
             "*.forkserver",
         ),
         only=(
             STDLIB,
             "shim",
+            "shim_batch",
             "shim_log",
             "shim_procs",
             "shim_pty",
             "shim_record",
+            "shim_wire",
+            "ddpq.executors.local.shim_batch",
             "ddpq.executors.local.shim_log",
             "ddpq.executors.local.shim_procs",
             "ddpq.executors.local.shim_pty",
             "ddpq.executors.local.shim_record",
+            "ddpq.executors.local.shim_wire",
         ),
     ),
 ]
@@ -298,6 +304,35 @@ def test_the_command_line_loads_nothing_of_the_daemon() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
     ).stdout
     assert out.strip() == "[]", out
+
+
+def test_the_shims_modules_import_by_path_without_site_packages() -> None:
+    """The shim and the fork server run as ``python -S FILE``: every module the shim's rule
+    covers imports so, as a top-level module found beside it, with no ddpq package."""
+    folder = ROOT / "src" / "ddpq" / "executors" / "local"
+    rule = next(r for r in RULES if r.seam.startswith("the shim starts"))
+    names = [
+        path.stem
+        for path in sorted(folder.glob("*.py"))
+        if any(covers(pattern, f"ddpq.executors.local.{path.stem}") for pattern in rule.applies_to)
+    ]
+    assert {"shim", "shim_batch", "shim_pty", "shim_wire", "forkserver"} <= set(names)
+    probe = (
+        "import importlib, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "for name in sys.argv[2:]:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m == 'ddpq' or m.startswith('ddpq.')))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "-S", "-c", probe, str(folder), *names],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]", run.stdout
 
 
 # ---- the checker itself ---------------------------------------------------------------------

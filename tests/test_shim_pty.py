@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ddpq.client import relay
-from ddpq.executors.local import procs, shim_pty
+from ddpq.executors.local import procs, shim_pty, shim_wire
 from tests.helpers import wait_for
 from tests.sessions import ShimSession
 
@@ -39,8 +39,8 @@ def start(sessions: list[ShimSession], folder: Path, *args: object, **kw: object
 
 def test_the_relay_and_the_shim_speak_the_same_frames() -> None:
     for name in ("INPUT", "WINSIZE", "OUTPUT", "ENDED", "MAX_FRAME"):
-        assert getattr(relay, name) == getattr(shim_pty, name), name
-    assert relay.HEADER.format == shim_pty.HEADER.format
+        assert getattr(relay, name) == getattr(shim_wire, name), name
+    assert relay.HEADER.format == shim_wire.HEADER.format
 
 
 def test_a_command_typed_in_runs_on_a_terminal_and_the_exit_status_is_recorded(

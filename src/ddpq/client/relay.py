@@ -8,7 +8,7 @@ bytes are relayed as they are, and its end is only the end of input (the session
 until it ends itself). Standard library only.
 
 Frames, both ways: one byte of kind, four of length (big-endian), the payload; the shim's
-``executors.local.shim_pty`` speaks the same protocol (a test checks that they agree).
+``executors.local.shim_wire`` speaks the same protocol (a test checks that they agree).
 """
 
 from __future__ import annotations

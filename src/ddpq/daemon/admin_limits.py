@@ -65,45 +65,7 @@ def register(
         """Limit a user's jobs: `ddpq admin limit alice --gpus 4 --jobs 10`, or everyone's
         with --default. The planner never starts a job past its owner's limit; the job
         waits, and its reason names the limit. `none` lifts one; alone, lists the limits."""
-        from ddpq.core.limits import EVERYONE
-        from ddpq.schemas import NAME_RE
-        from ddpq.store import limits as limit_store
-
-        if user is not None and default:
-            fail("give a user or --default, not both", 2)
-        who = EVERYONE if default else user
-        if who is None:
-            if gpus is not None or jobs is not None or clear:
-                fail("give a user, or --default", 2)
-            _list_limits(admin_db(home, config))
-            return
-        if who != EVERYONE and not NAME_RE.match(who):
-            fail("a user name is 1-64 letters, digits, '.', '_' or '-'", 2)
-        changes = {}
-        if gpus is not None:
-            changes["gpus"] = _count("--gpus", gpus)
-        if jobs is not None:
-            changes["jobs"] = _count("--jobs", jobs)
-        if clear and changes:
-            fail("--clear removes the whole limit; give it alone", 2)
-        if not clear and not changes:
-            fail("give --gpus, --jobs or --clear", 2)
-        db = admin_db(home, config)
-        try:
-            with db.write() as s:
-                if clear:
-                    limit_store.clear_limit(s, who)
-                    now_limit = None
-                else:
-                    now_limit = limit_store.set_limit(s, who, changes, time.time())
-        finally:
-            db.dispose()
-        name = "everyone" if who == EVERYONE else who
-        if now_limit is None:
-            typer.echo(f"{name}: no limit of their own" if who != EVERYONE else "no default")
-        else:
-            typer.echo(f"{name}: {_limit_text(now_limit.gpus, now_limit.jobs)}")
-        _nudge(home, config, settings_of)
+        _set_limit(admin_db, settings_of, user, default, gpus, jobs, clear, home, config)
 
     @app.command("reserve", cls=ShowsSettingsDefaults)
     def reserve(
@@ -119,40 +81,7 @@ def register(
         """Keep GPUs for a user's jobs in a window. Before it, other jobs may use them only
         if their time limit ends before it starts; in it, only the user's jobs get them.
         Jobs already running are not stopped. Listed by `ddpq reservations`."""
-        import getpass
-
-        from ddpq.core.units import parse_when
-        from ddpq.schemas import NAME_RE
-        from ddpq.store import devices as device_store
-        from ddpq.store import limits as limit_store
-
-        if not NAME_RE.match(user):
-            fail("--user: a user name is 1-64 letters, digits, '.', '_' or '-'", 2)
-        now = time.time()
-        try:
-            begins = parse_when(start, now)
-            ends = parse_when(end, now, after=begins)
-        except ValueError as exc:
-            fail(f"--start/--end: {exc}", 2)
-        db = admin_db(home, config)
-        try:
-            with db.write() as s:
-                total = device_store.count(s)
-                if not total:
-                    fail("no GPUs known yet: start the daemon once, so that it finds them", 1)
-                row = limit_store.add_reservation(
-                    s, user, gpus, begins, ends, by=getpass.getuser(), now=now, total_gpus=total
-                )
-        except limit_store.ReservationRefused as exc:
-            fail(str(exc), 1)
-        finally:
-            db.dispose()
-        r = row.reservation
-        typer.echo(
-            f"reservation {r.id}: {gpus} GPU{'' if gpus == 1 else 's'} for {user} "
-            f"from {_when(r.start)} to {_when(r.end)}"
-        )
-        _nudge(home, config, settings_of)
+        _reserve(admin_db, settings_of, gpus, user, start, end, home, config)
 
     @app.command("unreserve", cls=ShowsSettingsDefaults)
     def unreserve(
@@ -173,6 +102,106 @@ def register(
             db.dispose()
         typer.echo(f"removed reservation {reservation_id}")
         _nudge(home, config, settings_of)
+
+
+def _set_limit(
+    admin_db: Callable[..., Any],
+    settings_of: Callable[..., Any],
+    user: str | None,
+    default: bool,
+    gpus: str | None,
+    jobs: str | None,
+    clear: bool,
+    home: Path | None,
+    config: Path | None,
+) -> None:
+    """``ddpq admin limit``: set, clear or list (no user) the limits."""
+    from ddpq.core.limits import EVERYONE
+    from ddpq.schemas import NAME_RE
+    from ddpq.store import limits as limit_store
+
+    if user is not None and default:
+        fail("give a user or --default, not both", 2)
+    who = EVERYONE if default else user
+    if who is None:
+        if gpus is not None or jobs is not None or clear:
+            fail("give a user, or --default", 2)
+        _list_limits(admin_db(home, config))
+        return
+    if who != EVERYONE and not NAME_RE.match(who):
+        fail("a user name is 1-64 letters, digits, '.', '_' or '-'", 2)
+    changes = {}
+    if gpus is not None:
+        changes["gpus"] = _count("--gpus", gpus)
+    if jobs is not None:
+        changes["jobs"] = _count("--jobs", jobs)
+    if clear and changes:
+        fail("--clear removes the whole limit; give it alone", 2)
+    if not clear and not changes:
+        fail("give --gpus, --jobs or --clear", 2)
+    db = admin_db(home, config)
+    try:
+        with db.write() as s:
+            if clear:
+                limit_store.clear_limit(s, who)
+                now_limit = None
+            else:
+                now_limit = limit_store.set_limit(s, who, changes, time.time())
+    finally:
+        db.dispose()
+    name = "everyone" if who == EVERYONE else who
+    if now_limit is None:
+        typer.echo(f"{name}: no limit of their own" if who != EVERYONE else "no default")
+    else:
+        typer.echo(f"{name}: {_limit_text(now_limit.gpus, now_limit.jobs)}")
+    _nudge(home, config, settings_of)
+
+
+def _reserve(
+    admin_db: Callable[..., Any],
+    settings_of: Callable[..., Any],
+    gpus: int,
+    user: str,
+    start: str,
+    end: str,
+    home: Path | None,
+    config: Path | None,
+) -> None:
+    """``ddpq admin reserve``: keep ``gpus`` for ``user`` from ``start`` to ``end``."""
+    import getpass
+
+    from ddpq.core.units import parse_when
+    from ddpq.schemas import NAME_RE
+    from ddpq.store import devices as device_store
+    from ddpq.store import limits as limit_store
+
+    if not NAME_RE.match(user):
+        fail("--user: a user name is 1-64 letters, digits, '.', '_' or '-'", 2)
+    now = time.time()
+    try:
+        begins = parse_when(start, now)
+        ends = parse_when(end, now, after=begins)
+    except ValueError as exc:
+        fail(f"--start/--end: {exc}", 2)
+    db = admin_db(home, config)
+    try:
+        with db.write() as s:
+            total = device_store.count(s)
+            if not total:
+                fail("no GPUs known yet: start the daemon once, so that it finds them", 1)
+            row = limit_store.add_reservation(
+                s, user, gpus, begins, ends, by=getpass.getuser(), now=now, total_gpus=total
+            )
+    except limit_store.ReservationRefused as exc:
+        fail(str(exc), 1)
+    finally:
+        db.dispose()
+    r = row.reservation
+    typer.echo(
+        f"reservation {r.id}: {gpus} GPU{'' if gpus == 1 else 's'} for {user} "
+        f"from {_when(r.start)} to {_when(r.end)}"
+    )
+    _nudge(home, config, settings_of)
 
 
 def _limit_text(gpus: int | None, jobs: int | None) -> str:

@@ -59,7 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
             "$DDPQ_JOB_DIR/checkpoint.pt; nothing is ever downloaded."
         ),
     )
-    train = p.add_argument_group("training")
+    _training_options(p.add_argument_group("training"))
+    _data_options(p.add_argument_group("data"))
+    _model_options(p.add_argument_group("model"))
+    _execution_options(p.add_argument_group("execution"))
+    _checkpoint_options(p.add_argument_group("checkpoints"))
+    return p
+
+
+def _training_options(train: argparse._ArgumentGroup) -> None:
     train.add_argument("--epochs", type=_positive_int, default=5, help="default: %(default)s")
     train.add_argument(
         "--batch-size",
@@ -102,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="cap the training steps of every epoch (tests, benchmarks)",
     )
 
-    data = p.add_argument_group("data")
+
+def _data_options(data: argparse._ArgumentGroup) -> None:
     data.add_argument(
         "--data-dir",
         metavar="DIR",
@@ -120,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="train on N generated images (and test on N//5) instead of reading CIFAR-10",
     )
 
-    model = p.add_argument_group("model")
+
+def _model_options(model: argparse._ArgumentGroup) -> None:
     model.add_argument(
         "--stem",
         choices=("imagenet", "cifar"),
@@ -142,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
 
-    run = p.add_argument_group("execution")
+
+def _execution_options(run: argparse._ArgumentGroup) -> None:
     run.add_argument(
         "--device",
         choices=("auto", "cuda", "cpu"),
@@ -187,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="load the checkpoint, evaluate it on the test split, and exit",
     )
 
-    ckpt = p.add_argument_group("checkpoints")
+
+def _checkpoint_options(ckpt: argparse._ArgumentGroup) -> None:
     ckpt.add_argument(
         "--checkpoint-every",
         type=_non_negative_int,
@@ -203,4 +215,3 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where checkpoint.pt lives (default: $DDPQ_JOB_DIR; without either, no checkpoints)",
     )
-    return p

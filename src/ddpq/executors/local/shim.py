@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import errno
 import os
-import select
 import signal
 import sys
 import time
@@ -37,8 +36,9 @@ import time
 # Its helpers lie beside it: run by its path with ``python -S`` (the worker does) this
 # folder is first on sys.path; imported as ddpq's module (tests do), they are ddpq's too.
 if __package__:
-    from ddpq.executors.local import shim_log, shim_procs, shim_record
+    from ddpq.executors.local import shim_batch, shim_log, shim_procs, shim_record
 else:
+    import shim_batch  # type: ignore[import-not-found,no-redef]
     import shim_log  # type: ignore[import-not-found,no-redef]
     import shim_procs  # type: ignore[import-not-found,no-redef]
     import shim_record  # type: ignore[import-not-found,no-redef]
@@ -49,12 +49,6 @@ if TYPE_CHECKING:
     from ddpq.executors.local import shim_pty
 
 PR_SET_CHILD_SUBREAPER = 36
-NOT_LAUNCHED: dict[str, object] = {
-    "exit_code": None,
-    "signal": None,
-    "error": "the worker went away before the job started",
-    "launched": False,
-}
 
 
 class Options:
@@ -188,6 +182,53 @@ def main(argv: list[str]) -> int:
     opts = parse_args(argv)
     # A stop or a preemption may come as soon as the worker has let us go: handled from
     # the start (a signal without a handler would end the shim, and the job would be lost).
+    stop_requested = handle_signals(opts)
+    if gate >= 0 and not wait_for_worker(gate, cgroup):
+        return shim_record.not_launched(opts.record)
+    if not lead_session():
+        return 2
+    job = job_identity()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the relay (wake_r)
+
+    started_at = time.time()
+    shim_record.reserve_record(opts.record)
+    try:
+        log = shim_log.CappedLog(opts.log, opts.cap)
+    except OSError as exc:
+        return shim_record.failed_to_start(
+            opts.record, started_at, shim_record.disk_error("opening its log", exc)
+        )
+    term: shim_pty.Terminal | None = None
+    if opts.pty:
+        opened = open_terminal(opts, log, stop_requested, wake_r)
+        if isinstance(opened, str):
+            return shim_record.failed_to_start(opts.record, started_at, opened)
+        term = opened
+    try:
+        # Here, not in the worker: the shim already runs as the job's account, so a
+        # folder that account may not enter stays closed to it (a root worker's chdir
+        # would have let the job in).
+        os.chdir(opts.cwd)
+    except OSError as exc:
+        if term is not None:
+            term.abandon()
+        return shim_record.failed_to_start(
+            opts.record,
+            started_at,
+            f"cannot enter its working directory {opts.cwd}: {exc.strerror}",
+        )
+    if term is not None:
+        return run_session(opts, term, job, started_at)
+    return run_batch(opts, stop_requested, wake_r, log, job, started_at)
+
+
+def handle_signals(opts: Options) -> dict[str, float]:
+    """Install the shim's handlers; what they record: ``at`` a stop (SIGTERM, SIGINT,
+    SIGHUP), ``preempt_at`` a preemption (SIGUSR1: a stop if the job is not preemptible),
+    ``notice`` a line the worker left for a session's terminal (SIGUSR2)."""
     stop_requested = {"at": 0.0, "preempt_at": 0.0}
 
     def on_stop(signum: int, _frame: object) -> None:
@@ -206,22 +247,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR1, on_preempt)
     # The worker left a line for a session's terminal; a batch job has none to show.
     signal.signal(signal.SIGUSR2, lambda *_: stop_requested.__setitem__("notice", 1.0))
-    preempt_with = (
-        getattr(signal, f"SIG{opts.preempt_signal}", None) if opts.preempt_signal else None
-    )
-    if gate >= 0 and not wait_for_worker(gate, cgroup):
-        # The worker stored this attempt's handle, or died before it could: either way a
-        # record that says nothing ran lets the next worker put the job back in the queue.
-        sys.stderr.write("ddpq shim: the worker went away before the job started\n")
-        now = time.time()
-        try:  # contextlib would cost 3 ms of imports on every job's start path
-            shim_record.write_record(
-                opts.record, {**NOT_LAUNCHED, "started_at": now, "ended_at": now}
-            )
-        except OSError:
-            pass
-        return 3
-    record_path, grace, cap, cmd = opts.record, opts.grace, opts.cap, opts.cmd
+    return stop_requested
+
+
+def lead_session() -> bool:
+    """Be the leader of a session of our own; False (said on stderr) if we cannot be."""
     if os.getsid(0) != os.getpid():
         # Not started as a session leader: become one, or killing "the job's
         # session" would kill whoever started us.
@@ -229,87 +259,52 @@ def main(argv: list[str]) -> int:
             os.setsid()
         except OSError:
             sys.stderr.write("ddpq shim: must be started as a session leader (setsid)\n")
-            return 2
+            return False
+    return True
+
+
+def job_identity() -> tuple[int, bytes, int]:
+    """How the job's processes are found (``shim_procs.job_members``): our session, the
+    job's DDPQ_JOB_DIR in their environment, and our start time (nothing older is the
+    job's). Also notes our ancestors, which are never the job's."""
     sid = os.getsid(0)
     marker = f"DDPQ_JOB_DIR={os.environ.get('DDPQ_JOB_DIR', '')}".encode()
     if not os.environ.get("DDPQ_JOB_DIR"):
         marker = b""  # started by hand, outside ddpq: only the session and our orphans
     since = shim_procs.own_start_ticks()
     shim_procs.ANCESTORS.update(shim_procs.ancestors())
+    return sid, marker, since
 
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the select below
 
-    started_at = time.time()
-    error: str | None = None
-    shim_record.reserve_record(record_path)
+def open_terminal(
+    opts: Options, log: shim_log.CappedLog, stop: dict[str, float], wake: int
+) -> shim_pty.Terminal | str:
+    """A session's terminal, served on ``opts.socket``; why not, if it cannot be."""
+    if __package__:
+        from ddpq.executors.local import shim_pty
+    else:
+        import shim_pty  # type: ignore[import-not-found,no-redef]
     try:
-        log = shim_log.CappedLog(opts.log, cap)
+        listener = shim_pty.listen(opts.socket)
     except OSError as exc:
-        return shim_record.failed_to_start(
-            record_path, started_at, shim_record.disk_error("opening its log", exc)
-        )
-    term = None
-    if opts.pty:
-        if __package__:
-            from ddpq.executors.local import shim_pty
-        else:
-            import shim_pty  # type: ignore[import-not-found,no-redef]
-        try:
-            listener = shim_pty.listen(opts.socket)
-        except OSError as exc:
-            return shim_record.failed_to_start(
-                record_path, started_at, f"cannot serve its terminal on {opts.socket}: {exc}"
-            )
-        term = shim_pty.Terminal(opts.socket, listener, log, opts.notice, stop_requested, wake_r)
-    try:
-        # Here, not in the worker: the shim already runs as the job's account, so a
-        # folder that account may not enter stays closed to it (a root worker's chdir
-        # would have let the job in).
-        os.chdir(opts.cwd)
-    except OSError as exc:
-        if term is not None:
-            term.abandon()
-        return shim_record.failed_to_start(
-            record_path,
-            started_at,
-            f"cannot enter its working directory {opts.cwd}: {exc.strerror}",
-        )
+        return f"cannot serve its terminal on {opts.socket}: {exc}"
+    return shim_pty.Terminal(opts.socket, listener, log, opts.notice, stop, wake)
 
-    if term is not None:
-        return run_session(opts, term, sid, marker, since, started_at)
+
+def run_batch(
+    opts: Options,
+    stop: dict[str, float],
+    wake: int,
+    log: shim_log.CappedLog,
+    job: tuple[int, bytes, int],
+    started_at: float,
+) -> int:
+    """A batch job: its output through a pipe into the log (``shim_batch``)."""
+    preempt_with = (
+        getattr(signal, f"SIG{opts.preempt_signal}", None) if opts.preempt_signal else None
+    )
     out_r, out_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the job
-        try:
-            os.setpgid(0, 0)
-            # Python ignores SIGPIPE and SIGXFSZ for itself; an ignored signal stays
-            # ignored across exec, and `yes | head` in a job would then never end.
-            for s in (
-                signal.SIGTERM,
-                signal.SIGINT,
-                signal.SIGHUP,
-                signal.SIGCHLD,
-                signal.SIGPIPE,
-                signal.SIGXFSZ,
-            ):
-                signal.signal(s, signal.SIG_DFL)
-            signal.signal(signal.SIGUSR1, signal.SIG_DFL)
-            if preempt_with is not None and opts.preempt_shield:
-                # Ignored by the launcher and inherited so by its ranks, which install a
-                # handler of their own (a Python one may; a shell could not trap it then).
-                signal.signal(preempt_with, signal.SIG_IGN)
-            signal.set_wakeup_fd(-1)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out_w, 1)
-            os.dup2(out_w, 2)
-            os.execvp(cmd[0], cmd)
-        except OSError as exc:
-            os.write(2, f"ddpq: cannot run {cmd[0]!r}: {exc.strerror}\n".encode())
-        os._exit(127)
+    pid = shim_batch.fork_job(opts.cmd, out_w, preempt_with, opts.preempt_shield)
     shim_procs.MAIN["pid"] = pid
     # Only now, off the job's start path (ctypes costs milliseconds to import). An
     # orphan made in the job's first instant still stays in our session unless it
@@ -321,97 +316,21 @@ def main(argv: list[str]) -> int:
         pass
     os.close(out_w)
     os.set_blocking(out_r, False)
-
-    status: int | None = None
-    termed = False
-    killed = False
-    preempted = False
-    pipe_open = True
-    while status is None or pipe_open:
-        if stop_requested["preempt_at"] and not preempted and preempt_with is not None:
-            preempted = True
-            # Every process of the job, not its process group alone: torchrun starts each
-            # rank in a session of its own. The launcher itself ignores the signal.
-            for member in shim_procs.job_members(sid, marker, since):
-                try:
-                    os.kill(member, preempt_with)
-                except OSError:
-                    pass
-        if (
-            preempted
-            and not stop_requested["at"]
-            and time.monotonic() - stop_requested["preempt_at"] >= opts.preempt_grace
-        ):
-            stop_requested["at"] = time.monotonic()  # it did not checkpoint in time: stop it
-        if stop_requested["at"] and not termed:
-            termed = True
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        if termed and not killed and time.monotonic() - stop_requested["at"] >= grace:
-            killed = True
-            shim_procs.kill_everything(sid, marker, since)
-        if status is not None and pipe_open:
-            # The job is gone; whatever still holds the pipe is a straggler.
-            shim_procs.kill_everything(sid, marker, since)
-        timeout = 0.5
-        if termed and not killed:
-            timeout = max(0.0, min(timeout, stop_requested["at"] + grace - time.monotonic()))
-        elif preempted and not termed:
-            deadline = stop_requested["preempt_at"] + opts.preempt_grace
-            timeout = max(0.0, min(timeout, deadline - time.monotonic()))
-        fds = [wake_r] + ([out_r] if pipe_open else [])
-        try:
-            ready, _, _ = select.select(fds, [], [], timeout)
-        except InterruptedError:
-            ready = []
-        if wake_r in ready:
-            try:
-                os.read(wake_r, 512)
-            except BlockingIOError:
-                pass
-        if pipe_open and out_r in ready:
-            while True:
-                try:
-                    chunk = os.read(out_r, 65536)
-                except BlockingIOError:
-                    break
-                if not chunk:
-                    pipe_open = False
-                    break
-                if error is None:
-                    try:
-                        log.write(chunk)
-                    except OSError as exc:
-                        error = shim_record.disk_error("writing the job's log", exc)
-                        stop_requested["at"] = stop_requested["at"] or time.monotonic()
-                        grace = 0.0
-        if status is None:
-            shim_procs.reap_children()
-            status = shim_procs.MAIN.get("status")
-    shim_procs.kill_everything(sid, marker, since)
-    assert status is not None
-    return finish(record_path, log, status, started_at, error)
+    relay = shim_batch.Relay(
+        pid, out_r, wake, log, stop, opts.grace, (preempt_with, opts.preempt_grace), job
+    )
+    status = relay.run()
+    shim_procs.kill_everything(*job)
+    return shim_record.finish(opts.record, log, status, started_at, relay.error)
 
 
-# What the job gets back to their defaults: the shim handles these, and Python ignores
-# SIGPIPE and SIGXFSZ for itself (an ignored signal stays ignored across exec, and
-# `yes | head` in a job would then never end).
-JOB_SIGNALS = [
-    signal.SIGTERM,
-    signal.SIGINT,
-    signal.SIGHUP,
-    signal.SIGCHLD,
-    signal.SIGPIPE,
-    signal.SIGXFSZ,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-]
+# What a session's job gets back to their defaults: a batch job's, and SIGUSR2 (the
+# worker's notice for the terminal), which the shim handles too.
+JOB_SIGNALS = [*shim_batch.RESET_IN_JOB, signal.SIGUSR2]
 
 
 def run_session(
-    opts: Options, term: shim_pty.Terminal, sid: int, marker: bytes, since: int, started_at: float
+    opts: Options, term: shim_pty.Terminal, job: tuple[int, bytes, int], started_at: float
 ) -> int:
     """An interactive session (``--pty 1``): the job on a terminal relayed over the socket."""
     try:
@@ -423,35 +342,10 @@ def run_session(
         )
     shim_procs.MAIN["pid"] = pid
     become_subreaper()
-    status = term.run(sid, marker, since, opts.grace)
-    shim_procs.kill_everything(sid, marker, since)
+    status = term.run(*job, opts.grace)
+    shim_procs.kill_everything(*job)
     term.close(status)
-    return finish(opts.record, term.log, status, started_at, term.error)
-
-
-def finish(
-    record_path: str, log: shim_log.CappedLog, status: int, started_at: float, error: str | None
-) -> int:
-    """Write the exit record of a job whose processes are all gone."""
-    ended_at = time.time()
-    try:
-        log.close()
-    except OSError as exc:
-        error = error or shim_record.disk_error("writing the job's log", exc)
-    record: dict[str, object] = {
-        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-        "started_at": started_at,
-        "ended_at": ended_at,
-        "error": error,
-        "log_dropped_bytes": log.dropped,
-    }
-    try:
-        shim_record.write_record(record_path, record)
-    except OSError as exc:
-        sys.stderr.write(f"ddpq shim: cannot write the exit record: {exc}\n")
-        return 1
-    return 0
+    return shim_record.finish(opts.record, term.log, status, started_at, term.error)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,7 @@ in the foreground, so Ctrl-C, Ctrl-Z and job control work in it, and the shim's 
 * a line the worker left in the job's folder (``notice``, announced by SIGUSR2) is
   written into the terminal's output, where attached clients and the log see it.
 
-Frames on the socket, both ways: one byte of kind, four of length (big-endian), the
-payload. ``ddpq.client.relay`` speaks the same protocol (a test checks that they agree).
+The socket, its frames and what a client is sent on attaching are ``shim_wire``'s.
 """
 
 from __future__ import annotations
@@ -31,92 +30,29 @@ import os
 import select
 import signal
 import socket
-import stat
 import struct
 import termios
 import time
 
 if __package__:
-    from ddpq.executors.local import shim_log, shim_procs, shim_record
+    from ddpq.executors.local import shim_log, shim_procs, shim_record, shim_wire
 else:
     import shim_log  # type: ignore[import-not-found,no-redef]
     import shim_procs  # type: ignore[import-not-found,no-redef]
     import shim_record  # type: ignore[import-not-found,no-redef]
-
-INPUT = b"i"  # client -> shim: keys typed
-WINSIZE = b"w"  # client -> shim: rows, columns ("!HH")
-OUTPUT = b"o"  # shim -> client: what the job wrote on the terminal
-ENDED = b"x"  # shim -> client: the job has ended; its exit code or signal (JSON)
-HEADER = struct.Struct("!cI")
-MAX_FRAME = 256 * 1024
+    import shim_wire  # type: ignore[import-not-found,no-redef]
+# The socket's side, also by the names the shim and the tests have known it by here.
+Client = shim_wire.Client
+NOTICE_MAX = shim_wire.NOTICE_MAX
+listen = shim_wire.listen
+replayable = shim_wire.replayable
 
 SCROLLBACK = 64 * 1024  # replayed to a client that attaches
 CLIENT_BACKLOG = 1 << 20  # output a client may fall behind by before it is let go
 INPUT_BACKLOG = 1 << 16  # typed input waiting for the job to read it
-MAX_CLIENTS = 8
 READ_CHUNK = 65536
-NOTICE_MAX = 4096
 DEFAULT_SIZE = (24, 80)
 STOPPING = b"\r\n[ddpq: stopping the session: SIGTERM now, SIGKILL after the grace period]\r\n"
-
-
-def frame(kind: bytes, payload: bytes = b"") -> bytes:
-    return HEADER.pack(kind, len(payload)) + payload
-
-
-def listen(path: str) -> socket.socket:
-    """The session's socket at ``path``, 0600 from the start. Bound from inside its folder:
-    a job folder's path may be longer than a socket address holds (108 bytes). The shim
-    enters the job's working directory afterwards."""
-    folder, name = os.path.split(path)
-    os.chdir(folder)
-    try:
-        os.unlink(name)  # an earlier attempt's
-    except FileNotFoundError:
-        pass
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(name)
-    finally:
-        os.umask(old)
-    sock.listen(MAX_CLIENTS)
-    sock.setblocking(False)
-    return sock
-
-
-# What a program asks the terminal (cursor position, device attributes, colours, modes...):
-# a terminal answers by typing the answer in. Live, the program reads it; replayed to a
-# client that attaches later, the answer would land in the shell as keys ("2RR" at the
-# prompt). So a replay leaves these out; everything else is drawn as it was.
-_QUERIES = (
-    rb"\x1b\[[?>=]?[0-9;]*[cn]"  # device attributes (DA), status and cursor reports (DSR)
-    rb"|\x1b\[[?]?[0-9;]*\$p"  # DECRQM: is this mode set?
-    rb"|\x1b\[[0-9;]*t"  # window reports (and moves: not for a replay either)
-    rb"|\x1b\[[?>=<][0-9;]*[qu]"  # XTVERSION, the keyboard protocol's query and stack
-    rb"|\x1b\][^\x07\x1b]*\?[^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC colour queries ("11;?")
-    rb"|\x1bP[$+]q.*?\x1b\\"  # DECRQSS, XTGETTCAP
-)
-
-
-def replayable(data: bytes) -> bytes:
-    """``data`` without the sequences that make a terminal answer (see ``_QUERIES``)."""
-    import re  # only when a client attaches: a batch job's start imports nothing of it
-
-    return re.sub(_QUERIES, b"", data, flags=re.DOTALL)
-
-
-def peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
-class Client:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.inbox = bytearray()
-        self.outbox = bytearray()
-        self.sized = False  # has sent its window size (then a redraw is asked for)
 
 
 class Terminal:
@@ -137,7 +73,7 @@ class Terminal:
         self.notice = notice
         self.stop = stop
         self.wake = wake
-        self.clients: list[Client] = []
+        self.clients: list[shim_wire.Client] = []
         self.scrollback = bytearray()
         self.trimmed = False  # the scrollback lost its beginning (replayed from a new line)
         self.typed = bytearray()
@@ -217,9 +153,9 @@ class Terminal:
             del self.scrollback[: len(self.scrollback) - SCROLLBACK]
             self.trimmed = True
         for client in list(self.clients):
-            self._send(client, frame(OUTPUT, data))
+            self._send(client, shim_wire.frame(shim_wire.OUTPUT, data))
 
-    def _send(self, client: Client, data: bytes) -> None:
+    def _send(self, client: shim_wire.Client, data: bytes) -> None:
         client.outbox += data
         if len(client.outbox) > CLIENT_BACKLOG:
             self._drop(client)  # it stopped reading (a suspended `ddpq attach`): reattach
@@ -241,23 +177,7 @@ class Terminal:
 
     def show_notice(self) -> None:
         """The worker's line for this session (the idle warning), into the terminal."""
-        try:
-            fd = os.open(self.notice, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return
-        try:
-            # The job's folder: whatever is there may be the job's (a FIFO, say), not ours.
-            regular = stat.S_ISREG(os.fstat(fd).st_mode)
-            text = os.read(fd, NOTICE_MAX).decode(errors="replace") if regular else ""
-        except OSError:
-            text = ""
-        finally:
-            os.close(fd)
-        try:
-            os.unlink(self.notice)
-        except OSError:
-            pass
-        line = "".join(c if c.isprintable() else " " for c in text).strip()
+        line = shim_wire.take_notice(self.notice)
         if line:
             self.output(f"\r\n[{line}]\r\n".encode())
 
@@ -272,28 +192,25 @@ class Terminal:
             except OSError:
                 return  # out of descriptors, say: the client tries again
             try:
-                allowed = peer_uid(conn) in (os.getuid(), 0)
+                allowed = shim_wire.peer_uid(conn) in (os.getuid(), 0)
             except OSError:
                 allowed = False
-            if not allowed or len(self.clients) >= MAX_CLIENTS:
+            if not allowed or len(self.clients) >= shim_wire.MAX_CLIENTS:
                 conn.close()
                 continue
             conn.setblocking(False)
-            client = Client(conn)
+            client = shim_wire.Client(conn)
             self.clients.append(client)
-            replay = bytes(self.scrollback)
-            if self.trimmed and b"\n" in replay:
-                replay = replay[replay.index(b"\n") + 1 :]  # from a line's start
-            replay = replayable(replay)
+            replay = shim_wire.replay(bytes(self.scrollback), self.trimmed)
             if replay:
-                self._send(client, frame(OUTPUT, replay))
+                self._send(client, shim_wire.frame(shim_wire.OUTPUT, replay))
 
-    def _drop(self, client: Client) -> None:
+    def _drop(self, client: shim_wire.Client) -> None:
         if client in self.clients:
             self.clients.remove(client)
         client.sock.close()
 
-    def read_client(self, client: Client) -> None:
+    def read_client(self, client: shim_wire.Client) -> None:
         try:
             data = client.sock.recv(READ_CHUNK)
         except (BlockingIOError, InterruptedError):
@@ -304,21 +221,16 @@ class Terminal:
             self._drop(client)  # detached
             return
         client.inbox += data
-        while len(client.inbox) >= HEADER.size:
-            kind, length = HEADER.unpack_from(client.inbox)
-            if length > MAX_FRAME or kind not in (INPUT, WINSIZE):
-                self._drop(client)  # not our client: nothing it sends is taken
-                return
-            if len(client.inbox) < HEADER.size + length:
-                return
-            payload = bytes(client.inbox[HEADER.size : HEADER.size + length])
-            del client.inbox[: HEADER.size + length]
-            if kind == INPUT:
+        frames, ours = shim_wire.take_frames(client.inbox)
+        for kind, payload in frames:
+            if kind == shim_wire.INPUT:
                 self.typed += payload  # bounded: clients are not read while it is full
             elif len(payload) == 4:
                 self._window(client, struct.unpack("!HH", payload))
+        if not ours:
+            self._drop(client)  # not our client: nothing more it sends is taken
 
-    def _window(self, client: Client, size: tuple[int, int]) -> None:
+    def _window(self, client: shim_wire.Client, size: tuple[int, int]) -> None:
         rows, cols = size
         if not (0 < rows < 10000 and 0 < cols < 10000):
             return
@@ -344,7 +256,7 @@ class Terminal:
         except OSError:
             pass
 
-    def write_client(self, client: Client) -> None:
+    def write_client(self, client: shim_wire.Client) -> None:
         try:
             sent = client.sock.send(client.outbox)
         except (BlockingIOError, InterruptedError):
@@ -390,39 +302,51 @@ class Terminal:
             timeout = 0.5
             if termed and not killed:
                 timeout = max(0.0, min(timeout, self.stop["at"] + grace - time.monotonic()))
-            reading = [self.wake, self.listener.fileno()]
-            if len(self.typed) < INPUT_BACKLOG:  # else the clients wait: a paste is not cut
-                reading += [c.sock.fileno() for c in self.clients]
-            writing = [c.sock.fileno() for c in self.clients if c.outbox]
-            if tty_open:
-                reading.append(self.master)
-                if self.typed:
-                    writing.append(self.master)
-            try:
-                ready, ready_w, _ = select.select(reading, writing, [], timeout)
-            except InterruptedError:
-                ready, ready_w = [], []
-            if self.wake in ready:
-                try:
-                    os.read(self.wake, 512)
-                except BlockingIOError:
-                    pass
-            if tty_open and self.master in ready:
-                tty_open = self.read_terminal()
-            if tty_open and self.master in ready_w:
-                self.write_terminal()
-            for client in list(self.clients):
-                fd = client.sock.fileno()
-                if fd in ready:
-                    self.read_client(client)
-                if client in self.clients and fd in ready_w:
-                    self.write_client(client)
-            if self.listener.fileno() in ready:
-                self.accept()
+            ready, ready_w = self._wait(tty_open, timeout)
+            tty_open = self._serve(ready, ready_w, tty_open)
             if status is None:
                 shim_procs.reap_children()
                 status = shim_procs.MAIN.get("status")
         return status
+
+    def _wait(self, tty_open: bool, timeout: float) -> tuple[list[int], list[int]]:
+        """Wait at most ``timeout`` for the terminal, the clients, the listener or a signal;
+        what is ready to read and to write."""
+        reading = [self.wake, self.listener.fileno()]
+        if len(self.typed) < INPUT_BACKLOG:  # else the clients wait: a paste is not cut
+            reading += [c.sock.fileno() for c in self.clients]
+        writing = [c.sock.fileno() for c in self.clients if c.outbox]
+        if tty_open:
+            reading.append(self.master)
+            if self.typed:
+                writing.append(self.master)
+        try:
+            ready, ready_w, _ = select.select(reading, writing, [], timeout)
+        except InterruptedError:
+            return [], []
+        return ready, ready_w
+
+    def _serve(self, ready: list[int], ready_w: list[int], tty_open: bool) -> bool:
+        """Move what is ready between the terminal and the clients; whether any process
+        still holds the terminal."""
+        if self.wake in ready:
+            try:
+                os.read(self.wake, 512)
+            except BlockingIOError:
+                pass
+        if tty_open and self.master in ready:
+            tty_open = self.read_terminal()
+        if tty_open and self.master in ready_w:
+            self.write_terminal()
+        for client in list(self.clients):
+            fd = client.sock.fileno()
+            if fd in ready:
+                self.read_client(client)
+            if client in self.clients and fd in ready_w:
+                self.write_client(client)
+        if self.listener.fileno() in ready:
+            self.accept()
+        return tty_open
 
     def abandon(self) -> None:
         """The job could not be started: no socket is left for clients to find."""
@@ -439,7 +363,7 @@ class Terminal:
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         }
         for client in self.clients:
-            client.outbox += frame(ENDED, json.dumps(ended).encode())
+            client.outbox += shim_wire.frame(shim_wire.ENDED, json.dumps(ended).encode())
         deadline = time.monotonic() + 1.0
         while any(c.outbox for c in self.clients) and time.monotonic() < deadline:
             waiting = [c.sock for c in self.clients if c.outbox]

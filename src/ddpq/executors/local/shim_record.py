@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import time
+
+TYPE_CHECKING = False  # typing would cost milliseconds on every job's start path
+if TYPE_CHECKING:
+    from ddpq.executors.local import shim_log
 
 RECORD_SPACE = 4096
 # The exit record's file, written with blanks when the shim starts. A job that fills
 # the disk must still get its end recorded ("the disk is full"), not end "lost": the
 # record is later written over those blanks, which needs no new disk block.
 RESERVED = {"fd": -1}
+
+NOT_LAUNCHED: dict[str, object] = {
+    "exit_code": None,
+    "signal": None,
+    "error": "the worker went away before the job started",
+    "launched": False,
+}
 
 
 def clear(path: str) -> None:
@@ -100,3 +112,40 @@ def disk_error(what: str, exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"the disk is full: {what} failed ({exc.strerror})"
     return f"{what} failed: {exc.strerror or exc}"
+
+
+def not_launched(record_path: str) -> int:
+    """The worker stored this attempt's handle, or died before it could: either way a
+    record that says nothing ran lets the next worker put the job back in the queue."""
+    sys.stderr.write("ddpq shim: the worker went away before the job started\n")
+    now = time.time()
+    try:  # contextlib would cost 3 ms of imports on every job's start path
+        write_record(record_path, {**NOT_LAUNCHED, "started_at": now, "ended_at": now})
+    except OSError:
+        pass
+    return 3
+
+
+def finish(
+    record_path: str, log: shim_log.CappedLog, status: int, started_at: float, error: str | None
+) -> int:
+    """Write the exit record of a job whose processes are all gone."""
+    ended_at = time.time()
+    try:
+        log.close()
+    except OSError as exc:
+        error = error or disk_error("writing the job's log", exc)
+    record: dict[str, object] = {
+        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "error": error,
+        "log_dropped_bytes": log.dropped,
+    }
+    try:
+        write_record(record_path, record)
+    except OSError as exc:
+        sys.stderr.write(f"ddpq shim: cannot write the exit record: {exc}\n")
+        return 1
+    return 0

@@ -1,0 +1,169 @@
+"""A batch job under its shim: the job forked with its output on a pipe, and the relay that
+writes that output into the capped log until the job and everything holding the pipe are
+gone, stopping the job (and preempting it) as the shim is asked to.
+
+Standard library only, beside the shim and imported by it (``shim.py`` says how it is
+found when run by its path with ``python -S``).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+if __package__:
+    from ddpq.executors.local import shim_log, shim_procs, shim_record
+else:
+    import shim_log  # type: ignore[import-not-found,no-redef]
+    import shim_procs  # type: ignore[import-not-found,no-redef]
+    import shim_record  # type: ignore[import-not-found,no-redef]
+
+# Python ignores SIGPIPE and SIGXFSZ for itself; an ignored signal stays ignored across
+# exec, and `yes | head` in a job would then never end. The others the shim handles.
+RESET_IN_JOB = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGCHLD,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGUSR1,
+)
+POLL_S = 0.5  # the longest the relay sleeps without looking at its signals and children
+
+
+def fork_job(cmd: list[str], out_w: int, preempt_with: int | None, shield: bool) -> int:
+    """Fork and exec ``cmd`` as the leader of its own process group, its stdout and stderr
+    on ``out_w``, stdin from /dev/null; the child's pid. ``shield``: the job's first process
+    is a launcher (torchrun) that ignores ``preempt_with`` and lets its ranks handle it."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the job
+        os.setpgid(0, 0)
+        for s in RESET_IN_JOB:
+            signal.signal(s, signal.SIG_DFL)
+        if preempt_with is not None and shield:
+            # Ignored by the launcher and inherited so by its ranks, which install a
+            # handler of their own (a Python one may; a shell could not trap it then).
+            signal.signal(preempt_with, signal.SIG_IGN)
+        signal.set_wakeup_fd(-1)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.execvp(cmd[0], cmd)
+    except OSError as exc:
+        os.write(2, f"ddpq: cannot run {cmd[0]!r}: {exc.strerror}\n".encode())
+    os._exit(127)
+
+
+class Relay:
+    """The job's output into its log until the job has ended and no process holds its pipe.
+
+    ``stop`` is the shim's record of what it was asked (its signal handlers write it):
+    ``at``, when a stop came (SIGTERM to the job's group, then SIGKILL to every process of
+    the job after ``grace``); ``preempt_at``, when a preemption came (``preempt_with`` to
+    every process of the job, then a stop if it has not ended after ``preempt_grace``).
+    ``job`` is how the job's processes are found: its session, marker and start ticks.
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        out_r: int,
+        wake: int,
+        log: shim_log.CappedLog,
+        stop: dict[str, float],
+        grace: float,
+        preempt: tuple[int | None, float],
+        job: tuple[int, bytes, int],
+    ) -> None:
+        self.pid, self.out_r, self.wake, self.log, self.stop = pid, out_r, wake, log, stop
+        self.grace = grace
+        self.preempt_with, self.preempt_grace = preempt
+        self.job = job
+        self.error: str | None = None  # the log could not be written: why
+        self.status: int | None = None  # the job's wait status, once reaped
+        self.pipe_open = True
+        self.termed = self.killed = self.preempted = False
+
+    def run(self) -> int:
+        """Relay and supervise until the job and its pipe's holders are gone; its status."""
+        while self.status is None or self.pipe_open:
+            self._act_on_requests()
+            fds = [self.wake] + ([self.out_r] if self.pipe_open else [])
+            try:
+                ready, _, _ = select.select(fds, [], [], self._timeout())
+            except InterruptedError:
+                ready = []
+            if self.wake in ready:
+                try:
+                    os.read(self.wake, 512)
+                except BlockingIOError:
+                    pass
+            if self.pipe_open and self.out_r in ready:
+                self._read_output()
+            if self.status is None:
+                shim_procs.reap_children()
+                self.status = shim_procs.MAIN.get("status")
+        return self.status
+
+    def _act_on_requests(self) -> None:
+        """Preempt, stop, kill: each once, when its time has come."""
+        stop = self.stop
+        if stop["preempt_at"] and not self.preempted and self.preempt_with is not None:
+            self.preempted = True
+            # Every process of the job, not its process group alone: torchrun starts each
+            # rank in a session of its own. The launcher itself ignores the signal.
+            for member in shim_procs.job_members(*self.job):
+                try:
+                    os.kill(member, self.preempt_with)
+                except OSError:
+                    pass
+        if (
+            self.preempted
+            and not stop["at"]
+            and time.monotonic() - stop["preempt_at"] >= self.preempt_grace
+        ):
+            stop["at"] = time.monotonic()  # it did not checkpoint in time: stop it
+        if stop["at"] and not self.termed:
+            self.termed = True
+            try:
+                os.killpg(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        if self.termed and not self.killed and time.monotonic() - stop["at"] >= self.grace:
+            self.killed = True
+            shim_procs.kill_everything(*self.job)
+        if self.status is not None and self.pipe_open:
+            # The job is gone; whatever still holds the pipe is a straggler.
+            shim_procs.kill_everything(*self.job)
+
+    def _timeout(self) -> float:
+        """How long to wait for output: until the next deadline, at most POLL_S."""
+        if self.termed and not self.killed:
+            return max(0.0, min(POLL_S, self.stop["at"] + self.grace - time.monotonic()))
+        if self.preempted and not self.termed:
+            deadline = self.stop["preempt_at"] + self.preempt_grace
+            return max(0.0, min(POLL_S, deadline - time.monotonic()))
+        return POLL_S
+
+    def _read_output(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.out_r, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self.pipe_open = False
+                return
+            if self.error is None:
+                try:
+                    self.log.write(chunk)
+                except OSError as exc:
+                    self.error = shim_record.disk_error("writing the job's log", exc)
+                    self.stop["at"] = self.stop["at"] or time.monotonic()
+                    self.grace = 0.0

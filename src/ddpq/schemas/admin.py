@@ -1,0 +1,170 @@
+"""The host's side of the API: its GPUs (``ddpq gpus``), reservations (``ddpq admin
+reserve``) and the usage report (``ddpq usage``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ddpq.core.gpus import GpuProcess
+from ddpq.core.states import JobState
+from ddpq.schemas.common import NAME_PATTERN, NAME_RE, NAME_RULE, Text
+
+
+class DeviceShare(BaseModel):
+    """A job holding a share of a GPU's memory."""
+
+    job_id: int
+    owner: str | None
+    gpu_mem: int = Field(description="bytes it reserves on this GPU")
+    since: datetime
+
+
+class DeviceOut(BaseModel):
+    index: int
+    uuid: str
+    name: str
+    fake: bool
+    memory_total_mb: int
+    memory_used_mb: int
+    status: Literal["free", "leased", "shared", "external"]
+    job_id: int | None = None
+    owner: str | None = None
+    since: datetime | None = None
+    # The core's record of a GPU process: the same fields on the wire.
+    external_processes: list[GpuProcess] = Field(default_factory=list)
+    shares: list[DeviceShare] = Field(
+        default_factory=list, description="the jobs sharing it by memory (status shared)"
+    )
+    idle_since: datetime | None = Field(
+        default=None, description="leased: since when the job's GPUs are unused (null: in use)"
+    )
+    idle_long: bool = Field(
+        default=False, description="unused longer than the daemon's --idle (any job)"
+    )
+
+
+class DeviceList(BaseModel):
+    items: list[DeviceOut]
+    ports_leased: dict[int, int] = Field(
+        default_factory=dict, description="rendezvous port -> job id"
+    )
+
+
+class PortUseOut(BaseModel):
+    """Who listens on a running job's leased port (its owner's and admins' to ask):
+    ``ddpq shell`` prints how to reach a session's server only once the job itself does."""
+
+    port: int | None = Field(description="the job's leased port (null: it holds none now)")
+    listener: Literal["job", "other", "nobody", "unknown"] = Field(
+        description="job: a process of this job (and no other) listens on it; other: a "
+        "process that is not the job's does (uid, user, pid say whose); nobody: no one "
+        "listens yet; unknown: the daemon cannot tell (a job on a Slurm node)"
+    )
+    uid: int | None = Field(default=None, description="the listening process's account")
+    user: str | None = None
+    pid: int | None = None
+    command: str | None = Field(default=None, description="its name (the process's own choice)")
+    detail: str = Field(description="the same in words")
+
+
+class JobEnvOut(BaseModel):
+    """The variables a job was submitted with; only its owner and admins may read them."""
+
+    id: int
+    base: Literal["daemon", "exported"] = Field(
+        description="what the job starts from: the daemon's environment, or the one its "
+        "submitter exported (`exported_env`)"
+    )
+    env: dict[str, str] = Field(
+        description="the submitted variables (`exported_env` with `env` over it); the job "
+        "contract's variables are set over these when it starts"
+    )
+
+
+class ReservationIn(BaseModel):
+    """GPUs to keep for one user's jobs in a window (``ddpq admin reserve``). Times are
+    ISO 8601 with an offset, or UNIX seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: Text = Field(json_schema_extra={"pattern": NAME_PATTERN})
+    gpus: int = Field(ge=1, le=1024, strict=True)
+    start: datetime
+    end: datetime
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(NAME_RULE)
+        return v
+
+    @field_validator("start", "end")
+    @classmethod
+    def _aware(cls, v: datetime) -> datetime:
+        if v.tzinfo is None:
+            raise ValueError("give the time with its offset (2026-12-03T09:00+01:00, or Z)")
+        return v
+
+
+class ReservationOut(BaseModel):
+    id: int
+    user: str
+    gpus: int
+    start: datetime
+    end: datetime
+    active: bool = Field(description="in force now")
+    created_at: datetime
+    created_by: str
+
+
+class ReservationList(BaseModel):
+    items: list[ReservationOut]
+
+
+class UsageRow(BaseModel):
+    """The usage of one group in the report's window (``ddpq.core.usage.report``)."""
+
+    key: str = Field(description="the user, the Unix account, the UTC day or month, or 'total'")
+    kind: Literal["user", "account", "day", "month", "total"] = Field(
+        description="what `key` is; `account`: outside use by an account that is no (single) "
+        "ddpq user's"
+    )
+    gpu_hours_jobs: float = Field(description="GPU-hours of ddpq jobs' attempts")
+    gpu_hours_outside: float = Field(
+        description="GPU-hours of processes in no ddpq job (each account on a GPU is charged "
+        "the whole GPU)"
+    )
+    jobs: dict[JobState, int] = Field(description="jobs that ended, by their final state")
+    jobs_started: int = Field(description="jobs first started (what the waits are of)")
+    wait_p50_s: float | None = Field(description="median wait from submission to first start")
+    wait_p90_s: float | None = Field(description="90th percentile of that wait")
+    mem_reserved_gib_h: float | None = Field(
+        default=None,
+        description="GiB-hours of GPU memory reserved by attempts sharing GPUs (--gpu-mem), "
+        "per GPU times its GPUs; null: no such attempt",
+    )
+    mem_used_gib_h: float | None = Field(
+        default=None,
+        description="the same attempts' measured peaks, in GiB-hours (compare with "
+        "mem_reserved_gib_h); null: none of them measured",
+    )
+    mem_used_peak_gib: float | None = Field(
+        default=None,
+        description="the highest measured peak of any attempt on one GPU, GiB; null: none",
+    )
+
+
+class UsageReport(BaseModel):
+    since: datetime
+    until: datetime
+    by: Literal["user", "day", "month"]
+    outside_use: Literal["count", "show"] = Field(
+        description="whether outside use counts towards its user's fair share (count) or is "
+        "only shown (show)"
+    )
+    rows: list[UsageRow]
+    total: UsageRow
