@@ -99,6 +99,10 @@ def _sleep_then(code: int, seconds: float) -> list[str]:
     return ["sh", "-c", f"sleep {seconds}; exit {code}"]
 
 
+def _until_exists(path: Path) -> list[str]:
+    return ["sh", "-c", f"while [ ! -e '{path}' ]; do sleep 0.05; done"]
+
+
 def test_kill9_restart_readopts_running_and_finalises_ended_jobs(
     make_daemon: Callable[..., Daemon],
 ) -> None:
@@ -106,7 +110,9 @@ def test_kill9_restart_readopts_running_and_finalises_ended_jobs(
     c = d.client()
     ends_ok = c.submit(JobSubmit(command=_sleep_then(0, 1), gpus=1))
     ends_bad = c.submit(JobSubmit(command=_sleep_then(3, 1), gpus=1))
-    outlives = c.submit(JobSubmit(command=_sleep_then(0, 6), gpus=1))
+    # Runs until the test lets it end (a file appears), however slow the restart is.
+    release = d.home / "let-it-end"
+    outlives = c.submit(JobSubmit(command=_until_exists(release), gpus=1))
     queued = [c.submit(JobSubmit(command=["true"], gpus=1)) for _ in range(2)]
     for job in (ends_ok, ends_bad, outlives):
         wait_state(c, job.id, "running")
@@ -122,6 +128,7 @@ def test_kill9_restart_readopts_running_and_finalises_ended_jobs(
     assert c.show(ends_ok.id).state == "succeeded"
     bad = c.show(ends_bad.id)
     assert (bad.state, bad.exit_code) == ("failed", 3)
+    release.touch()
     done = wait_done(c, outlives.id, timeout=60)
     assert (done.state, done.exit_code, len(done.attempts)) == ("succeeded", 0, 1)
     for job in queued:
