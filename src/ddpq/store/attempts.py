@@ -17,11 +17,13 @@ from sqlalchemy.orm import Session
 
 from ddpq.core.disposition import Disposition, JobFacts, after_interrupted_launch, lease_text
 from ddpq.core.rules import ExitRecord, StopRequest
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, JobState, check_transition
 from ddpq.core.units import size_for_people
+from ddpq.store import dependencies
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
-from ddpq.store.models import Attempt, Job, JobEvent
+from ddpq.store.models import SPEC_COLUMNS, Attempt, Job, JobEvent, spec_of
 
 _jobs = cast(Table, Job.__table__)
 _attempts = cast(Table, Attempt.__table__)
@@ -60,27 +62,19 @@ class Placed:
 
 @dataclass(frozen=True)
 class Leased:
-    """What a launch needs of a job that has just been leased its resources."""
+    """A job that has just been leased its resources: what it asked for, and what it got."""
 
     job_id: int
     attempt: int
-    owner: str
-    command: list[str]
-    launcher: str
-    cwd: str
-    env: dict[str, str]
+    spec: JobSpec  # read back from its row (``models.spec_of``)
     gpus: tuple[int, ...]
     port: int | None
     job_dir: str
-    preempt_signal: str | None = None  # preemptible: the signal that tells it to checkpoint
-    interactive: bool = False  # a session: its shim holds a terminal (ddpq shell)
-    # What a cluster executor also needs (the local one runs nodes=1 and its own limits).
-    time_limit_s: float | None = None
-    nodes: int = 1
-    gpus_per_node: int | None = None
-    partition: str | None = None
-    slurm_options: tuple[str, ...] = ()
-    gpu_mem_bytes: int | None = None  # sharing: what it reserved on each GPU
+    reserved_mem_bytes: int | None = None  # sharing: what it reserved on each GPU
+
+
+# The columns a launch reads: the job's spec, and which attempt this is.
+_SPEC_COLUMNS = [_jobs.c[column] for column in SPEC_COLUMNS.values()]
 
 
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
@@ -93,41 +87,47 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
         return []
     by_id = {p.job_id: p for p in placed}
     rows = session.execute(
-        select(
-            Job.id,
-            Job.attempt,
-            Job.owner,
-            Job.command,
-            Job.launcher,
-            Job.cwd,
-            Job.env,
-            Job.preemptible,
-            Job.preempt_signal,
-            Job.interactive,
-            Job.time_limit_s,
-            Job.nodes,
-            Job.gpus_per_node,
-            Job.partition,
-            Job.slurm_options,
-        ).where(Job.id.in_(list(by_id)), Job.state == JobState.QUEUED)
+        select(_jobs.c.id, _jobs.c.attempt, *_SPEC_COLUMNS).where(
+            _jobs.c.id.in_(list(by_id)), _jobs.c.state == JobState.QUEUED
+        )
     ).all()
     lease_store.acquire_many(
         session,
         [lease_store.Wanted(p.job_id, p.gpus, p.port, p.mem_bytes, p.share_cap) for p in placed],
         now,
     )
-    out: list[Leased] = []
+    ids = [row.id for row in rows]
+    after = dependencies.dependencies_of_many(session, ids)
+    after_sweeps = dependencies.sweep_dependencies_of_many(session, ids)
+    out = [
+        Leased(
+            row.id,
+            row.attempt + 1,
+            spec_of(row, after.get(row.id, ()), after_sweeps.get(row.id, ())),
+            by_id[row.id].gpus,
+            by_id[row.id].port,
+            by_id[row.id].job_dir,
+            by_id[row.id].mem_bytes,
+        )
+        for row in rows
+    ]
+    _write_starts(session, [(job, by_id[job.job_id]) for job in out], now)
+    return out
+
+
+def _write_starts(session: Session, started: Sequence[tuple[Leased, Placed]], now: float) -> None:
+    """The rows of ``lease_and_start``: each job starting, its attempt, its event."""
+    if not started:
+        return
     job_rows, attempt_rows, events = [], [], []
-    for row in rows:
-        p = by_id[row.id]
-        number = row.attempt + 1
+    for job, p in started:
         why = f"leased {lease_text(p.gpus, p.port)}"
         if p.mem_bytes is not None:
             why += f", sharing them: {size_for_people(p.mem_bytes)} reserved on each"
         job_rows.append(
             {
-                "job_id": row.id,
-                "number": number,
+                "job_id": job.job_id,
+                "number": job.attempt,
                 "why": why,
                 "dir": p.job_dir,
                 "latency": p.sched_latency_s,
@@ -135,8 +135,8 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
         )
         attempt_rows.append(
             {
-                "job_id": row.id,
-                "number": number,
+                "job_id": job.job_id,
+                "number": job.attempt,
                 "gpus": list(p.gpus),
                 "port": p.port,
                 "started_at": now,
@@ -144,57 +144,31 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 "gpu_mem_bytes": p.mem_bytes,
             }
         )
-        events.append(_event(row.id, JobState.QUEUED, JobState.STARTING, why, now))
-        command, env = list(row.command), dict(row.env or {})
-        out.append(
-            Leased(
-                row.id,
-                number,
-                row.owner,
-                command,
-                row.launcher,
-                row.cwd,
-                env,
-                p.gpus,
-                p.port,
-                p.job_dir,
-                row.preempt_signal if row.preemptible else None,
-                # By name: several branches added fields here, and a bool passes for a float.
-                interactive=bool(row.interactive),
-                time_limit_s=row.time_limit_s,
-                nodes=row.nodes,
-                gpus_per_node=row.gpus_per_node,
-                partition=row.partition,
-                slurm_options=tuple(row.slurm_options or ()),
-                gpu_mem_bytes=p.mem_bytes,
-            )
-        )
-    if job_rows:
-        conn = session.connection()
-        conn.execute(
-            update(_jobs)
-            .where(_jobs.c.id == bindparam("job_id"))
-            .values(
-                attempt=bindparam("number"),
-                state=JobState.STARTING,
-                reason=bindparam("why"),
-                started_at=now,
-                ended_at=None,
-                exit_code=None,
-                exit_signal=None,
-                stop_request=None,
-                stop_sent_at=None,
-                not_before=None,
-                idle_since=None,
-                idle_warned_at=None,
-                job_dir=bindparam("dir"),
-                sched_latency_s=bindparam("latency"),
-            ),
-            job_rows,
-        )
-        conn.execute(insert(_attempts), attempt_rows)
-        _events_insert(session, events)
-    return out
+        events.append(_event(job.job_id, JobState.QUEUED, JobState.STARTING, why, now))
+    conn = session.connection()
+    conn.execute(
+        update(_jobs)
+        .where(_jobs.c.id == bindparam("job_id"))
+        .values(
+            attempt=bindparam("number"),
+            state=JobState.STARTING,
+            reason=bindparam("why"),
+            started_at=now,
+            ended_at=None,
+            exit_code=None,
+            exit_signal=None,
+            stop_request=None,
+            stop_sent_at=None,
+            not_before=None,
+            idle_since=None,
+            idle_warned_at=None,
+            job_dir=bindparam("dir"),
+            sched_latency_s=bindparam("latency"),
+        ),
+        job_rows,
+    )
+    conn.execute(insert(_attempts), attempt_rows)
+    _events_insert(session, events)
 
 
 # ---- running: the executor took it ------------------------------------------------

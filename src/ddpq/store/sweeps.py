@@ -19,11 +19,12 @@ from sqlalchemy.orm import Session
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.deps import settle_change, waiting_place
 from ddpq.core.plan import NO_SWEEP_CAPS, SweepCaps
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, TERMINAL, WAITING, JobState, check_transition
 from ddpq.store import dependencies
 from ddpq.store import jobs as job_store
 from ddpq.store.dependencies import UnknownSweep
-from ddpq.store.models import Job, JobDependency, JobEvent, Sweep, SweepDependency
+from ddpq.store.models import Job, JobDependency, JobEvent, Sweep, SweepDependency, columns_of
 
 _jobs = cast(Table, Job.__table__)
 _sweeps = cast(Table, Sweep.__table__)
@@ -43,7 +44,7 @@ class NewSweep:
     """A sweep to create: what every member shares (``job``: its name and command are the
     template's), the submission as sent, and each member's own part."""
 
-    job: job_store.NewJob
+    job: JobSpec
     template: dict[str, Any]
     params: dict[str, list[str]]
     array: str | None
@@ -87,36 +88,20 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
     key = conn.execute(insert(_sweeps), sweep_row).inserted_primary_key
     assert key is not None
     sweep_id = int(key[0])
+    # Each member is the template's spec (its mem_key too: its members are runs of the
+    # same job), with its own name, command and environment below.
     shared = {
-        "owner": job.owner,
-        "cwd": job.cwd,
-        "launcher": job.launcher,
-        "gpus": job.gpus,
-        "priority": job.priority,
-        "time_limit_s": job.time_limit_s,
-        "max_retries": job.max_retries,
+        **columns_of(job),
         "attempt": 0,
         "port_retries": 0,
-        "user_hold": job.hold,
+        "preemptions": 0,
+        "oom_requeues": 0,
         "state": state,
         "reason": reason,
         "submitted_at": now,
         "ended_at": now if state is JobState.CANCELLED else None,
         "sweep_id": sweep_id,
         "notify_url": None,  # a member sends nothing of its own: its sweep tells of it
-        "preemptible": job.preemptible,
-        "preempt_signal": job.preempt_signal,
-        "preemptions": 0,
-        "run_as": job.run_as,
-        "nodes": job.nodes,
-        "gpus_per_node": job.gpus_per_node,
-        "partition": job.partition,
-        "slurm_options": list(job.slurm_options) or None,
-        "gpu_mem_bytes": job.gpu_mem_bytes,
-        "gpu_mem_auto": job.gpu_mem_auto,
-        "gpu_share": job.gpu_share,
-        "oom_requeues": 0,
-        "mem_key": job.mem_key,  # the template's: its members are runs of the same job
     }
     rows = [
         {
