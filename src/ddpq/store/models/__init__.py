@@ -5,7 +5,7 @@
 """
 
 from ddpq.store.models.base import Base, state_type
-from ddpq.store.models.job import SPEC_COLUMNS, Job, columns_of, spec_of
+from ddpq.store.models.job import KEPT_ELSEWHERE, SPEC_COLUMNS, Job, columns_of, spec_of
 from ddpq.store.models.tables import (
     LEASE_CHECK,
     Attempt,
@@ -26,6 +26,7 @@ from ddpq.store.models.tables import (
 )
 
 __all__ = [
+    "KEPT_ELSEWHERE",
     "LEASE_CHECK",
     "SPEC_COLUMNS",
     "Attempt",
