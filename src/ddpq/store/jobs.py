@@ -28,7 +28,7 @@ from ddpq.store.models import (
     JobDependency,
     JobEvent,
     SweepDependency,
-    columns_of,
+    new_row,
 )
 
 
@@ -67,17 +67,7 @@ def create_job(session: Session, spec: JobSpec, now: float) -> Job:
     after_sweeps = sorted(set(spec.after_sweeps))
     standings = checked_standings(session, after_sweeps)
     conn = session.connection()
-    values = {
-        **columns_of(spec),
-        # What the row adds to the spec: its life so far, none yet.
-        "attempt": 0,
-        "port_retries": 0,
-        "preemptions": 0,
-        "oom_requeues": 0,
-        "state": JobState.QUEUED,
-        "reason": "",
-        "submitted_at": now,
-    }
+    values = new_row(spec, JobState.QUEUED, "", now)
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None
     job_id = int(key[0])

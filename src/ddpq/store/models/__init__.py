@@ -5,7 +5,14 @@
 """
 
 from ddpq.store.models.base import Base, state_type
-from ddpq.store.models.job import KEPT_ELSEWHERE, SPEC_COLUMNS, Job, columns_of, spec_of
+from ddpq.store.models.job import (
+    KEPT_ELSEWHERE,
+    SPEC_COLUMNS,
+    Job,
+    columns_of,
+    new_row,
+    spec_of,
+)
 from ddpq.store.models.tables import (
     LEASE_CHECK,
     Attempt,
@@ -47,6 +54,7 @@ __all__ = [
     "User",
     "UserLimit",
     "columns_of",
+    "new_row",
     "spec_of",
     "state_type",
 ]

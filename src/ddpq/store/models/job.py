@@ -148,6 +148,12 @@ def columns_of(spec: JobSpec) -> dict[str, Any]:
     return {column: _stored(getattr(spec, name)) for name, column in SPEC_COLUMNS.items()}
 
 
+def new_row(spec: JobSpec, state: JobState, reason: str, now: float) -> dict[str, Any]:
+    """A new job's row: its spec, and its life so far (none yet)."""
+    life = {"attempt": 0, "port_retries": 0, "preemptions": 0, "oom_requeues": 0}
+    return {**columns_of(spec), **life, "state": state, "reason": reason, "submitted_at": now}
+
+
 def _read(name: str, value: Any) -> Any:
     if name in _TUPLES:
         return tuple(value or ())
