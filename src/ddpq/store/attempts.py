@@ -12,7 +12,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import (
+    Table,
+    and_,
+    bindparam,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from ddpq.core.disposition import Disposition, JobFacts, after_interrupted_launch, lease_text
@@ -20,14 +31,23 @@ from ddpq.core.rules import ExitRecord, StopRequest
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, JobState, check_transition
 from ddpq.core.units import size_for_people
-from ddpq.store import dependencies
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
-from ddpq.store.models import SPEC_COLUMNS, Attempt, Job, JobEvent, spec_of
+from ddpq.store.models import (
+    SPEC_COLUMNS,
+    Attempt,
+    Job,
+    JobDependency,
+    JobEvent,
+    SweepDependency,
+    spec_of,
+)
 
 _jobs = cast(Table, Job.__table__)
 _attempts = cast(Table, Attempt.__table__)
 _events = cast(Table, JobEvent.__table__)
+_deps = cast(Table, JobDependency.__table__)
+_sweep_deps = cast(Table, SweepDependency.__table__)
 
 
 def _events_insert(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -73,8 +93,40 @@ class Leased:
     reserved_mem_bytes: int | None = None  # sharing: what it reserved on each GPU
 
 
-# The columns a launch reads: the job's spec, and which attempt this is.
-_SPEC_COLUMNS = [_jobs.c[column] for column in SPEC_COLUMNS.values()]
+# Built once, for the worker's hot path: the leased jobs' rows (their specs, and which
+# attempt this is) and what they waited for (their specs' ``after`` and ``after_sweeps``).
+_IDS = bindparam("ids", expanding=True)
+_LEASED_ROWS = select(
+    _jobs.c.id, _jobs.c.attempt, *(_jobs.c[column] for column in SPEC_COLUMNS.values())
+).where(_jobs.c.id.in_(_IDS), _jobs.c.state == JobState.QUEUED)
+_WAITED_FOR = union_all(
+    select(
+        _deps.c.job_id, _deps.c.depends_on.label("waits_on"), literal("after").label("field")
+    ).where(_deps.c.job_id.in_(_IDS)),
+    select(_sweep_deps.c.job_id, _sweep_deps.c.sweep_id, literal("after_sweeps")).where(
+        _sweep_deps.c.job_id.in_(_IDS)
+    ),
+).order_by("waits_on")
+_START = (
+    update(_jobs)
+    .where(_jobs.c.id == bindparam("job_id"))
+    .values(
+        attempt=bindparam("number"),
+        state=JobState.STARTING,
+        reason=bindparam("why"),
+        started_at=bindparam("now"),
+        ended_at=None,
+        exit_code=None,
+        exit_signal=None,
+        stop_request=None,
+        stop_sent_at=None,
+        not_before=None,
+        idle_since=None,
+        idle_warned_at=None,
+        job_dir=bindparam("dir"),
+        sched_latency_s=bindparam("latency"),
+    )
+)
 
 
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
@@ -86,24 +138,22 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
     if not placed:
         return []
     by_id = {p.job_id: p for p in placed}
-    rows = session.execute(
-        select(_jobs.c.id, _jobs.c.attempt, *_SPEC_COLUMNS).where(
-            _jobs.c.id.in_(list(by_id)), _jobs.c.state == JobState.QUEUED
-        )
-    ).all()
+    conn = session.connection()
+    rows = conn.execute(_LEASED_ROWS, {"ids": list(by_id)}).all()
     lease_store.acquire_many(
         session,
         [lease_store.Wanted(p.job_id, p.gpus, p.port, p.mem_bytes, p.share_cap) for p in placed],
         now,
     )
-    ids = [row.id for row in rows]
-    after = dependencies.dependencies_of_many(session, ids)
-    after_sweeps = dependencies.sweep_dependencies_of_many(session, ids)
+    waited: dict[int, dict[str, list[int]]] = {row.id: {} for row in rows}
+    if waited:
+        for job_id, on, field in conn.execute(_WAITED_FOR, {"ids": list(waited)}):
+            waited[job_id].setdefault(field, []).append(on)
     out = [
         Leased(
             row.id,
             row.attempt + 1,
-            spec_of(row, after.get(row.id, ()), after_sweeps.get(row.id, ())),
+            spec_of(row, **waited[row.id]),
             by_id[row.id].gpus,
             by_id[row.id].port,
             by_id[row.id].job_dir,
@@ -131,6 +181,7 @@ def _write_starts(session: Session, started: Sequence[tuple[Leased, Placed]], no
                 "why": why,
                 "dir": p.job_dir,
                 "latency": p.sched_latency_s,
+                "now": now,
             }
         )
         attempt_rows.append(
@@ -146,27 +197,7 @@ def _write_starts(session: Session, started: Sequence[tuple[Leased, Placed]], no
         )
         events.append(_event(job.job_id, JobState.QUEUED, JobState.STARTING, why, now))
     conn = session.connection()
-    conn.execute(
-        update(_jobs)
-        .where(_jobs.c.id == bindparam("job_id"))
-        .values(
-            attempt=bindparam("number"),
-            state=JobState.STARTING,
-            reason=bindparam("why"),
-            started_at=now,
-            ended_at=None,
-            exit_code=None,
-            exit_signal=None,
-            stop_request=None,
-            stop_sent_at=None,
-            not_before=None,
-            idle_since=None,
-            idle_warned_at=None,
-            job_dir=bindparam("dir"),
-            sched_latency_s=bindparam("latency"),
-        ),
-        job_rows,
-    )
+    conn.execute(_START, job_rows)
     conn.execute(insert(_attempts), attempt_rows)
     _events_insert(session, events)
 
