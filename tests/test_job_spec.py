@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Union, cast, get_args, get_origin, get_type_hints
 
 import pytest
 from sqlalchemy import Table, update
@@ -22,8 +22,7 @@ from ddpq.store.db import Database, migrate
 from ddpq.store.models import KEPT_ELSEWHERE, SPEC_COLUMNS, Job, columns_of
 from tests.worker.rig import make_rig
 
-JOBS = Job.__table__
-assert isinstance(JOBS, Table)
+JOBS = cast(Table, Job.__table__)
 
 
 def sample(name: str, hint: Any) -> Any:

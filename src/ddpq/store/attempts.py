@@ -25,6 +25,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import BindParameter
 
 from ddpq.core.disposition import Disposition, JobFacts, after_interrupted_launch, lease_text
 from ddpq.core.rules import ExitRecord, StopRequest
@@ -95,7 +96,7 @@ class Leased:
 
 # Built once, for the worker's hot path: the leased jobs' rows (their specs, and which
 # attempt this is) and what they waited for (their specs' ``after`` and ``after_sweeps``).
-_IDS = bindparam("ids", expanding=True)
+_IDS: BindParameter[int] = bindparam("ids", expanding=True)
 _LEASED_ROWS = select(
     _jobs.c.id, _jobs.c.attempt, *(_jobs.c[column] for column in SPEC_COLUMNS.values())
 ).where(_jobs.c.id.in_(_IDS), _jobs.c.state == JobState.QUEUED)
