@@ -83,9 +83,9 @@ def test_a_member_is_launched_with_its_sweep_variables(rig: Rig) -> None:
     rig.step()
     launched = rig.host.attempt_of(ids[1]).launch
     sweep_id = _sweep_of(rig, ids[1])
-    assert launched.env["DDPQ_SWEEP_ID"] == str(sweep_id)
-    assert launched.env["DDPQ_SWEEP_INDEX"] == "1"
-    assert json.loads(launched.env["DDPQ_SWEEP_PARAMS"]) == {"i": "1"}
+    assert launched.spec.env["DDPQ_SWEEP_ID"] == str(sweep_id)
+    assert launched.spec.env["DDPQ_SWEEP_INDEX"] == "1"
+    assert json.loads(launched.spec.env["DDPQ_SWEEP_PARAMS"]) == {"i": "1"}
 
 
 def test_cancelling_a_sweep_stops_its_running_members_and_ends_the_rest(rig: Rig) -> None:
