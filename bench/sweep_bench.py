@@ -35,6 +35,7 @@ from machine import cpu_model, free_port
 
 from ddpq.config import Settings
 from ddpq.core import plan as planner
+from ddpq.core.spec import JobSpec
 from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
 from ddpq.store import sweeps as sweep_store
@@ -159,7 +160,7 @@ def worker_pass_ms(capped: bool, members: int, repeat: int) -> list[float]:
         worker.scheduler.ports.port_free = lambda port: True
         worker.reconcile()
         db = Database(settings.db_path)
-        job = job_store.NewJob(name="b", owner="alice", command=["true"], cwd="/", gpus=1)
+        job = JobSpec(name="b", owner="alice", command=["true"], cwd="/", gpus=1)
         with db.write() as s:
             if capped:
                 rows = [sweep_store.NewMember(i, f"b-{i}", ["true"], {}) for i in range(members)]
@@ -169,7 +170,7 @@ def worker_pass_ms(capped: bool, members: int, repeat: int) -> list[float]:
             else:
                 # 8 fill half the GPUs; the rest ask for all 16 and wait.
                 for i in range(members):
-                    spec = job if i < 8 else job_store.NewJob(**{**job.__dict__, "gpus": 16})
+                    spec = job if i < 8 else JobSpec(**{**job.__dict__, "gpus": 16})
                     job_store.create_job(s, spec, clock())
         worker.step()  # 8 start; from here on every pass finds nothing to start
         assert len(host.running()) == 8, host.running()

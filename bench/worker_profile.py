@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from ddpq.config import Settings
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.store import jobs
 from ddpq.store.db import Database, migrate
@@ -45,7 +46,7 @@ def main() -> None:
         me = pwd.getpwuid(os.geteuid()).pw_name  # a root daemon runs jobs as their owner
         with db.write() as s:
             for _ in range(args.jobs):
-                spec = jobs.NewJob(name="t", owner=me, command=["true"], cwd="/", gpus=1)
+                spec = JobSpec(name="t", owner=me, command=["true"], cwd="/", gpus=1)
                 jobs.create_job(s, spec, time.time())
         profile = cProfile.Profile()
         t0 = time.perf_counter()

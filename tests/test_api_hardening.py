@@ -23,6 +23,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ddpq.core.gpus import Gpu
+from ddpq.core.spec import JobSpec
 from ddpq.schemas import CWD_PATTERN, NAME_PATTERN, NAME_RE, JobSubmit, derive_name
 from ddpq.server import guard, paths
 from ddpq.store import devices as device_store
@@ -109,7 +110,7 @@ def test_rows_stored_before_the_check_still_list(api: TestClient, home: Path) ->
     still answers, with U+FFFD in their place, instead of a 500 for every user."""
     db = Database(home / "ddpq.db")
     with db.write() as s:
-        spec = job_store.NewJob(
+        spec = JobSpec(
             name="old",
             owner="alice",
             command=["echo", "x\ud800y"],

@@ -34,6 +34,7 @@ class Rule:
     never: tuple[str, ...] = ()  # what those modules may not import
     only: tuple[str, ...] = ()  # if given, the only things they may import
     spares: tuple[str, ...] = ()  # modules within applies_to that the rule leaves alone
+    allows: tuple[str, ...] = ()  # imports within ``never`` that the rule lets through
 
 
 RULES = [
@@ -85,6 +86,9 @@ RULES = [
         "the server starts no process",
         applies_to=("ddpq.server",),
         never=("ddpq.worker", "ddpq.executors", "ddpq.daemon"),
+        # What each executor supports, a table of plain data (standard library and core):
+        # the API refuses what the daemon's executor cannot run without naming it.
+        allows=("ddpq.executors.capabilities",),
     ),
     Rule(
         "the store knows nothing above it",
@@ -208,7 +212,10 @@ def violations(imports: list[Import], rules: list[Rule]) -> Iterator[Violation]:
                 continue
             if any(covers(p, imp.module) for p in rule.spares):
                 continue
-            if any(covers(entry, imp.name) for entry in rule.never) or (
+            forbidden = any(covers(entry, imp.name) for entry in rule.never) and not any(
+                covers(entry, imp.name) for entry in rule.allows
+            )
+            if forbidden or (
                 rule.only and not any(allowed_by(entry, imp.name) for entry in rule.only)
             ):
                 yield Violation(imp, rule)
@@ -220,6 +227,8 @@ def describe(rule: Rule) -> str:
         who += f" (but {', '.join(rule.spares)})"
     allowed = f"imports only {', '.join(rule.only)}" if rule.only else ""
     never = f"never imports {', '.join(rule.never)}" if rule.never else ""
+    if rule.allows:
+        never += f" (but {', '.join(rule.allows)})"
     return f"rule {rule.seam!r}: {who} " + "; ".join(filter(None, (allowed, never)))
 
 
@@ -268,7 +277,7 @@ def test_the_rules_name_modules_that_exist() -> None:
     """A typo in the table (``ddpq.sever``) would make a rule check nothing."""
     names = {module for module, _ in modules()}
     for rule in RULES:
-        for pattern in (*rule.applies_to, *rule.spares, *rule.never, *rule.only):
+        for pattern in (*rule.applies_to, *rule.spares, *rule.never, *rule.allows, *rule.only):
             internal = pattern.startswith(("ddpq", "*"))
             if not internal or pattern in NOT_YET or pattern == "ddpq.__version__":
                 continue
@@ -373,6 +382,14 @@ def test_never_and_spares() -> None:
     assert "'only the store speaks SQL'" in message and "(but ddpq.store" in message
     assert check("import uvicorn\n", "ddpq.daemon.run") == []
     assert len(check("import uvicorn\n", "ddpq.client.cli")) == 2  # two rules say no
+
+
+def test_allows_lets_one_module_of_a_forbidden_package_through() -> None:
+    """The server may ask what an executor supports, and nothing else of the executors."""
+    assert check("from ddpq.executors.capabilities import capabilities\n", "ddpq.server.x") == []
+    (message,) = check("from ddpq.executors.slurm import SlurmExecutor\n", "ddpq.server.x")
+    assert "never imports ddpq.worker, ddpq.executors, ddpq.daemon" in message
+    assert "(but ddpq.executors.capabilities)" in message
 
 
 def test_only_lists_take_the_standard_library_and_nothing_else() -> None:

@@ -22,12 +22,12 @@ from ddpq.core.notify import (
     next_attempt_at,
     sweep_message,
 )
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.daemon import webhook
 from ddpq.daemon.notifier import Notifier
 from ddpq.notify_target import refused_address
 from ddpq.schemas import JobSubmit
-from ddpq.store import jobs as job_store
 from ddpq.store import notifications as notification_store
 from ddpq.store import sweeps as sweep_store
 from tests.helpers import Daemon, wait_done, wait_for
@@ -350,9 +350,7 @@ def test_a_receiver_that_hangs_delays_no_scheduling(rig: Rig, receiver: Receiver
 
 def new_sweep(rig: Rig, n: int, url: str | None) -> tuple[int, list[int]]:
     """A sweep of ``n`` members over ``lr`` through the store, as the API makes one."""
-    job = job_store.NewJob(
-        name="scan", owner="alice", command=["true"], cwd="/", gpus=1, notify_url=url
-    )
+    job = JobSpec(name="scan", owner="alice", command=["true"], cwd="/", gpus=1, notify_url=url)
     members = [sweep_store.NewMember(i, f"scan-{i}", ["true"], {"lr": f"0.{i}"}) for i in range(n)]
     spec = sweep_store.NewSweep(job, {}, {"lr": [f"0.{i}" for i in range(n)]}, None, None, members)
     with rig.api.write() as s:

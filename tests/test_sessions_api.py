@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ddpq.core.interactive import GpuUse
+from tests import launches
 from tests.inprocess import make_client
 from tests.worker.rig import make_rig
 
@@ -115,10 +116,9 @@ def test_a_session_runs_with_a_terminal_type(
     tmp_path: Path, interactive: bool, submitted: dict[str, str], term: str | None
 ) -> None:
     from ddpq.core import jobenv
-    from ddpq.executors.base import Launch
     from ddpq.executors.contract import job_env
 
-    launch = Launch(
+    launch = launches.a_launch(
         job_id=1,
         attempt=1,
         job_dir=tmp_path,

@@ -12,6 +12,7 @@ from alembic import command
 from sqlalchemy.exc import IntegrityError
 
 from ddpq.core.limits import EVERYONE, Limit
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.store import jobs as job_store
 from ddpq.store import leases
@@ -49,7 +50,7 @@ def db(tmp_path: Path) -> Iterator[Database]:
 
 def jobs(db: Database, n: int) -> list[int]:
     with db.write() as s:
-        spec = job_store.NewJob(name="j", owner="alice", command=["true"], cwd="/", gpus=1)
+        spec = JobSpec(name="j", owner="alice", command=["true"], cwd="/", gpus=1)
         return [job_store.create_job(s, spec, 1.0).id for _ in range(n)]
 
 
@@ -220,7 +221,7 @@ def test_auto_learns_from_the_last_success_and_what_followed(db: Database) -> No
         name: str, state: JobState, peak: int | None, ended: float, owner: str = "alice"
     ) -> None:
         with db.write() as s:
-            spec = job_store.NewJob(
+            spec = JobSpec(
                 name=name, owner=owner, command=["x"], cwd="/", gpus=1, mem_key=f"name:{name}"
             )
             job = job_store.create_job(s, spec, 1.0)
@@ -245,7 +246,7 @@ def test_auto_learns_from_the_last_success_and_what_followed(db: Database) -> No
     with db.write() as s:
         waiting = []
         for name in ("train", "new", "other"):
-            spec = job_store.NewJob(
+            spec = JobSpec(
                 name=name,
                 owner="alice",
                 command=["x"],

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import IntegrityError
 
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import InvalidTransition, JobState
 from ddpq.store import jobs, leases
 from ddpq.store.db import Database, migrate
@@ -24,7 +25,7 @@ def db(tmp_path: Path) -> Database:
 
 
 def new(db: Database, **kw: object) -> int:
-    spec = jobs.NewJob(name="j", owner="alice", command=["true"], cwd="/", gpus=1, **kw)  # type: ignore[arg-type]
+    spec = JobSpec(name="j", owner="alice", command=["true"], cwd="/", gpus=1, **kw)  # type: ignore[arg-type]
     with db.write() as s:
         return jobs.create_job(s, spec, 100.0).id
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ddpq.core import sweeps as core_sweeps
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.store import jobs, sweeps
 from ddpq.store.db import Database, migrate
@@ -31,7 +32,7 @@ def db(tmp_path: Path) -> Database:
     return Database(tmp_path / "ddpq.db")
 
 
-def spec(**kw: Any) -> jobs.NewJob:
+def spec(**kw: Any) -> JobSpec:
     fields: dict[str, Any] = {
         "name": "j",
         "owner": "alice",
@@ -39,7 +40,7 @@ def spec(**kw: Any) -> jobs.NewJob:
         "cwd": "/",
         "gpus": 1,
     }
-    return jobs.NewJob(**{**fields, **kw})
+    return JobSpec(**{**fields, **kw})
 
 
 def new_job(db: Database, **kw: Any) -> int:

@@ -82,7 +82,9 @@ class Settings(Declared):
         """Whether the worker looks for GPU use outside the queue: on this host's GPUs only.
         With jobs on Slurm the worker's GPUs are a budget of slots in the cluster, and it
         looks at no device here (nor at the nodes' devices, which Slurm owns)."""
-        return self.executor == "local"
+        from ddpq.executors.capabilities import capabilities  # a table: imports no executor
+
+        return capabilities(self.executor).on_this_host
 
     @property
     def counts_outside_use(self) -> bool:

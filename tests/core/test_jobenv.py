@@ -11,6 +11,7 @@ import pytest
 from ddpq.core import jobenv
 from ddpq.executors.base import Launch
 from ddpq.executors.contract import job_env
+from tests import launches
 
 
 @pytest.mark.parametrize(
@@ -66,7 +67,7 @@ def test_pack_and_unpack() -> None:
 
 
 def launch(env: dict[str, str], gpus: tuple[int, ...] = (1,), port: int | None = 29601) -> Launch:
-    return Launch(
+    return launches.a_launch(
         job_id=5,
         attempt=2,
         job_dir=Path("/state/jobs/5"),

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddpq.executors.base import Launch
+from tests import launches
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (other accounts)")
 
@@ -94,7 +95,7 @@ def is_fresh_and_the_jobs(path: Path, accounts: Accounts) -> None:
 
 def a_launch(home: Path, accounts: Accounts, attempt: int, command: list[str]) -> Launch:
     """Attempt ``attempt`` of job 7, as ``accounts.job``."""
-    return Launch(
+    return launches.a_launch(
         job_id=7,
         attempt=attempt,
         job_dir=home / "jobs" / "7",

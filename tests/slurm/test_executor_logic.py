@@ -20,6 +20,7 @@ from ddpq.executors.slurm.commands import SlurmError
 from ddpq.executors.slurm.executor import SlurmExecutor
 from ddpq.executors.slurm.states import SlurmJob
 from ddpq.jobdir import JobDir
+from tests import launches
 
 
 @dataclass
@@ -110,20 +111,19 @@ def executor(tmp_path: Path, slurm: FakeSlurm, clock: Clock) -> SlurmExecutor:
 
 
 def a_launch(tmp_path: Path, job_id: int = 1, attempt: int = 1, **kw: object) -> Launch:
-    launch = Launch(
-        job_id=job_id,
-        attempt=attempt,
-        job_dir=tmp_path / "jobs" / str(job_id),
-        command=["python", "train.py"],
-        launcher="plain",
-        gpus=(0, 1),
-        port=29600 + job_id,
-        cwd=str(tmp_path),
-        env={"LR": "0.1"},
-        owner="alice",
-        unix_account=None,
-    )
-    return dataclasses.replace(launch, **kw)  # type: ignore[arg-type]
+    fields: dict[str, object] = {
+        "job_id": job_id,
+        "attempt": attempt,
+        "command": ["python", "train.py"],
+        "launcher": "plain",
+        "gpus": (0, 1),
+        "port": 29600 + job_id,
+        "cwd": str(tmp_path),
+        "env": {"LR": "0.1"},
+        "owner": "alice",
+        "unix_account": None,
+    }
+    return launches.a_launch(tmp_path / "jobs" / str(job_id), **{**fields, **kw})
 
 
 def write_record(launch: Launch, exit_code: int | None, signal: int | None = None) -> None:

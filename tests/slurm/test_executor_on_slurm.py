@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 from ddpq.config import Settings
-from ddpq.executors.base import Ended, Launch
+from ddpq.executors.base import Ended
 from ddpq.executors.slurm.commands import SlurmCommands
 from ddpq.executors.slurm.executor import SlurmExecutor
 from ddpq.jobdir import JobDir
 from ddpq.worker.ports import port_is_free
+from tests import launches
 from tests.slurm.cluster import NODES, SlurmCluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ def test_a_two_node_torchrun_job_rendezvouses_on_its_port(
     settings = Settings(home=tmp_path, grace_s=1)
     executor = SlurmExecutor(settings, SlurmCommands(), gpus=8)
     port = next(p for p in range(*settings.port_range) if port_is_free(p))
-    launch = Launch(
+    launch = launches.a_launch(
         job_id=1,
         attempt=1,
         job_dir=tmp_path / "jobs" / "1",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import subprocess
 import sys
@@ -14,26 +13,26 @@ from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header, rendezvous_port_clash
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.slurm import port_check, script
+from tests import launches
 from tests.slurm.cluster import GPUS_PER_NODE, NODES, SlurmCluster
 
 
 def launch(tmp_path: Path, **kw: object) -> Launch:
-    base = Launch(
-        job_id=7,
-        attempt=2,
-        job_dir=tmp_path / "jobs" / "7",
-        command=["train.py", "--lr", "0.1"],
-        launcher="torchrun",
-        gpus=(0, 1, 2, 3, 4, 5, 6, 7),
-        port=29601,
-        cwd="/data/alice",
-        env={},
-        owner="alice",
-        unix_account=None,
-        nodes=2,
-        gpus_per_node=4,
-    )
-    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+    fields: dict[str, object] = {
+        "job_id": 7,
+        "attempt": 2,
+        "command": ["train.py", "--lr", "0.1"],
+        "launcher": "torchrun",
+        "gpus": (0, 1, 2, 3, 4, 5, 6, 7),
+        "port": 29601,
+        "cwd": "/data/alice",
+        "env": {},
+        "owner": "alice",
+        "unix_account": None,
+        "nodes": 2,
+        "gpus_per_node": 4,
+    }
+    return launches.a_launch(tmp_path / "jobs" / "7", **{**fields, **kw})
 
 
 def options(text: str) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ddpq.config import Settings
 from ddpq.core.gpus import Gpu
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
@@ -73,7 +74,7 @@ class Rig:
         }
         fields.update(kw)
         with self.api.write() as s:
-            return job_store.create_job(s, job_store.NewJob(**fields), self.clock()).id
+            return job_store.create_job(s, JobSpec(**fields), self.clock()).id
 
     def cancel(self, job_id: int) -> None:
         with self.api.write() as s:

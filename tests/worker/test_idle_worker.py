@@ -70,7 +70,7 @@ def test_an_idle_session_is_warned_then_ended_as_idle_with_its_gpu_time_kept(
     job = session(rig)
     rig.step()
     assert rig.job(job).state is JobState.RUNNING
-    assert rig.host.attempt_of(job).launch.interactive
+    assert rig.host.attempt_of(job).launch.spec.interactive
     wait(rig, IDLE_S - 5)
     assert told(rig, job) == [] and rig.job(job).stop_request is None
     wait(rig, 10)

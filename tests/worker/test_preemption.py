@@ -31,7 +31,7 @@ def preempt(rig: Rig, job_id: int, by: str = "boss") -> None:
 def test_a_preempted_job_checkpoints_and_is_requeued_without_a_retry(rig: Rig) -> None:
     job = rig.submit(preemptible=True, max_retries=0)
     rig.step()
-    assert rig.host.attempt_of(job).launch.preempt_signal == "USR1"
+    assert rig.host.attempt_of(job).launch.preempt_with == "USR1"
     preempt(rig, job)
     rig.step()  # the signal; the fake job saves and exits 75 at once
     assert rig.host.attempt_of(job).preempts == 1

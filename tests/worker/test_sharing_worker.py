@@ -75,7 +75,7 @@ def test_three_5g_jobs_share_a_16g_gpu_a_fourth_and_a_whole_gpu_job_wait(rig: Ri
     assert rig.job(whole).state is Q
     assert live_leases(rig) == [(j, "gpu_share", 0, 5 * G) for j in sharing[:3]]
     launch = rig.host.attempt_of(sharing[0]).launch
-    assert launch.gpu_mem_bytes == 5 * G and launch.gpus == (0,)
+    assert launch.reserved_mem_bytes == 5 * G and launch.gpus == (0,)
     events = [e[2] for e in rig.job(sharing[0]).events]
     assert "leased GPUs [0], port 29600, sharing them: 5G reserved on each" in events
     rig.host.finish(sharing[0], 0)

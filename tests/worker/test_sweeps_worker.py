@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.store import jobs as job_store
 from ddpq.store import sweeps as sweep_store
@@ -37,7 +38,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
 
 def sweep(rig: Rig, n: int, max_running: int | None = None, gpus: int = 1) -> list[int]:
     """A sweep of ``n`` members through the store, as the API creates one; their ids."""
-    job = job_store.NewJob(name="s", owner="alice", command=["true"], cwd="/", gpus=gpus)
+    job = JobSpec(name="s", owner="alice", command=["true"], cwd="/", gpus=gpus)
     members = [sweep_store.NewMember(i, f"s-{i}", ["true"], {"i": str(i)}) for i in range(n)]
     spec = sweep_store.NewSweep(job, {}, {}, f"0-{n - 1}", max_running, members)
     with rig.api.write() as s:
@@ -82,9 +83,9 @@ def test_a_member_is_launched_with_its_sweep_variables(rig: Rig) -> None:
     rig.step()
     launched = rig.host.attempt_of(ids[1]).launch
     sweep_id = _sweep_of(rig, ids[1])
-    assert launched.env["DDPQ_SWEEP_ID"] == str(sweep_id)
-    assert launched.env["DDPQ_SWEEP_INDEX"] == "1"
-    assert json.loads(launched.env["DDPQ_SWEEP_PARAMS"]) == {"i": "1"}
+    assert launched.spec.env["DDPQ_SWEEP_ID"] == str(sweep_id)
+    assert launched.spec.env["DDPQ_SWEEP_INDEX"] == "1"
+    assert json.loads(launched.spec.env["DDPQ_SWEEP_PARAMS"]) == {"i": "1"}
 
 
 def test_cancelling_a_sweep_stops_its_running_members_and_ends_the_rest(rig: Rig) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from ddpq import wake
 from ddpq.config import Settings
+from ddpq.core.spec import JobSpec
 from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
 from ddpq.store.db import Database, migrate
@@ -101,9 +102,7 @@ def test_a_worker_waiting_on_more_than_1024_descriptors_keeps_scheduling(
     try:
         for n in range(3):  # each after the worker has waited at least once more
             with api.write() as s:
-                new = job_store.NewJob(
-                    name=f"j{n}", owner="alice", command=["true"], cwd="/", gpus=1
-                )
+                new = JobSpec(name=f"j{n}", owner="alice", command=["true"], cwd="/", gpus=1)
                 job_id = job_store.create_job(s, new, time.time()).id
             wake.nudge(settings.wake_socket)
             wait_for(partial(started_or_died, job_id), 30, f"job {job_id} to be started")

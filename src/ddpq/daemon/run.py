@@ -57,18 +57,14 @@ def listen_socket(host: str, port: int) -> socket.socket:
 def _start_worker(settings: Settings) -> Worker:
     """The worker that ``run`` starts in a thread: its one construction, so that a change
     of the worker's interface touches only this function."""
+    from ddpq.executors.choose import for_worker
     from ddpq.executors.slurm.commands import SlurmUnavailable
     from ddpq.worker.devices import DevicesUnavailable
     from ddpq.worker.loop import Worker
 
     try:
-        if settings.executor == "slurm":
-            # Jobs go to Slurm; the worker's GPUs are the budget ddpq may hold there.
-            from ddpq.executors.slurm.budget import for_worker
-
-            executor, budget, worker_settings = for_worker(settings)
-            return Worker(worker_settings, executor=executor, devices=budget)
-        return Worker(settings)
+        executor, devices, worker_settings = for_worker(settings)
+        return Worker(worker_settings, executor=executor, devices=devices)
     except (DevicesUnavailable, SlurmUnavailable) as exc:
         raise ConfigError(str(exc)) from None
 

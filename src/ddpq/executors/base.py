@@ -13,42 +13,42 @@ out as handles and ``Ended`` records.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from ddpq.core.rules import ExitRecord
+from ddpq.core.spec import JobSpec
 
 
 @dataclass(frozen=True)
 class Launch:
-    """One attempt to start: the job, its leases, and who it runs as."""
+    """One attempt to start: the job's spec (what it asked for: its command, folder,
+    environment, owner, and what a cluster executor reads of it), plus what the worker
+    leased it and who it runs as. Executors read the job's fields as ``launch.spec.<field>``.
+
+    Of the spec, each executor uses what it supports (``executors.capabilities``): the
+    local one runs every job on this host (no nodes, partition or #SBATCH options); a
+    session's command (``spec.interactive``) runs on a terminal the executor relays to its
+    owner (the local one: a pseudo-terminal and a Unix socket in the job's folder).
+    """
 
     job_id: int
     attempt: int
     job_dir: Path
-    command: Sequence[str]
-    launcher: str  # plain | torchrun
-    gpus: tuple[int, ...]
+    spec: JobSpec
+    gpus: tuple[int, ...]  # the GPUs leased (``spec.gpus`` of them)
     port: int | None
-    cwd: str
-    env: Mapping[str, str]  # the job's own --env (the executor adds the job contract)
-    owner: str
-    unix_account: str | None  # the Unix account the owner is mapped to, if any
-    # Preemptible: the signal that tells it to checkpoint (e.g. "USR1"); None: it is not.
-    preempt_signal: str | None = None
-    # A session (ddpq shell): the command runs on a terminal the executor relays to its
-    # owner (the local one: a pseudo-terminal and a Unix socket in the job's folder).
-    interactive: bool = False
-    # What only a cluster executor (Slurm) uses; the local one runs every job on this host.
-    nodes: int = 1  # hosts the job spans: torchrun runs once on each
-    gpus_per_node: int | None = None  # None: all of ``gpus`` on one node
-    time_limit_s: float | None = None  # the job's --time-limit, for the cluster's own limit
-    partition: str | None = None  # the job's own, over the daemon's --slurm-partition
-    slurm_options: tuple[str, ...] = ()  # the job's own #SBATCH options, after the daemon's
+    unix_account: str | None  # the account it runs as: proven at submission, or mapped
     # Sharing its GPUs by memory: the bytes it reserved on each (None: they are its own).
-    gpu_mem_bytes: int | None = None
+    reserved_mem_bytes: int | None = None
+
+    @property
+    def preempt_with(self) -> str | None:
+        """The signal that tells a preemptible job to checkpoint (e.g. "USR1"); None: the
+        job is not preemptible."""
+        return self.spec.preempt_signal if self.spec.preemptible else None
 
 
 class LaunchFailed(Exception):

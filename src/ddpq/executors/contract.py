@@ -14,7 +14,7 @@ A job's environment, from first to last (a later one wins):
    ``PYTHONUNBUFFERED``; ``DDPQ_GPU_MEM`` for a job that shares its GPUs; for a session,
    ``TERM`` (the one it was given, or a common one).
 
-A session's command (``Launch.interactive``) has ``{port}`` replaced by its leased port.
+A session's command (``Launch.spec.interactive``) has ``{port}`` replaced by its leased port.
 
 The submission's variables arrive in one stored mapping (``core.jobenv.pack``).
 """
@@ -67,7 +67,7 @@ def job_env(
     launch: Launch, base: Mapping[str, str], omp_threads: int, preempt_grace_s: float = 0.0
 ) -> dict[str, str]:
     """The whole environment of one attempt; ``base`` is the daemon's environment."""
-    env = starting_env(launch.env, base)
+    env = starting_env(launch.spec.env, base)
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(omp_threads)
     env.update(
@@ -87,16 +87,16 @@ def job_env(
     )
     if launch.port is not None:
         env["MASTER_PORT"] = str(launch.port)
-    if launch.gpu_mem_bytes is not None:
+    if launch.reserved_mem_bytes is not None:
         # Its share of each GPU (bytes): e.g. for torch.cuda.set_per_process_memory_fraction.
-        env["DDPQ_GPU_MEM"] = str(launch.gpu_mem_bytes)
-    if launch.interactive:
+        env["DDPQ_GPU_MEM"] = str(launch.reserved_mem_bytes)
+    if launch.spec.interactive:
         # It runs on a terminal: the type `ddpq shell` sends in `env` (an exported
         # environment never carries one, so a TERM stored is that one), or a common one.
-        env["TERM"] = jobenv.unpack(launch.env)[1].get("TERM") or SESSION_TERM
-    if launch.preempt_signal is not None:
+        env["TERM"] = jobenv.unpack(launch.spec.env)[1].get("TERM") or SESSION_TERM
+    if launch.preempt_with is not None:
         # docs/preemption.md: checkpoint on this signal, exit REQUEUE_EXIT within the grace.
-        env["DDPQ_PREEMPT_SIGNAL"] = launch.preempt_signal
+        env["DDPQ_PREEMPT_SIGNAL"] = launch.preempt_with
         env["DDPQ_PREEMPT_GRACE"] = f"{preempt_grace_s:g}"
         env["DDPQ_REQUEUE_EXIT"] = str(REQUEUE_EXIT)
     return env
@@ -105,10 +105,10 @@ def job_env(
 def job_argv(launch: Launch, python: str) -> list[str]:
     """The job's command line: as submitted (a session's with its leased port for
     ``{port}``), or under torchrun on its leased GPUs and port."""
-    if launch.interactive:
-        return fill_port(launch.command, launch.port)
-    if launch.launcher != "torchrun":
-        return list(launch.command)
+    if launch.spec.interactive:
+        return fill_port(launch.spec.command, launch.port)
+    if launch.spec.launcher != "torchrun":
+        return list(launch.spec.command)
     assert launch.port is not None
     return [
         python,
@@ -124,5 +124,5 @@ def job_argv(launch: Launch, python: str) -> list[str]:
         str(launch.port),
         "--max-restarts",
         "0",
-        *launch.command,
+        *launch.spec.command,
     ]

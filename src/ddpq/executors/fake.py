@@ -146,7 +146,7 @@ class FakeExecutor:
 
     def tell(self, job_id: int, message: str) -> bool:
         handle = self.watched.get(job_id)
-        if handle is None or not self.host.attempts[handle].launch.interactive:
+        if handle is None or not self.host.attempts[handle].launch.spec.interactive:
             return False
         self.host.attempts[handle].told.append(message)
         return True

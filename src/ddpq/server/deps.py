@@ -16,6 +16,7 @@ from fastapi import Depends, Header, Request
 
 from ddpq.config import Settings
 from ddpq.core.names import UNIX_NAME
+from ddpq.executors.capabilities import capabilities
 from ddpq.schemas import NAME_PATTERN, NAME_RE, NAME_RULE
 from ddpq.server import identity
 from ddpq.server.errors import ApiError
@@ -189,7 +190,7 @@ def slurm_refusal(who: Caller, settings: Settings) -> str | None:
     rather than failing at launch.
     """
     switches = settings.auth and os.geteuid() == 0  # else the daemon's account submits all
-    if settings.executor == "slurm" and switches and who.uid == 0:
+    if not capabilities(settings.executor).runs_jobs_as_root and switches and who.uid == 0:
         return (
             f"account {who.account or 'root'} (uid 0): ddpq never submits a Slurm job as "
             "root; submit as your own account (e.g. `runuser -u NAME -- ddpq submit ...`)"

@@ -14,6 +14,7 @@ import pwd
 
 from ddpq import portholders
 from ddpq.config import Settings
+from ddpq.executors.capabilities import capabilities
 from ddpq.schemas import PortUseOut
 from ddpq.server import identity
 
@@ -42,7 +43,7 @@ def port_use(
     if port is None or not running:
         why = "holds no port" if running else "is not running"
         return PortUseOut(port=port, listener="nobody", detail=f"job {job_id} {why}")
-    if settings.executor == "slurm":
+    if not capabilities(settings.executor).on_this_host:
         return PortUseOut(
             port=port,
             listener="unknown",

@@ -12,20 +12,43 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import (
+    Table,
+    and_,
+    bindparam,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import BindParameter
 
 from ddpq.core.disposition import Disposition, JobFacts, after_interrupted_launch, lease_text
 from ddpq.core.rules import ExitRecord, StopRequest
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, JobState, check_transition
 from ddpq.core.units import size_for_people
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
-from ddpq.store.models import Attempt, Job, JobEvent
+from ddpq.store.models import (
+    SPEC_COLUMNS,
+    Attempt,
+    Job,
+    JobDependency,
+    JobEvent,
+    SweepDependency,
+    spec_of,
+)
 
 _jobs = cast(Table, Job.__table__)
 _attempts = cast(Table, Attempt.__table__)
 _events = cast(Table, JobEvent.__table__)
+_deps = cast(Table, JobDependency.__table__)
+_sweep_deps = cast(Table, SweepDependency.__table__)
 
 
 def _events_insert(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -60,27 +83,51 @@ class Placed:
 
 @dataclass(frozen=True)
 class Leased:
-    """What a launch needs of a job that has just been leased its resources."""
+    """A job that has just been leased its resources: what it asked for, and what it got."""
 
     job_id: int
     attempt: int
-    owner: str
-    command: list[str]
-    launcher: str
-    cwd: str
-    env: dict[str, str]
+    spec: JobSpec  # read back from its row (``models.spec_of``)
     gpus: tuple[int, ...]
     port: int | None
     job_dir: str
-    preempt_signal: str | None = None  # preemptible: the signal that tells it to checkpoint
-    interactive: bool = False  # a session: its shim holds a terminal (ddpq shell)
-    # What a cluster executor also needs (the local one runs nodes=1 and its own limits).
-    time_limit_s: float | None = None
-    nodes: int = 1
-    gpus_per_node: int | None = None
-    partition: str | None = None
-    slurm_options: tuple[str, ...] = ()
-    gpu_mem_bytes: int | None = None  # sharing: what it reserved on each GPU
+    reserved_mem_bytes: int | None = None  # sharing: what it reserved on each GPU
+
+
+# Built once, for the worker's hot path: the leased jobs' rows (their specs, and which
+# attempt this is) and what they waited for (their specs' ``after`` and ``after_sweeps``).
+_IDS: BindParameter[int] = bindparam("ids", expanding=True)
+_LEASED_ROWS = select(
+    _jobs.c.id, _jobs.c.attempt, *(_jobs.c[column] for column in SPEC_COLUMNS.values())
+).where(_jobs.c.id.in_(_IDS), _jobs.c.state == JobState.QUEUED)
+_WAITED_FOR = union_all(
+    select(
+        _deps.c.job_id, _deps.c.depends_on.label("waits_on"), literal("after").label("field")
+    ).where(_deps.c.job_id.in_(_IDS)),
+    select(_sweep_deps.c.job_id, _sweep_deps.c.sweep_id, literal("after_sweeps")).where(
+        _sweep_deps.c.job_id.in_(_IDS)
+    ),
+).order_by("waits_on")
+_START = (
+    update(_jobs)
+    .where(_jobs.c.id == bindparam("job_id"))
+    .values(
+        attempt=bindparam("number"),
+        state=JobState.STARTING,
+        reason=bindparam("why"),
+        started_at=bindparam("now"),
+        ended_at=None,
+        exit_code=None,
+        exit_signal=None,
+        stop_request=None,
+        stop_sent_at=None,
+        not_before=None,
+        idle_since=None,
+        idle_warned_at=None,
+        job_dir=bindparam("dir"),
+        sched_latency_s=bindparam("latency"),
+    )
+)
 
 
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
@@ -92,51 +139,56 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
     if not placed:
         return []
     by_id = {p.job_id: p for p in placed}
-    rows = session.execute(
-        select(
-            Job.id,
-            Job.attempt,
-            Job.owner,
-            Job.command,
-            Job.launcher,
-            Job.cwd,
-            Job.env,
-            Job.preemptible,
-            Job.preempt_signal,
-            Job.interactive,
-            Job.time_limit_s,
-            Job.nodes,
-            Job.gpus_per_node,
-            Job.partition,
-            Job.slurm_options,
-        ).where(Job.id.in_(list(by_id)), Job.state == JobState.QUEUED)
-    ).all()
+    conn = session.connection()
+    rows = conn.execute(_LEASED_ROWS, {"ids": list(by_id)}).all()
     lease_store.acquire_many(
         session,
         [lease_store.Wanted(p.job_id, p.gpus, p.port, p.mem_bytes, p.share_cap) for p in placed],
         now,
     )
-    out: list[Leased] = []
+    waited: dict[int, dict[str, list[int]]] = {row.id: {} for row in rows}
+    if waited:
+        for job_id, on, field in conn.execute(_WAITED_FOR, {"ids": list(waited)}):
+            waited[job_id].setdefault(field, []).append(on)
+    out = [
+        Leased(
+            row.id,
+            row.attempt + 1,
+            spec_of(row, **waited[row.id]),
+            by_id[row.id].gpus,
+            by_id[row.id].port,
+            by_id[row.id].job_dir,
+            by_id[row.id].mem_bytes,
+        )
+        for row in rows
+    ]
+    _write_starts(session, [(job, by_id[job.job_id]) for job in out], now)
+    return out
+
+
+def _write_starts(session: Session, started: Sequence[tuple[Leased, Placed]], now: float) -> None:
+    """The rows of ``lease_and_start``: each job starting, its attempt, its event."""
+    if not started:
+        return
     job_rows, attempt_rows, events = [], [], []
-    for row in rows:
-        p = by_id[row.id]
-        number = row.attempt + 1
+    for job, p in started:
         why = f"leased {lease_text(p.gpus, p.port)}"
         if p.mem_bytes is not None:
             why += f", sharing them: {size_for_people(p.mem_bytes)} reserved on each"
         job_rows.append(
             {
-                "job_id": row.id,
-                "number": number,
+                "job_id": job.job_id,
+                "number": job.attempt,
                 "why": why,
                 "dir": p.job_dir,
                 "latency": p.sched_latency_s,
+                "now": now,
             }
         )
         attempt_rows.append(
             {
-                "job_id": row.id,
-                "number": number,
+                "job_id": job.job_id,
+                "number": job.attempt,
                 "gpus": list(p.gpus),
                 "port": p.port,
                 "started_at": now,
@@ -144,57 +196,11 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
                 "gpu_mem_bytes": p.mem_bytes,
             }
         )
-        events.append(_event(row.id, JobState.QUEUED, JobState.STARTING, why, now))
-        command, env = list(row.command), dict(row.env or {})
-        out.append(
-            Leased(
-                row.id,
-                number,
-                row.owner,
-                command,
-                row.launcher,
-                row.cwd,
-                env,
-                p.gpus,
-                p.port,
-                p.job_dir,
-                row.preempt_signal if row.preemptible else None,
-                # By name: several branches added fields here, and a bool passes for a float.
-                interactive=bool(row.interactive),
-                time_limit_s=row.time_limit_s,
-                nodes=row.nodes,
-                gpus_per_node=row.gpus_per_node,
-                partition=row.partition,
-                slurm_options=tuple(row.slurm_options or ()),
-                gpu_mem_bytes=p.mem_bytes,
-            )
-        )
-    if job_rows:
-        conn = session.connection()
-        conn.execute(
-            update(_jobs)
-            .where(_jobs.c.id == bindparam("job_id"))
-            .values(
-                attempt=bindparam("number"),
-                state=JobState.STARTING,
-                reason=bindparam("why"),
-                started_at=now,
-                ended_at=None,
-                exit_code=None,
-                exit_signal=None,
-                stop_request=None,
-                stop_sent_at=None,
-                not_before=None,
-                idle_since=None,
-                idle_warned_at=None,
-                job_dir=bindparam("dir"),
-                sched_latency_s=bindparam("latency"),
-            ),
-            job_rows,
-        )
-        conn.execute(insert(_attempts), attempt_rows)
-        _events_insert(session, events)
-    return out
+        events.append(_event(job.job_id, JobState.QUEUED, JobState.STARTING, why, now))
+    conn = session.connection()
+    conn.execute(_START, job_rows)
+    conn.execute(insert(_attempts), attempt_rows)
+    _events_insert(session, events)
 
 
 # ---- running: the executor took it ------------------------------------------------

@@ -22,17 +22,20 @@ from ddpq.store.dependencies import (
     sweep_dependencies_of_many,
     sweep_standings,
 )
-from ddpq.store.models import Attempt, Job, JobDependency, JobEvent, SweepDependency
+from ddpq.store.models import (
+    Attempt,
+    Job,
+    JobDependency,
+    JobEvent,
+    SweepDependency,
+    new_row,
+)
 
 
 class UnknownJob(LookupError):
     def __init__(self, job_id: int) -> None:
         super().__init__(f"no job {job_id}")
         self.job_id = job_id
-
-
-# The spec under the name the store first gave it; ``core.spec.JobSpec`` is the record.
-NewJob = JobSpec
 
 
 def _record(
@@ -49,7 +52,7 @@ _INSERT_SWEEP_DEPENDENCY = insert(cast(Table, SweepDependency.__table__))
 _INSERT_EVENT = insert(cast(Table, JobEvent.__table__))
 
 
-def create_job(session: Session, spec: NewJob, now: float) -> Job:
+def create_job(session: Session, spec: JobSpec, now: float) -> Job:
     """Insert a job: queued, held (dependency, hold) or cancelled (a dependency failed).
 
     Returns the job as written, detached from the session (a snapshot: change it through
@@ -64,40 +67,7 @@ def create_job(session: Session, spec: NewJob, now: float) -> Job:
     after_sweeps = sorted(set(spec.after_sweeps))
     standings = checked_standings(session, after_sweeps)
     conn = session.connection()
-    values = {
-        "name": spec.name,
-        "owner": spec.owner,
-        "command": spec.command,
-        "cwd": spec.cwd,
-        "env": spec.env,
-        "launcher": spec.launcher,
-        "gpus": spec.gpus,
-        "priority": spec.priority,
-        "time_limit_s": spec.time_limit_s,
-        "max_retries": spec.max_retries,
-        "attempt": 0,
-        "port_retries": 0,
-        "user_hold": spec.hold,
-        "state": JobState.QUEUED,
-        "reason": "",
-        "submitted_at": now,
-        "notify_url": spec.notify_url,
-        "preemptible": spec.preemptible,
-        "preempt_signal": spec.preempt_signal,
-        "preemptions": 0,
-        "interactive": spec.interactive,
-        "idle_s": spec.idle_s,
-        "run_as": spec.run_as,
-        "nodes": spec.nodes,
-        "gpus_per_node": spec.gpus_per_node,
-        "partition": spec.partition,
-        "slurm_options": list(spec.slurm_options) or None,
-        "gpu_mem_bytes": spec.gpu_mem_bytes,
-        "gpu_mem_auto": spec.gpu_mem_auto,
-        "gpu_share": spec.gpu_share,
-        "oom_requeues": 0,
-        "mem_key": spec.mem_key,
-    }
+    values = new_row(spec, JobState.QUEUED, "", now)
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None
     job_id = int(key[0])
@@ -239,6 +209,12 @@ def get_job(session: Session, job_id: int) -> Job:
     if job is None:
         raise UnknownJob(job_id)
     return job
+
+
+def spec_of(session: Session, job: Job) -> JobSpec:
+    """What ``job`` was submitted with (its row's spec, and its dependencies)."""
+    after = dependencies_of_many(session, [job.id]).get(job.id, [])
+    return job.spec(after, sweep_dependencies_of_many(session, [job.id]).get(job.id, []))
 
 
 def list_jobs(
@@ -469,15 +445,3 @@ def set_progress(session: Session, job: Job, progress: dict[str, Any]) -> None:
 def count_by_state(session: Session) -> dict[JobState, int]:
     rows = session.execute(select(Job.state, func.count()).group_by(Job.state))
     return {state: n for state, n in rows}
-
-
-def run_as_accounts(session: Session, job_ids: Iterable[int]) -> dict[int, str]:
-    """job id -> the Unix account its submission proved (``Job.run_as``), for those that have
-    one; the others run as their owner's mapped account."""
-    ids = list(job_ids)
-    if not ids:
-        return {}
-    rows = session.execute(
-        select(Job.id, Job.run_as).where(Job.id.in_(ids), Job.run_as.is_not(None))
-    )
-    return {job_id: account for job_id, account in rows if account}

@@ -19,11 +19,12 @@ from sqlalchemy.orm import Session
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.deps import settle_change, waiting_place
 from ddpq.core.plan import NO_SWEEP_CAPS, SweepCaps
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, TERMINAL, WAITING, JobState, check_transition
 from ddpq.store import dependencies
 from ddpq.store import jobs as job_store
 from ddpq.store.dependencies import UnknownSweep
-from ddpq.store.models import Job, JobDependency, JobEvent, Sweep, SweepDependency
+from ddpq.store.models import Job, JobDependency, JobEvent, Sweep, SweepDependency, new_row
 
 _jobs = cast(Table, Job.__table__)
 _sweeps = cast(Table, Sweep.__table__)
@@ -43,7 +44,7 @@ class NewSweep:
     """A sweep to create: what every member shares (``job``: its name and command are the
     template's), the submission as sent, and each member's own part."""
 
-    job: job_store.NewJob
+    job: JobSpec
     template: dict[str, Any]
     params: dict[str, list[str]]
     array: str | None
@@ -87,51 +88,7 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
     key = conn.execute(insert(_sweeps), sweep_row).inserted_primary_key
     assert key is not None
     sweep_id = int(key[0])
-    shared = {
-        "owner": job.owner,
-        "cwd": job.cwd,
-        "launcher": job.launcher,
-        "gpus": job.gpus,
-        "priority": job.priority,
-        "time_limit_s": job.time_limit_s,
-        "max_retries": job.max_retries,
-        "attempt": 0,
-        "port_retries": 0,
-        "user_hold": job.hold,
-        "state": state,
-        "reason": reason,
-        "submitted_at": now,
-        "ended_at": now if state is JobState.CANCELLED else None,
-        "sweep_id": sweep_id,
-        "notify_url": None,  # a member sends nothing of its own: its sweep tells of it
-        "preemptible": job.preemptible,
-        "preempt_signal": job.preempt_signal,
-        "preemptions": 0,
-        "run_as": job.run_as,
-        "nodes": job.nodes,
-        "gpus_per_node": job.gpus_per_node,
-        "partition": job.partition,
-        "slurm_options": list(job.slurm_options) or None,
-        "gpu_mem_bytes": job.gpu_mem_bytes,
-        "gpu_mem_auto": job.gpu_mem_auto,
-        "gpu_share": job.gpu_share,
-        "oom_requeues": 0,
-        "mem_key": job.mem_key,  # the template's: its members are runs of the same job
-    }
-    rows = [
-        {
-            **shared,
-            "name": m.name,
-            "command": m.command,
-            "env": {
-                **job.env,
-                **core_sweeps.member_env(sweep_id, core_sweeps.Member(m.index, m.params)),
-            },
-            "sweep_index": m.index,
-            "sweep_params": m.params,
-        }
-        for m in spec.members
-    ]
+    rows = _member_rows(spec, sweep_id, state, reason, now)
     # One executemany; RETURNING in the rows' order gives each member's id.
     returning = insert(_jobs).returning(_jobs.c.id, sort_by_parameter_order=True)
     ids = [int(i) for i in conn.execute(returning, rows).scalars()]
@@ -165,6 +122,33 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
         on = [{"job_id": i, "sweep_id": d} for i in ids for d in after_sweeps]
         conn.execute(insert(cast(Table, SweepDependency.__table__)), on)
     return Sweep(id=sweep_id, **sweep_row)
+
+
+def _member_rows(
+    spec: NewSweep, sweep_id: int, state: JobState, reason: str, now: float
+) -> list[dict[str, Any]]:
+    """Each member's row: the template's spec (its mem_key too: its members are runs of
+    the same job), with its own name, command and environment."""
+    shared = {
+        **new_row(spec.job, state, reason, now),
+        "ended_at": now if state is JobState.CANCELLED else None,
+        "sweep_id": sweep_id,
+        "notify_url": None,  # a member sends nothing of its own: its sweep tells of it
+    }
+    return [
+        {
+            **shared,
+            "name": m.name,
+            "command": m.command,
+            "env": {
+                **spec.job.env,
+                **core_sweeps.member_env(sweep_id, core_sweeps.Member(m.index, m.params)),
+            },
+            "sweep_index": m.index,
+            "sweep_params": m.params,
+        }
+        for m in spec.members
+    ]
 
 
 def get_sweep(session: Session, sweep_id: int) -> Sweep:

@@ -24,6 +24,7 @@ from ddpq.core.sharing import peaks
 from ddpq.core.states import JobState
 from ddpq.core.untrusted import clean_text
 from ddpq.executors.base import Ended, Executor, Launch, LaunchFailed
+from ddpq.executors.capabilities import capabilities
 from ddpq.executors.local.freeze import pauser
 from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
@@ -81,9 +82,9 @@ class Worker:
         self.executor = executor
         # On Slurm a job's "GPUs" are slots of a budget, not this host's devices: NVML here
         # says nothing of them, so no job there is judged idle.
-        local = settings.executor == "local"
+        here = capabilities(settings.executor).on_this_host
         self._sampler = (
-            GpuSampler(settings.fake_gpus is not None) if gpu_use is None and local else None
+            GpuSampler(settings.fake_gpus is not None) if gpu_use is None and here else None
         )
         self.idle = IdleWatch(settings, executor, gpu_use or self._sampler or (lambda _: None))
         self.scheduler = Scheduler(settings)
@@ -295,8 +296,7 @@ class Worker:
             leased = self.scheduler.lease_next(
                 s, self.inventory.usable(), self._woke_at, now, self.inventory.measured
             )
-            mapped = user_store.unix_accounts(s, {job.owner for job in leased})
-            proven = job_store.run_as_accounts(s, [job.job_id for job in leased])
+            mapped = user_store.unix_accounts(s, {job.spec.owner for job in leased})
         self._exits.clear()  # committed
         if not leased:
             return
@@ -307,23 +307,12 @@ class Worker:
                 job_id=job.job_id,
                 attempt=job.attempt,
                 job_dir=Path(job.job_dir),
-                command=job.command,
-                launcher=job.launcher,
+                spec=job.spec,
                 gpus=job.gpus,
                 port=job.port,
-                cwd=job.cwd,
-                env=job.env,
-                owner=job.owner,
                 # The account the submission proved (the socket's caller) comes first.
-                unix_account=proven.get(job.job_id) or mapped.get(job.owner),
-                preempt_signal=job.preempt_signal,
-                interactive=job.interactive,
-                nodes=job.nodes,
-                gpus_per_node=job.gpus_per_node,
-                time_limit_s=job.time_limit_s,
-                partition=job.partition,
-                slurm_options=job.slurm_options,
-                gpu_mem_bytes=job.gpu_mem_bytes,
+                unix_account=job.spec.run_as or mapped.get(job.spec.owner),
+                reserved_mem_bytes=job.reserved_mem_bytes,
             )
             try:
                 started.append((job.job_id, self.executor.start(launch)))

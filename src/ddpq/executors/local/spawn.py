@@ -137,7 +137,7 @@ class Spawner:
     def _spawn(self, launch: Launch) -> Spawned:
         cfg = self.settings
         # Only a token says who the owner really is; without --auth jobs run as the daemon.
-        account = account_for(launch.owner, launch.unix_account) if cfg.auth else None
+        account = account_for(launch.spec.owner, launch.unix_account) if cfg.auth else None
         # Switching to the account we already are is a no-op, and asking Popen for it
         # would stop it from using vfork: a full fork of the daemon per job.
         switch = account is not None and account.uid != os.geteuid()
@@ -152,13 +152,13 @@ class Spawner:
             when = time.strftime("%Y-%m-%d %H:%M:%S")
             out.write(attempt_header(when, launch.gpus, launch.port).encode())
         cgroup = self._new_cgroup(launch)
-        args = shim_args(folder, launch.cwd, cfg.grace_s, cfg.log_cap_bytes)
-        if launch.preempt_signal is not None:
+        args = shim_args(folder, launch.spec.cwd, cfg.grace_s, cfg.log_cap_bytes)
+        if launch.preempt_with is not None:
             at = args.index("--")
-            shield = "1" if launch.launcher == "torchrun" else "0"
-            preempt = ["--preempt-signal", launch.preempt_signal, "--preempt-shield", shield]
+            shield = "1" if launch.spec.launcher == "torchrun" else "0"
+            preempt = ["--preempt-signal", launch.preempt_with, "--preempt-shield", shield]
             args[at:at] = [*preempt, "--preempt-grace", repr(cfg.preempt_grace_s)]
-        if launch.interactive:
+        if launch.spec.interactive:
             at = args.index("--")
             term = ["--pty", "1", "--socket", str(folder.tty_socket), "--notice"]
             args[at:at] = [*term, str(folder.notice)]

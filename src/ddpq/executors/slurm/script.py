@@ -76,26 +76,26 @@ def comment(tag: str, job_id: int, attempt: int) -> str:
 
 
 def batch_job(launch: Launch, settings: Settings) -> BatchJob:
-    nodes = max(1, launch.nodes)
-    per_node = launch.gpus_per_node
+    nodes = max(1, launch.spec.nodes)
+    per_node = launch.spec.gpus_per_node
     if per_node is None:
         per_node = len(launch.gpus) // nodes
     return BatchJob(
         job_id=launch.job_id,
         attempt=launch.attempt,
         folder=JobDir(launch.job_dir),
-        cwd=launch.cwd,
-        command=tuple(launch.command),
-        torchrun=launch.launcher == "torchrun",
+        cwd=launch.spec.cwd,
+        command=tuple(launch.spec.command),
+        torchrun=launch.spec.launcher == "torchrun",
         nodes=nodes,
         gpus_per_node=per_node,
         port=launch.port,
-        time_limit_s=launch.time_limit_s,
+        time_limit_s=launch.spec.time_limit_s,
         grace_s=settings.grace_s,
         log_cap=settings.log_cap_bytes,
         python=settings.python,
         tag=daemon_tag(settings.home),
-        partition=launch.partition or settings.slurm_partition,
+        partition=launch.spec.partition or settings.slurm_partition,
         account=settings.slurm_account,
         options=(*settings.slurm_options, *job_options(launch, settings)),
     )
@@ -107,7 +107,7 @@ def job_options(launch: Launch, settings: Settings) -> tuple[str, ...]:
     LaunchFailed naming one that users may not set."""
     try:
         return slurm.user_options(
-            launch.slurm_options, settings.slurm_user_options, settings.slurm_options
+            launch.spec.slurm_options, settings.slurm_user_options, settings.slurm_options
         )
     except slurm.SlurmOptionError as exc:
         raise LaunchFailed(f"--slurm-opt {exc}") from None

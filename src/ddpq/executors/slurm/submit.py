@@ -40,13 +40,14 @@ def submitter(launch: Launch, settings: Settings) -> Account | None:
     if not settings.auth:
         return None
     try:
-        account = account_for(launch.owner, launch.unix_account)
+        account = account_for(launch.spec.owner, launch.unix_account)
     except NoAccount as exc:
         raise LaunchFailed(str(exc)) from None
+    owner = launch.spec.owner
     if account is not None and account.uid == 0:
         raise LaunchFailed(
-            f"owner {launch.owner!r} is mapped to root, and ddpq never submits Slurm jobs as "
-            f"root; map them to their own account (`ddpq admin user map {launch.owner} NAME`)"
+            f"owner {owner!r} is mapped to root, and ddpq never submits Slurm jobs as "
+            f"root; map them to their own account (`ddpq admin user map {owner} NAME`)"
         )
     return account
 
@@ -57,9 +58,10 @@ CLUSTER_CONF = "SLURM_CONF"
 def environment(launch: Launch, account: Account | None) -> tuple[dict[str, str], list[str]]:
     """The job's environment as sbatch passes it on (``--export=ALL``), and the job's own
     variables that were left out (they would steer Slurm)."""
-    dropped = sorted(k for k in launch.env if k.startswith(SLURM_PREFIXES))
-    kept = {k: v for k, v in launch.env.items() if k not in dropped}
-    env = job_env(dataclasses.replace(launch, env=kept), os.environ, omp_threads=1)
+    dropped = sorted(k for k in launch.spec.env if k.startswith(SLURM_PREFIXES))
+    kept = {k: v for k, v in launch.spec.env.items() if k not in dropped}
+    without = dataclasses.replace(launch, spec=dataclasses.replace(launch.spec, env=kept))
+    env = job_env(without, os.environ, omp_threads=1)
     if "OMP_NUM_THREADS" not in kept:
         del env["OMP_NUM_THREADS"]  # the script divides the node's cores among its ranks
     if launch.gpus:
@@ -73,7 +75,7 @@ def environment(launch: Launch, account: Account | None) -> tuple[dict[str, str]
         # The job runs on the cluster ddpq submits to: its srun must read the same
         # configuration, whatever the submitter's shell had (or an exported env lacks).
         env[CLUSTER_CONF] = cluster
-        if launch.env.get(CLUSTER_CONF) == cluster:
+        if launch.spec.env.get(CLUSTER_CONF) == cluster:
             dropped.remove(CLUSTER_CONF)  # the same value: nothing of the user's was lost
     return env, dropped
 

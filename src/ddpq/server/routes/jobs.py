@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -15,8 +16,10 @@ from ddpq.core import jobenv
 from ddpq.core import slurm as core_slurm
 from ddpq.core.interactive import idle_limit
 from ddpq.core.sharing import AUTO, MIB, GpuMemory
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import TERMINAL, JobState
 from ddpq.core.units import size_for_people
+from ddpq.executors.capabilities import capabilities
 from ddpq.schemas import (
     USER_PRIORITY_MAX,
     CancelResult,
@@ -80,8 +83,9 @@ def job_spec(
     db: Database,
     lookups: NotifyLookups,
     command: list[str] | None = None,
-) -> job_store.NewJob:
-    """The job a submission asks for, checked: its owner, priority, command and folder.
+) -> JobSpec:
+    """The job a submission asks for, checked: its owner, priority, command and folder,
+    and that this daemon's executor can run it (``executors.capabilities``).
 
     ``command``: given by a sweep, which builds (and checks) each member's own; otherwise
     the body's command, or its workload's resolved with the workload's own parser.
@@ -96,49 +100,40 @@ def job_spec(
             "forbidden",
             f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
         )
-    slurm_options = cluster_options(body, settings)
-    if settings.executor == "slurm" and body.gpu_mem is not None:
-        # Slurm hands out whole GPUs (gres), and no NVML sample of a cluster node reaches
-        # this daemon: neither a share nor a measured peak would hold there.
-        raise ApiError(
-            422,
-            "invalid",
-            "gpu_mem: this daemon runs jobs on Slurm, which gives jobs whole GPUs; "
-            "sharing GPUs by memory needs the local executor",
-        )
-    if settings.executor == "slurm" and body.interactive:
-        # Its shim would run on a Slurm node, with its terminal's socket in a folder there:
-        # nothing relays that yet, so the user would wait for a session they cannot reach.
-        raise ApiError(
-            422,
-            "invalid",
-            "interactive: this daemon runs jobs on Slurm, where ddpq cannot relay a "
-            "session's terminal yet (use salloc/srun --pty, or a daemon with --executor local)",
-        )
-    launcher = "torchrun" if body.torchrun or body.workload is not None else "plain"
     if command is None:
         command = body.command
         if body.workload is not None:
             command = workload_command(body.workload, body.args)
+    spec = submitted_spec(body, settings, owner, run_as, command)
+    why = capabilities(settings.executor).refuses(spec)
+    if why is not None:
+        raise ApiError(422, "invalid", why)
+    spec = replace(spec, slurm_options=cluster_options(spec, settings))
     if body.cwd is not None:
         check_cwd(settings, db, body.cwd, owner, run_as)
     if body.notify is not None:
         check_notify(body.notify, settings, lookups, who.name)
-    cwd = body.cwd or str(settings.home)
-    name = body.name or derive_name(body.workload or command[0])
+    return spec
+
+
+def submitted_spec(
+    body: JobSubmit, settings: Settings, owner: str, run_as: str | None, command: list[str]
+) -> JobSpec:
+    """The spec of ``body`` with the daemon's defaults filled in; its #SBATCH options still
+    as the body gave them (``cluster_options``). 422 for an idle limit out of bounds."""
     idle_s = None
     if body.interactive:
         try:
             idle_s = idle_limit(body.idle_s, settings.idle_default_s, settings.idle_max_s)
         except ValueError as exc:
             raise ApiError(422, "invalid", f"idle_s: {exc}") from None
-    return job_store.NewJob(
-        name=name,
+    return JobSpec(
+        name=body.name or derive_name(body.workload or command[0]),
         owner=owner,
         command=command,
-        cwd=cwd,
+        cwd=body.cwd or str(settings.home),
         gpus=body.gpus,
-        launcher=launcher,
+        launcher="torchrun" if body.torchrun or body.workload is not None else "plain",
         # The exported environment and `env` in one mapping, marked (jobs.env, a JSON
         # column): the executor's job contract reads it back with jobenv.unpack.
         env=jobenv.pack(body.exported_env, body.env),
@@ -161,7 +156,7 @@ def job_spec(
         nodes=body.nodes,
         gpus_per_node=body.gpus_per_node,
         partition=body.partition,
-        slurm_options=slurm_options,
+        slurm_options=tuple(body.slurm_options),
     )
 
 
@@ -188,26 +183,15 @@ def refuse_if_disk_short(db: Database) -> None:
         raise ApiError(507, "insufficient_storage", why)
 
 
-def cluster_options(body: JobSubmit, settings: Settings) -> tuple[str, ...]:
-    """A job's own #SBATCH options as its script will hold them; 422 for cluster fields on a
-    local daemon, or an option that users may not set (as sbatch reads it: ``-G8`` is
-    ``--gpus``)."""
-    if settings.executor != "slurm":
-        cluster_only = [
-            f for f in ("nodes", "gpus_per_node", "partition", "slurm_options")
-            if getattr(body, f) != JobSubmit.model_fields[f].get_default(call_default_factory=True)
-        ]  # fmt: skip
-        if cluster_only:
-            raise ApiError(
-                422,
-                "invalid",
-                f"{cluster_only[0]}: this daemon runs jobs on this host, not on Slurm "
-                "(only --executor slurm takes nodes, partitions and #SBATCH options)",
-            )
+def cluster_options(spec: JobSpec, settings: Settings) -> tuple[str, ...]:
+    """A job's own #SBATCH options as its script will hold them; 422 for an option that
+    users may not set (as sbatch reads it: ``-G8`` is ``--gpus``). Only an executor that
+    takes them gets here with any (``Capabilities.refuses``)."""
+    if not spec.slurm_options:
         return ()
     try:
         return core_slurm.user_options(
-            body.slurm_options, settings.slurm_user_options, settings.slurm_options
+            spec.slurm_options, settings.slurm_user_options, settings.slurm_options
         )
     except core_slurm.SlurmOptionError as exc:
         raise ApiError(422, "invalid", f"slurm_options: {exc}") from None

@@ -1,4 +1,4 @@
-"""Tables. Times are UNIX epoch seconds (REAL): plain numbers the pure core can use."""
+"""The tables beside ``jobs``: sweeps, dependencies, events, attempts, leases, users..."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from sqlalchemy import (
     JSON,
     Boolean,
     CheckConstraint,
-    Enum,
     Float,
     ForeignKey,
     Index,
@@ -17,14 +16,10 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
 from ddpq.core.states import JobState
-
-
-class Base(DeclarativeBase):
-    pass
-
+from ddpq.store.models.base import Base, state_type
 
 # What a lease may be: a whole GPU or a port (a resource each), or a share of a GPU's
 # memory (its bytes, and optionally how many jobs it lets share the GPU).
@@ -34,118 +29,6 @@ LEASE_CHECK = (
     "AND (mem_bytes IS NULL OR mem_bytes > 0) "
     "AND (share_cap IS NULL OR (kind = 'gpu_share' AND share_cap >= 1))"
 )
-
-
-def state_type(constraint: str) -> Enum:
-    """A job state column: ``JobState`` in Python, its value as text in SQLite, and a CHECK
-    constraint named ``constraint`` so that no other word can be stored, whatever the SQL."""
-    return Enum(
-        JobState,
-        name=constraint,
-        native_enum=False,
-        create_constraint=True,
-        length=16,
-        validate_strings=True,
-        values_callable=lambda states: [s.value for s in states],
-    )
-
-
-class Job(Base):
-    __tablename__ = "jobs"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(128))
-    owner: Mapped[str] = mapped_column(String(64), index=True)
-    command: Mapped[list[str]] = mapped_column(JSON)
-    cwd: Mapped[str] = mapped_column(Text)
-    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    launcher: Mapped[str] = mapped_column(String(16), default="plain")  # plain | torchrun
-    gpus: Mapped[int] = mapped_column(Integer)
-    priority: Mapped[int] = mapped_column(Integer, default=0)
-    time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    max_retries: Mapped[int] = mapped_column(Integer, default=0)
-    attempt: Mapped[int] = mapped_column(Integer, default=0)
-    port_retries: Mapped[int] = mapped_column(Integer, default=0)
-    # Preemptible: it may be asked to checkpoint (with this signal) and go back to the queue.
-    preemptible: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
-    preempt_signal: Mapped[str] = mapped_column(String(8), default="USR1", server_default="USR1")
-    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    # Where jobs run on Slurm (docs/slurm.md): hosts, GPUs on each (None: all on one), the
-    # job's own partition and extra #SBATCH options. The local executor runs nodes=1 only.
-    nodes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
-    gpus_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    partition: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    slurm_options: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
-    # Who or what asked for the stop in stop_request ("preempted by alice").
-    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # Launches cut short before the job ran, requeued for free (core.disposition bounds them).
-    relaunches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    user_hold: Mapped[bool] = mapped_column(Boolean, default=False)
-
-    state: Mapped[JobState] = mapped_column(state_type("ck_jobs_state"), index=True)
-    reason: Mapped[str] = mapped_column(Text, default="")
-    submitted_at: Mapped[float] = mapped_column(Float)
-    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    not_before: Mapped[float | None] = mapped_column(Float, nullable=True)
-    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    exit_signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
-
-    stop_request: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    stop_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-
-    job_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
-    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    sched_latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # Where to POST a message when the job ends (may hold a webhook's secret: never shown),
-    # and when that was settled: delivered, or given up. Pending: a URL and no time.
-    notify_url: Mapped[str | None] = mapped_column(Text, nullable=True)
-    notify_done_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-
-    # A member of a sweep: which, its index there (the array index, or its place in the
-    # product of the parameters) and its parameters' values. None for a plain job.
-    sweep_id: Mapped[int | None] = mapped_column(
-        ForeignKey("sweeps.id", ondelete="CASCADE"), nullable=True
-    )
-    sweep_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    sweep_params: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
-    # The Unix account the job runs as under a root daemon with --auth, when the request
-    # that submitted it proved it: the caller of the Unix socket (SO_PEERCRED), or a token
-    # that account made for itself. None: the account its owner is mapped to (users.unix_user).
-    run_as: Mapped[str | None] = mapped_column(String(64), nullable=True)
-
-    # Sharing GPUs by memory (core.sharing): the bytes it reserves on each GPU (None: it
-    # takes them whole), or ``auto`` (learned from earlier runs); at most this many jobs on
-    # a GPU it is on; requeues on whole GPUs after running out of memory sharing.
-    gpu_mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    gpu_mem_auto: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
-    gpu_share: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    oom_requeues: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    # Which earlier jobs are "the same job" for ``auto``: "name:<name>" when it was given
-    # one, else "cmd:<hash of its command>" (a derived name such as "python" says little).
-    mem_key: Mapped[str | None] = mapped_column(String(80), nullable=True)
-    # An interactive session (``ddpq shell``): its shim holds a terminal, and it is ended
-    # once its GPUs have been unused for idle_s (None: never). idle_since: when the worker
-    # first saw its GPUs idle (any job on GPUs; None while in use); idle_warned_at: when
-    # its terminal was told it will be ended (core.interactive).
-    interactive: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
-    idle_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    idle_since: Mapped[float | None] = mapped_column(Float, nullable=True)
-    idle_warned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-
-    __table_args__ = (
-        Index("ix_jobs_state_priority", "state", "priority"),
-        Index("ix_jobs_owner_mem_key", "owner", "mem_key"),
-        # The notifier's question, every second: which ended jobs still owe a message.
-        Index(
-            "ix_jobs_notify_pending",
-            "id",
-            sqlite_where=text("notify_url IS NOT NULL AND notify_done_at IS NULL"),
-        ),
-        Index("ix_jobs_sweep", "sweep_id", "sweep_index"),
-        # Ids only grow, never reused (migration 0021j, ``store.ids``).
-        {"sqlite_autoincrement": True},
-    )
 
 
 class Sweep(Base):

@@ -1,0 +1,24 @@
+"""The executor a daemon's settings name (``settings.executor``), made for its worker.
+
+The one place that turns the setting into an executor, so that nothing above the
+executors compares its value: ``daemon.run`` asks here, the server and the worker ask
+``executors.capabilities``.
+"""
+
+from __future__ import annotations
+
+from ddpq.config import Settings
+from ddpq.core.gpus import Gpu
+from ddpq.executors.base import Executor
+
+
+def for_worker(settings: Settings) -> tuple[Executor | None, list[Gpu] | None, Settings]:
+    """The executor, the GPUs the worker hands out and the settings it runs with. The
+    local executor is (None, None, settings): the worker makes it once it has found this
+    host's GPUs. Raises the executor's own error (one line) where it cannot be used."""
+    if settings.executor == "slurm":
+        # Jobs go to Slurm; the worker's GPUs are the budget ddpq may hold there.
+        from ddpq.executors.slurm.budget import for_worker as slurm_worker
+
+        return slurm_worker(settings)
+    return None, None, settings

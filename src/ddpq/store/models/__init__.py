@@ -1,0 +1,60 @@
+"""Tables. Times are UNIX epoch seconds (REAL): plain numbers the pure core can use.
+
+``jobs`` and its mapping to ``core.spec.JobSpec`` are in ``job``, the other tables in
+``tables``; every table is imported from here (``from ddpq.store.models import Job``).
+"""
+
+from ddpq.store.models.base import Base, state_type
+from ddpq.store.models.job import (
+    KEPT_ELSEWHERE,
+    SPEC_COLUMNS,
+    Job,
+    columns_of,
+    new_row,
+    spec_of,
+)
+from ddpq.store.models.tables import (
+    LEASE_CHECK,
+    Attempt,
+    DeviceSnapshot,
+    GpuReservation,
+    JobDependency,
+    JobEvent,
+    Lease,
+    Notification,
+    OutsideUse,
+    RetentionPass,
+    RetentionTotal,
+    Sweep,
+    SweepDependency,
+    Token,
+    User,
+    UserLimit,
+)
+
+__all__ = [
+    "KEPT_ELSEWHERE",
+    "LEASE_CHECK",
+    "SPEC_COLUMNS",
+    "Attempt",
+    "Base",
+    "DeviceSnapshot",
+    "GpuReservation",
+    "Job",
+    "JobDependency",
+    "JobEvent",
+    "Lease",
+    "Notification",
+    "OutsideUse",
+    "RetentionPass",
+    "RetentionTotal",
+    "Sweep",
+    "SweepDependency",
+    "Token",
+    "User",
+    "UserLimit",
+    "columns_of",
+    "new_row",
+    "spec_of",
+    "state_type",
+]

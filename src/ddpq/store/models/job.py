@@ -1,0 +1,168 @@
+"""The jobs table, and the one mapping between its columns and ``core.spec.JobSpec``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import fields
+from typing import Any, get_origin, get_type_hints
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from ddpq.core.spec import JobSpec
+from ddpq.core.states import JobState
+from ddpq.store.models.base import Base, state_type
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    command: Mapped[list[str]] = mapped_column(JSON)
+    cwd: Mapped[str] = mapped_column(Text)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    launcher: Mapped[str] = mapped_column(String(16), default="plain")  # plain | torchrun
+    gpus: Mapped[int] = mapped_column(Integer)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_retries: Mapped[int] = mapped_column(Integer, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    port_retries: Mapped[int] = mapped_column(Integer, default=0)
+    # Preemptible: it may be asked to checkpoint (with this signal) and go back to the queue.
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    preempt_signal: Mapped[str] = mapped_column(String(8), default="USR1", server_default="USR1")
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Where jobs run on Slurm (docs/slurm.md): hosts, GPUs on each (None: all on one), the
+    # job's own partition and extra #SBATCH options. The local executor runs nodes=1 only.
+    nodes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    partition: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    slurm_options: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    # Who or what asked for the stop in stop_request ("preempted by alice").
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Launches cut short before the job ran, requeued for free (core.disposition bounds them).
+    relaunches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    user_hold: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    state: Mapped[JobState] = mapped_column(state_type("ck_jobs_state"), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    not_before: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    stop_request: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    stop_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    job_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    sched_latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Where to POST a message when the job ends (may hold a webhook's secret: never shown),
+    # and when that was settled: delivered, or given up. Pending: a URL and no time.
+    notify_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    notify_done_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    # A member of a sweep: which, its index there (the array index, or its place in the
+    # product of the parameters) and its parameters' values. None for a plain job.
+    sweep_id: Mapped[int | None] = mapped_column(
+        ForeignKey("sweeps.id", ondelete="CASCADE"), nullable=True
+    )
+    sweep_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    sweep_params: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    # The Unix account the job runs as under a root daemon with --auth, when the request
+    # that submitted it proved it: the caller of the Unix socket (SO_PEERCRED), or a token
+    # that account made for itself. None: the account its owner is mapped to (users.unix_user).
+    run_as: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+    # Sharing GPUs by memory (core.sharing): the bytes it reserves on each GPU (None: it
+    # takes them whole), or ``auto`` (learned from earlier runs); at most this many jobs on
+    # a GPU it is on; requeues on whole GPUs after running out of memory sharing.
+    gpu_mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_mem_auto: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    gpu_share: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    oom_requeues: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Which earlier jobs are "the same job" for ``auto``: "name:<name>" when it was given
+    # one, else "cmd:<hash of its command>" (a derived name such as "python" says little).
+    mem_key: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    # An interactive session (``ddpq shell``): its shim holds a terminal, and it is ended
+    # once its GPUs have been unused for idle_s (None: never). idle_since: when the worker
+    # first saw its GPUs idle (any job on GPUs; None while in use); idle_warned_at: when
+    # its terminal was told it will be ended (core.interactive).
+    interactive: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    idle_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle_warned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (
+        Index("ix_jobs_state_priority", "state", "priority"),
+        Index("ix_jobs_owner_mem_key", "owner", "mem_key"),
+        # The notifier's question, every second: which ended jobs still owe a message.
+        Index(
+            "ix_jobs_notify_pending",
+            "id",
+            sqlite_where=text("notify_url IS NOT NULL AND notify_done_at IS NULL"),
+        ),
+        Index("ix_jobs_sweep", "sweep_id", "sweep_index"),
+        # Ids only grow, never reused (migration 0021j, ``store.ids``).
+        {"sqlite_autoincrement": True},
+    )
+
+    def spec(self, after: Iterable[int] = (), after_sweeps: Iterable[int] = ()) -> JobSpec:
+        """What the job asks for, read back from its row (``spec_of``); its dependencies
+        are in their own tables, so the caller that wants them passes them (``store.jobs
+        .spec_of`` reads them)."""
+        return spec_of(self, after, after_sweeps)
+
+
+# ---- the one mapping between a JobSpec and the jobs table --------------------------
+#
+# Every JobSpec field is the jobs column of its name, stored as it is, but for these: the
+# fields kept in tables of their own (store.dependencies), a field whose column is named
+# otherwise, and tuples (a JSON list in the row, NULL when empty). Adding a field to the
+# spec is then: the field, and a migration for its column.
+
+KEPT_ELSEWHERE = frozenset({"after", "after_sweeps"})  # job_dependencies, sweep_dependencies
+RENAMED = {"hold": "user_hold"}  # its column predates the spec's name
+SPEC_COLUMNS: dict[str, str] = {
+    f.name: RENAMED.get(f.name, f.name) for f in fields(JobSpec) if f.name not in KEPT_ELSEWHERE
+}
+_TUPLES = frozenset(
+    name for name, hint in get_type_hints(JobSpec).items() if get_origin(hint) is tuple
+)
+
+
+def _stored(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value) or None
+    if isinstance(value, (list, dict)):
+        return type(value)(value)  # a copy: the row's value must not be the spec's
+    return value
+
+
+def columns_of(spec: JobSpec) -> dict[str, Any]:
+    """The jobs columns' values for ``spec`` (those of SPEC_COLUMNS)."""
+    return {column: _stored(getattr(spec, name)) for name, column in SPEC_COLUMNS.items()}
+
+
+def new_row(spec: JobSpec, state: JobState, reason: str, now: float) -> dict[str, Any]:
+    """A new job's row: its spec, and its life so far (none yet)."""
+    life = {"attempt": 0, "port_retries": 0, "preemptions": 0, "oom_requeues": 0}
+    return {**columns_of(spec), **life, "state": state, "reason": reason, "submitted_at": now}
+
+
+def _read(name: str, value: Any) -> Any:
+    if name in _TUPLES:
+        return tuple(value or ())
+    if isinstance(value, (list, dict)):
+        return type(value)(value)
+    return value
+
+
+def spec_of(row: Any, after: Iterable[int] = (), after_sweeps: Iterable[int] = ()) -> JobSpec:
+    """The spec a jobs row (a ``Job``, or a Core row with the SPEC_COLUMNS) holds."""
+    values = {name: _read(name, getattr(row, column)) for name, column in SPEC_COLUMNS.items()}
+    return JobSpec(**values, after=tuple(after), after_sweeps=tuple(after_sweeps))
