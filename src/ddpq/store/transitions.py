@@ -98,7 +98,7 @@ def _still_in_old(session: Session, changes: Sequence[Change]) -> list[Change]:
     """The changes whose job is still where the change starts (read before the UPDATEs:
     only those got their event)."""
     query = select(_jobs.c.id, _jobs.c.state).where(_jobs.c.id.in_([c.job_id for c in changes]))
-    now_in = dict(session.connection().execute(query).tuples().all())
+    now_in = {job_id: state for job_id, state in session.connection().execute(query)}
     return [c for c in changes if now_in.get(c.job_id) == c.old]
 
 
