@@ -89,6 +89,13 @@ _FRESH_ATTEMPT: dict[str, Any] = dict.fromkeys(
 )
 
 
+def _leased_why(p: Placed) -> str:
+    why = f"leased {lease_text(p.gpus, p.port)}"
+    if p.mem_bytes is not None:
+        why += f", sharing them: {size_for_people(p.mem_bytes)} reserved on each"
+    return why
+
+
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
     """Lease each job its GPUs and port, open its next attempt, move it to ``starting``.
 
@@ -127,11 +134,8 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
     for row in rows:
         p = by_id[row.id]
         number = row.attempt + 1
-        why = f"leased {lease_text(p.gpus, p.port)}"
-        if p.mem_bytes is not None:
-            why += f", sharing them: {size_for_people(p.mem_bytes)} reserved on each"
         own = {"attempt": number, "job_dir": p.job_dir, "sched_latency_s": p.sched_latency_s}
-        moves.append(Change(row.id, JobState.QUEUED, JobState.STARTING, why, own))
+        moves.append(Change(row.id, JobState.QUEUED, JobState.STARTING, _leased_why(p), own))
         attempt_rows.append(
             {
                 "job_id": row.id,

@@ -109,7 +109,7 @@ def _update(
     group: Sequence[Change],
     shared: Mapping[str, Any],
 ) -> None:
-    own = {k: bindparam(f"v_{k}") for k in keys}
+    own: dict[str, Any] = {k: bindparam(f"v_{k}") for k in keys}
     statement = (
         update(_jobs)
         .where(_jobs.c.id == bindparam("b_id"), _jobs.c.state == bindparam("b_old"))
