@@ -2,7 +2,7 @@
 
 Every state change, of one job or of ten thousand, goes through :func:`move_many`: it
 checks each change with ``core.states``, writes the changes' events in one executemany and
-the rows in one Core UPDATE per target state, each guarded by the state the caller
+the rows in one executemany UPDATE per target state, each guarded by the state the caller
 expected, so that a change decided on a stale read (another transaction moved the job
 since) writes nothing at all, neither row nor event. It runs on the worker's hot path for
 every job: Core statements, no ORM unit of work. Flush, never commit: the caller owns the
@@ -88,7 +88,7 @@ def move_many(session: Session, changes: Sequence[Change], now: float, **shared:
         groups.setdefault((c.new, tuple(sorted(c.values))), []).append(c)
     for (new, keys), group in groups.items():
         extra = dict(shared)
-        if new in TERMINAL:
+        if new in TERMINAL and "ended_at" not in keys:
             extra.setdefault("ended_at", now)
         _update(session, new, keys, group, extra)
     return [c.job_id for c in moved]
