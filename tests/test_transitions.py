@@ -239,6 +239,15 @@ def test_many_jobs_move_to_several_states_in_one_call(db: Database) -> None:
         assert history(db, c.job_id)[1:] == [(c.old, c.new, c.reason, 101.0)]
 
 
+def test_a_job_ends_when_its_end_is_given_else_at_its_terminal_event(db: Database) -> None:
+    a, b, c = new(db, 3)
+    with db.write() as s:
+        transitions.move(s, a, Q, C, "cancelled", 101.0, ended_at=99.0)  # its processes' end
+        own = [Change(b, Q, C, "cancelled", {"ended_at": 98.0})]
+        transitions.move_many(s, [*own, Change(c, Q, C, "cancelled", {"ended_at": None})], 101.0)
+    assert [row(db, i)[2] for i in (a, b, c)] == [99.0, 98.0, None]
+
+
 def test_a_change_decided_on_a_stale_read_writes_nothing(db: Database) -> None:
     one, many, other, same = new(db, 4)
     with db.read() as s:  # what the caller saw...
