@@ -22,19 +22,10 @@ LONG_MODULES_ALLOWED = {
     "workloads/resnet18.py": "the training program: one file, run alone as a script",
 }
 
-# Offenders being split right now by other parts of issue 22, each named as the offender
-# reports name it ("path" for a module, "path:name" for a function). TO BE EMPTIED BY THE
-# LEAD AT MERGE: once every part of issue 22 is in, this set is empty and stays so. It can
-# only shrink: an entry that is no longer an offender fails the test below.
-PENDING = {
-    "store/jobs.py",
-    "store/attempts.py",
-}
-
 
 @dataclass(frozen=True)
 class Offender:
-    key: str  # "path" or "path:name", as PENDING names it
+    key: str  # "path" or "path:name"
     where: str  # path:line
     name: str
     lines: int
@@ -85,14 +76,8 @@ def offenders() -> list[Offender]:
 
 
 def test_every_module_and_function_is_small() -> None:
-    new = [str(o) for o in offenders() if o.key not in PENDING]
+    new = [str(o) for o in offenders()]
     assert not new, "split these (docs/architecture.md, issue 22):\n" + "\n".join(new)
-
-
-def test_every_pending_entry_still_offends() -> None:
-    """PENDING only shrinks: an entry fixed (or renamed away) is taken out of it."""
-    stale = PENDING - {o.key for o in offenders()}
-    assert not stale, f"no longer too long, remove from PENDING: {sorted(stale)}"
 
 
 def test_the_allowed_long_modules_exist() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ddpq.daemon.heap import freeze_startup_objects
-from ddpq.store import jobs
+from ddpq.store import settling
 from ddpq.store.db import Database, migrate
 
 
@@ -30,7 +30,7 @@ def test_settling_an_ended_jobs_dependents_builds_no_statement(tmp_path: Path) -
             profile = cProfile.Profile()
             with db.write() as s:
                 profile.enable()
-                jobs.settle_dependents_many(s, ended, 100.0)
+                settling.settle_dependents_many(s, ended, 100.0)
                 profile.disable()
         assert calls_to("_make_proxy", profile) == 0
         assert calls_to("aliased", profile) == 0

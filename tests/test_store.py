@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import InvalidTransition, JobState
-from ddpq.store import jobs, leases
+from ddpq.store import jobs, leases, settling, transitions
 from ddpq.store.db import Database, migrate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,11 +55,11 @@ def test_every_transition_is_recorded_and_checked(db: Database) -> None:
     job_id = new(db)
     with db.write() as s:
         job = jobs.get_job(s, job_id)
-        jobs.set_state(s, job, JobState.STARTING, "leased", 101.0)
-        jobs.set_state(s, job, JobState.RUNNING, "started", 102.0)
-        jobs.finish(s, job, JobState.SUCCEEDED, "exit code 0", 103.0)
+        transitions.move_job(s, job, JobState.STARTING, "leased", 101.0)
+        transitions.move_job(s, job, JobState.RUNNING, "started", 102.0)
+        settling.finish(s, job, JobState.SUCCEEDED, "exit code 0", 103.0)
     with pytest.raises(InvalidTransition), db.write() as s:
-        jobs.set_state(s, jobs.get_job(s, job_id), JobState.RUNNING, "again", 104.0)
+        transitions.move_job(s, jobs.get_job(s, job_id), JobState.RUNNING, "again", 104.0)
     with db.read() as s:
         events = [(e.to_state, e.at) for e in jobs.events_of(s, job_id)]
     assert events == [
@@ -79,9 +79,9 @@ def test_dependencies_hold_release_and_cascade(db: Database) -> None:
         assert "waiting for job" in jobs.get_job(s, second).reason
     with db.write() as s:  # first fails: second and then third are cancelled, with reasons
         job = jobs.get_job(s, first)
-        jobs.set_state(s, job, JobState.STARTING, "", 101.0)
-        jobs.set_state(s, job, JobState.RUNNING, "", 101.0)
-        jobs.finish(s, job, JobState.FAILED, "exit code 1", 102.0)
+        transitions.move_job(s, job, JobState.STARTING, "", 101.0)
+        transitions.move_job(s, job, JobState.RUNNING, "", 101.0)
+        settling.finish(s, job, JobState.FAILED, "exit code 1", 102.0)
     with db.read() as s:
         assert (jobs.get_job(s, second).state, jobs.get_job(s, second).reason) == (
             "cancelled",
@@ -95,9 +95,9 @@ def test_succeeded_dependency_releases_and_user_hold_wins(db: Database) -> None:
     second = new(db, after=(first,), hold=True)
     with db.write() as s:
         job = jobs.get_job(s, first)
-        jobs.set_state(s, job, JobState.STARTING, "", 101.0)
-        jobs.set_state(s, job, JobState.RUNNING, "", 101.0)
-        jobs.finish(s, job, JobState.SUCCEEDED, "exit code 0", 102.0)
+        transitions.move_job(s, job, JobState.STARTING, "", 101.0)
+        transitions.move_job(s, job, JobState.RUNNING, "", 101.0)
+        settling.finish(s, job, JobState.SUCCEEDED, "exit code 0", 102.0)
     with db.read() as s:
         assert jobs.get_job(s, second).state == "held"
         assert jobs.get_job(s, second).reason == "held by user"

@@ -12,7 +12,7 @@ import pytest
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
-from ddpq.store import jobs, sweeps
+from ddpq.store import jobs, settling, sweeps, transitions
 from ddpq.store.db import Database, migrate
 from ddpq.store.dependencies import UnknownSweep
 
@@ -70,9 +70,9 @@ def end(db: Database, job_id: int, state: JobState) -> None:
     """A job runs and ends as ``state`` (settling whoever waits on it)."""
     with db.write() as s:
         job = jobs.get_job(s, job_id)
-        jobs.set_state(s, job, JobState.STARTING, "", 101.0)
-        jobs.set_state(s, job, R, "", 101.0)
-        jobs.finish(s, job, state, "exit", 102.0)
+        transitions.move_job(s, job, JobState.STARTING, "", 101.0)
+        transitions.move_job(s, job, R, "", 101.0)
+        settling.finish(s, job, state, "exit", 102.0)
 
 
 def job(db: Database, job_id: int) -> tuple[JobState, str]:
@@ -160,8 +160,8 @@ def test_cancel_ends_waiting_members_stops_running_ones_and_settles_dependents(
     end(db, ids[0], S)
     with db.write() as s:  # one runs
         running = jobs.get_job(s, ids[1])
-        jobs.set_state(s, running, JobState.STARTING, "", 101.0)
-        jobs.set_state(s, running, R, "", 101.0)
+        transitions.move_job(s, running, JobState.STARTING, "", 101.0)
+        transitions.move_job(s, running, R, "", 101.0)
     waiter = new_job(db, after_sweeps=(sweep_id,))
     with db.write() as s:
         acted = sweeps.cancel_sweep(s, sweep_id, 103.0)
@@ -206,7 +206,7 @@ def test_caps_count_the_members_holding_leases(db: Database) -> None:
     free = new_sweep(db, 2)
     ids = [m.id for m in members(db, capped)]
     with db.write() as s:
-        jobs.set_state(s, jobs.get_job(s, ids[0]), JobState.STARTING, "", 101.0)
+        transitions.move_job(s, jobs.get_job(s, ids[0]), JobState.STARTING, "", 101.0)
     with db.read() as s:
         caps = sweeps.caps(s, {capped, free})
         queued = {q.id: q.sweep_id for q, _ in jobs.queued_for_planning(s)}

@@ -19,6 +19,7 @@ from ddpq.executors.base import Launch
 from ddpq.executors.fake import FakeExecutor
 from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
+from ddpq.store import endings as ending_store
 from ddpq.worker import exits
 from tests.worker.rig import Rig, make_rig
 
@@ -276,14 +277,14 @@ def test_one_exit_that_cannot_be_recorded_fails_that_job_alone(
 ) -> None:
     broken, fine = rig.submit(), rig.submit()
     rig.step()
-    real = attempt_store.record_exit
+    real = ending_store.record_exit
 
-    def record_exit(s: object, ending: attempt_store.Ending, *args: object) -> None:
+    def record_exit(s: object, ending: ending_store.Ending, *args: object) -> None:
         if ending.job_id == broken and args[1].job_state is S:  # type: ignore[attr-defined]
             raise RuntimeError("a bug reading what the job wrote")
         real(s, ending, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(attempt_store, "record_exit", record_exit)
+    monkeypatch.setattr(ending_store, "record_exit", record_exit)
     rig.host.finish(broken, 0)
     rig.host.finish(fine, 0)
     rig.step()

@@ -1,9 +1,9 @@
-"""The worker's writes over an attempt's life: leased, running, stopped, ended.
+"""The worker's writes over an attempt's life: leased, running, stopped. How it ended is
+recorded by ``store.endings``; every state change is written by ``store.transitions``.
 
-Everything the worker changes in a job row goes through here (the API's writes are in
-``store.jobs``). These run for every job on the worker's hot path, so they are Core
-statements on columns, not ORM objects: a stream of short jobs is decided by how few
-statements each one costs. Flush, never commit: the caller owns the transaction.
+The API's writes are in ``store.jobs``. These run for every job on the worker's hot path,
+so they are Core statements on columns, not ORM objects: a stream of short jobs is decided
+by how few statements each one costs. Flush, never commit: the caller owns the transaction.
 """
 
 from __future__ import annotations
@@ -27,38 +27,28 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import BindParameter
 
-from ddpq.core.disposition import Disposition, JobFacts, after_interrupted_launch, lease_text
-from ddpq.core.rules import ExitRecord, StopRequest
+from ddpq.core.disposition import after_interrupted_launch, lease_text
+from ddpq.core.rules import StopRequest
 from ddpq.core.spec import JobSpec
-from ddpq.core.states import ACTIVE, JobState, check_transition
+from ddpq.core.states import ACTIVE, JobState
 from ddpq.core.units import size_for_people
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store import settling, transitions
 from ddpq.store.models import (
     SPEC_COLUMNS,
     Attempt,
     Job,
     JobDependency,
-    JobEvent,
     SweepDependency,
     spec_of,
 )
+from ddpq.store.transitions import Change
 
 _jobs = cast(Table, Job.__table__)
 _attempts = cast(Table, Attempt.__table__)
-_events = cast(Table, JobEvent.__table__)
 _deps = cast(Table, JobDependency.__table__)
 _sweep_deps = cast(Table, SweepDependency.__table__)
-
-
-def _events_insert(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
-    if rows:
-        session.connection().execute(insert(_events), list(rows))
-
-
-def _event(job_id: int, old: JobState, new: JobState, reason: str, now: float) -> dict[str, Any]:
-    check_transition(old, new)
-    return {"job_id": job_id, "at": now, "from_state": old, "to_state": new, "reason": reason}
 
 
 # ---- leased: queued -> starting ---------------------------------------------------
@@ -108,26 +98,28 @@ _WAITED_FOR = union_all(
         _sweep_deps.c.job_id.in_(_IDS)
     ),
 ).order_by("waits_on")
-_START = (
-    update(_jobs)
-    .where(_jobs.c.id == bindparam("job_id"))
-    .values(
-        attempt=bindparam("number"),
-        state=JobState.STARTING,
-        reason=bindparam("why"),
-        started_at=bindparam("now"),
-        ended_at=None,
-        exit_code=None,
-        exit_signal=None,
-        stop_request=None,
-        stop_sent_at=None,
-        not_before=None,
-        idle_since=None,
-        idle_warned_at=None,
-        job_dir=bindparam("dir"),
-        sched_latency_s=bindparam("latency"),
+
+
+# What a job's row forgets of its previous attempt when it is leased the next one.
+_FRESH_ATTEMPT: dict[str, Any] = dict.fromkeys(
+    (
+        "ended_at",
+        "exit_code",
+        "exit_signal",
+        "stop_request",
+        "stop_sent_at",
+        "not_before",
+        "idle_since",
+        "idle_warned_at",
     )
 )
+
+
+def _leased_why(p: Placed) -> str:
+    why = f"leased {lease_text(p.gpus, p.port)}"
+    if p.mem_bytes is not None:
+        why += f", sharing them: {size_for_people(p.mem_bytes)} reserved on each"
+    return why
 
 
 def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> list[Leased]:
@@ -167,24 +159,14 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
 
 
 def _write_starts(session: Session, started: Sequence[tuple[Leased, Placed]], now: float) -> None:
-    """The rows of ``lease_and_start``: each job starting, its attempt, its event."""
+    """The rows of ``lease_and_start``: each job starting (``store.transitions``), its
+    attempt."""
     if not started:
         return
-    job_rows, attempt_rows, events = [], [], []
+    moves, attempt_rows = [], []
     for job, p in started:
-        why = f"leased {lease_text(p.gpus, p.port)}"
-        if p.mem_bytes is not None:
-            why += f", sharing them: {size_for_people(p.mem_bytes)} reserved on each"
-        job_rows.append(
-            {
-                "job_id": job.job_id,
-                "number": job.attempt,
-                "why": why,
-                "dir": p.job_dir,
-                "latency": p.sched_latency_s,
-                "now": now,
-            }
-        )
+        own = {"attempt": job.attempt, "job_dir": p.job_dir, "sched_latency_s": p.sched_latency_s}
+        moves.append(Change(job.job_id, JobState.QUEUED, JobState.STARTING, _leased_why(p), own))
         attempt_rows.append(
             {
                 "job_id": job.job_id,
@@ -196,11 +178,8 @@ def _write_starts(session: Session, started: Sequence[tuple[Leased, Placed]], no
                 "gpu_mem_bytes": p.mem_bytes,
             }
         )
-        events.append(_event(job.job_id, JobState.QUEUED, JobState.STARTING, why, now))
-    conn = session.connection()
-    conn.execute(_START, job_rows)
-    conn.execute(insert(_attempts), attempt_rows)
-    _events_insert(session, events)
+    transitions.move_many(session, moves, now, **_FRESH_ATTEMPT, started_at=now)
+    session.connection().execute(insert(_attempts), attempt_rows)
 
 
 # ---- running: the executor took it ------------------------------------------------
@@ -211,16 +190,9 @@ def mark_running(
 ) -> bool:
     """starting -> running, with the executor's handle on the attempt; False if the job
     was not starting (cancelled meanwhile, say: then nothing is written)."""
-    conn = session.connection()
-    result = conn.execute(
-        update(_jobs)
-        .where(_jobs.c.id == job_id, _jobs.c.state == JobState.STARTING)
-        .values(state=JobState.RUNNING, reason=reason)
-    )
-    if result.rowcount != 1:
+    if not transitions.move(session, job_id, JobState.STARTING, JobState.RUNNING, reason, now):
         return False
     set_handle(session, job_id, executor, handle)
-    _events_insert(session, [_event(job_id, JobState.STARTING, JobState.RUNNING, reason, now)])
     return True
 
 
@@ -231,25 +203,17 @@ def mark_running_many(
     (job id, handle) pairs of jobs this worker has just moved to starting."""
     if not started:
         return
-    conn = session.connection()
     ids = [job_id for job_id, _ in started]
-    result = conn.execute(
-        update(_jobs)
-        .where(_jobs.c.id == bindparam("b_id"), _jobs.c.state == JobState.STARTING)
-        .values(state=JobState.RUNNING, reason=reason),
-        [{"b_id": i} for i in ids],
-    )
-    if result.rowcount != len(ids):  # nothing else moves a starting job: a bug, say so
-        raise RuntimeError(f"of jobs {ids}, only {result.rowcount} were still starting")
+    changes = [Change(i, JobState.STARTING, JobState.RUNNING, reason) for i in ids]
+    moved = transitions.move_many(session, changes, now)
+    if len(moved) != len(ids):  # nothing else moves a starting job: a bug, say so
+        raise RuntimeError(f"of jobs {ids}, only {moved} were still starting")
     current = select(_jobs.c.attempt).where(_jobs.c.id == bindparam("b_id")).scalar_subquery()
-    conn.execute(
+    session.connection().execute(
         update(_attempts)
         .where(_attempts.c.job_id == bindparam("b_id"), _attempts.c.number == current)
         .values(executor=executor, handle=bindparam("h")),
         [{"b_id": i, "h": h} for i, h in started],
-    )
-    _events_insert(
-        session, [_event(i, JobState.STARTING, JobState.RUNNING, reason, now) for i in ids]
     )
 
 
@@ -285,126 +249,7 @@ def active_attempts(session: Session) -> list[ActiveAttempt]:
     return [ActiveAttempt(*row) for row in rows]
 
 
-# ---- ended: record the attempt, then requeue, retry or finish ----------------------
-
-
-@dataclass(frozen=True)
-class Ending:
-    """What the store knows of a job whose attempt the executor reports ended."""
-
-    job_id: int
-    state: JobState
-    attempt: int
-    facts: JobFacts
-    job_dir: str | None
-
-
-def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
-    ids = list(job_ids)
-    if not ids:
-        return {}
-    rows = session.execute(
-        select(
-            Job.id,
-            Job.state,
-            Job.attempt,
-            Job.max_retries,
-            Job.port_retries,
-            Job.relaunches,
-            Job.stop_request,
-            Job.stop_sent_at,
-            Job.stop_reason,
-            Job.job_dir,
-            Job.oom_requeues,
-            Attempt.gpu_mem_bytes,
-        )
-        .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.number == Job.attempt))
-        .where(Job.id.in_(ids))
-    )
-    out = {}
-    for row in rows:
-        stop = StopRequest(row.stop_request) if row.stop_request else None
-        facts = JobFacts(
-            row.attempt,
-            row.max_retries,
-            row.port_retries,
-            stop,
-            row.relaunches,
-            row.stop_sent_at,
-            row.stop_reason,
-            shared_mem_bytes=row.gpu_mem_bytes,
-            oom_requeues=row.oom_requeues,
-        )
-        out[row.id] = Ending(row.id, row.state, row.attempt, facts, row.job_dir)
-    return out
-
-
-def record_exit(
-    session: Session,
-    ending: Ending,
-    record: ExitRecord,
-    disposition: Disposition,
-    progress: dict[str, Any] | None,
-    now: float,
-) -> None:
-    """End the attempt as ``disposition`` says, free its leases, move the job on."""
-    conn = session.connection()
-    job_id = ending.job_id
-    events = []
-    if ending.state is JobState.STARTING:
-        # It ran and ended while no worker watched (we died right after launching it).
-        events.append(
-            _event(
-                job_id, JobState.STARTING, JobState.RUNNING, "started (found after restart)", now
-            )
-        )
-    ended_at = record.ended_at or now  # when its processes were gone, not when we noticed
-    conn.execute(
-        update(_attempts)
-        .where(
-            _attempts.c.job_id == job_id,
-            _attempts.c.number == ending.attempt,
-            _attempts.c.ended_at.is_(None),
-        )
-        .values(
-            ended_at=ended_at,
-            exit_code=record.exit_code,
-            exit_signal=record.signal,
-            state=disposition.attempt_state,
-            reason=disposition.attempt_reason,
-        )
-    )
-    lease_store.release(session, job_id, now)
-    values: dict[str, Any] = {
-        "exit_code": record.exit_code,
-        "exit_signal": record.signal,
-        "ended_at": ended_at,
-        "state": disposition.job_state,
-        "reason": disposition.job_reason,
-    }
-    if progress is not None:
-        values["progress"] = progress
-    if disposition.port_requeue:
-        values["port_retries"] = _jobs.c.port_retries + 1
-    if disposition.relaunch:
-        values["relaunches"] = _jobs.c.relaunches + 1
-    if disposition.preempted:
-        values["preemptions"] = _jobs.c.preemptions + 1
-    if disposition.oom_requeue:
-        values["oom_requeues"] = _jobs.c.oom_requeues + 1
-    if not disposition.finished:
-        # Back in the queue: the stop that ended this attempt is done with.
-        values.update(stop_request=None, stop_sent_at=None, stop_reason=None)
-    if disposition.not_before is not None:
-        values["not_before"] = disposition.not_before
-    conn.execute(update(_jobs).where(_jobs.c.id == job_id).values(**values))
-    at = ended_at if disposition.finished else now
-    events.append(
-        _event(job_id, JobState.RUNNING, disposition.job_state, disposition.job_reason, at)
-    )
-    _events_insert(session, events)
-    if disposition.finished:
-        job_store.settle_dependents(session, job_id, at)
+# ---- a launch that never ran: requeue or finish ----------------------------------
 
 
 def end_unlaunched(session: Session, job_id: int, state: JobState, reason: str, now: float) -> None:
@@ -415,9 +260,9 @@ def end_unlaunched(session: Session, job_id: int, state: JobState, reason: str, 
     )
     lease_store.release(session, job.id, now)
     if state is JobState.QUEUED:
-        job_store.set_state(session, job, state, reason, now)
+        transitions.move_job(session, job, state, reason, now)
     else:
-        job_store.finish(session, job, state, reason, now)
+        settling.finish(session, job, state, reason, now)
 
 
 def requeue_unlaunched(session: Session, job_id: int, reason: str, now: float) -> None:

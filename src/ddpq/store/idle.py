@@ -13,14 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core.interactive import Watched
 from ddpq.core.rules import StopRequest
 from ddpq.core.states import JobState
 from ddpq.store import leases as lease_store
-from ddpq.store.models import Job, JobEvent, Lease
+from ddpq.store import transitions
+from ddpq.store.models import Job, Lease
 
 _jobs = cast(Table, Job.__table__)
 
@@ -76,16 +77,7 @@ def record_idle(session: Session, changes: Mapping[int, tuple[float | None, floa
 
 def note(session: Session, job_id: int, reason: str, now: float) -> None:
     """A line in a running job's history that changes no state (warned, in use again)."""
-    session.connection().execute(
-        insert(cast(Table, JobEvent.__table__)),
-        {
-            "job_id": job_id,
-            "at": now,
-            "from_state": JobState.RUNNING,
-            "to_state": JobState.RUNNING,
-            "reason": reason,
-        },
-    )
+    transitions.note(session, job_id, JobState.RUNNING, reason, now)
 
 
 def request_idle_stop(session: Session, job_id: int, reason: str, now: float) -> bool:

@@ -6,14 +6,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import BindParameter, Table, bindparam, func, insert, select, union, update
-from sqlalchemy.orm import Session, aliased, defer
+from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy.orm import Session, defer
 
-from ddpq.core.deps import SweepStanding, settle_change, waiting_place
 from ddpq.core.plan import QueuedJob, needs_port
 from ddpq.core.rules import Run, StopRequest
 from ddpq.core.spec import JobSpec
-from ddpq.core.states import ACTIVE, TERMINAL, JobState, check_transition
+from ddpq.core.states import ACTIVE, TERMINAL, JobState
+from ddpq.store import settling, transitions
 from ddpq.store.dependencies import (
     checked_standings,
     dependencies_of,
@@ -38,18 +38,11 @@ class UnknownJob(LookupError):
         self.job_id = job_id
 
 
-def _record(
-    session: Session, job: Job, old: JobState | None, new: JobState, reason: str, now: float
-) -> None:
-    session.add(JobEvent(job_id=job.id, at=now, from_state=old, to_state=new, reason=reason))
-
-
 _jobs = cast(Table, Job.__table__)
 # Built once: a submission's statements are the same each time, only their values change.
 _INSERT_JOB = insert(_jobs)
 _INSERT_DEPENDENCY = insert(cast(Table, JobDependency.__table__))
 _INSERT_SWEEP_DEPENDENCY = insert(cast(Table, SweepDependency.__table__))
-_INSERT_EVENT = insert(cast(Table, JobEvent.__table__))
 
 
 def create_job(session: Session, spec: JobSpec, now: float) -> Job:
@@ -76,132 +69,15 @@ def create_job(session: Session, spec: JobSpec, now: float) -> Job:
     if after_sweeps:
         rows = [{"job_id": job_id, "sweep_id": d} for d in after_sweeps]
         conn.execute(_INSERT_SWEEP_DEPENDENCY, rows)
-    event = {"job_id": job_id, "at": now, "from_state": None, "to_state": JobState.QUEUED}
-    conn.execute(_INSERT_EVENT, {**event, "reason": "submitted"})
+    transitions.submitted(session, [job_id], now)
     if not (after or after_sweeps or spec.hold):
         # Queued as it is: the row just written, without reading it back.
         return Job(id=job_id, **values)
     job = get_job(session, job_id)
-    _settle_waiting(session, job, dep_states, standings, now)
+    settling.settle_waiting(session, job, dep_states, standings, now)
     session.flush()
     session.expunge(job)
     return job
-
-
-def _settle_waiting(
-    session: Session,
-    job: Job,
-    dep_states: Mapping[int, JobState],
-    standings: Mapping[int, SweepStanding],
-    now: float,
-) -> None:
-    """Put a waiting job where its dependencies and hold say it belongs."""
-    place = waiting_place(dep_states, standings, job.user_hold)
-    change = settle_change(job.state, job.reason, place)
-    if change is None:
-        return
-    state, reason = change
-    if state is JobState.CANCELLED:
-        finish(session, job, state, reason, now)
-    else:
-        set_state(session, job, state, reason, now)
-
-
-def settle_jobs(session: Session, jobs: Sequence[Job], now: float) -> None:
-    """Settle held jobs, all at once: their dependencies read in four queries, their
-    changes written together, and the dependents of those cancelled settled next, level
-    by level (a sweep's thousand members doomed by one failed job cost a few statements,
-    not a cascade per member)."""
-    ids = [j.id for j in jobs]
-    deps = dependencies_of_many(session, ids)
-    states = dependency_states(session, {d for ds in deps.values() for d in ds})
-    sweeps = sweep_dependencies_of_many(session, ids)
-    standings = sweep_standings(session, {s for ss in sweeps.values() for s in ss})
-    moves: list[tuple[Job, JobState, str]] = []
-    for job in jobs:
-        if job.state is not JobState.HELD:
-            continue
-        place = waiting_place(
-            {d: states[d] for d in deps.get(job.id, [])},
-            {s: standings[s] for s in sweeps.get(job.id, []) if s in standings},
-            job.user_hold,
-        )
-        change = settle_change(job.state, job.reason, place)
-        if change is not None:
-            moves.append((job, *change))
-    if not moves:
-        return
-    session.flush()  # events pending before these come first: history is ordered by id
-    events = []
-    for job, state, reason in moves:
-        if state is not job.state:  # held -> held is a new reason, not a transition
-            check_transition(job.state, state)
-        events.append(
-            {
-                "job_id": job.id,
-                "at": now,
-                "from_state": job.state,
-                "to_state": state,
-                "reason": reason,
-            }
-        )
-        job.state, job.reason = state, reason
-        if state in TERMINAL:
-            job.ended_at = now
-    session.connection().execute(_INSERT_EVENT, events)
-    session.flush()
-    settle_dependents_many(session, [job.id for job, state, _ in moves if state in TERMINAL], now)
-
-
-def set_state(session: Session, job: Job, new: JobState, reason: str, now: float) -> None:
-    old = job.state
-    if old is not new:
-        check_transition(old, new)
-    job.state = new
-    job.reason = reason
-    _record(session, job, old, new, reason, now)
-
-
-def finish(session: Session, job: Job, state: JobState, reason: str, now: float) -> None:
-    """End a job for good, and settle every job that waits on it."""
-    assert state in TERMINAL
-    set_state(session, job, state, reason, now)
-    job.ended_at = now
-    session.flush()
-    settle_dependents(session, job.id, now)
-
-
-def settle_dependents(session: Session, job_id: int, now: float) -> None:
-    """A job has ended for good: release, or cancel, the held jobs that wait on it, or on
-    the sweep it belongs to."""
-    settle_dependents_many(session, [job_id], now)
-
-
-# Built once: a new alias per call missed SQLAlchemy's statement cache and rebuilt its 50
-# column proxies, and loading two ORM queries' rows per ended job was most of the cost of
-# recording an end. Only the ids are read; the jobs are loaded only when there are any.
-_MEMBER = aliased(Job)
-_ENDED: BindParameter[int] = bindparam("ended", expanding=True)
-_HELD_ON_THEM = union(
-    select(JobDependency.job_id)
-    .join(Job, Job.id == JobDependency.job_id)
-    .where(JobDependency.depends_on.in_(_ENDED), Job.state == JobState.HELD),
-    select(SweepDependency.job_id)
-    .join(Job, Job.id == SweepDependency.job_id)
-    .join(_MEMBER, _MEMBER.sweep_id == SweepDependency.sweep_id)
-    .where(_MEMBER.id.in_(_ENDED), Job.state == JobState.HELD),
-)
-
-
-def settle_dependents_many(session: Session, job_ids: Sequence[int], now: float) -> None:
-    """``settle_dependents`` for several ended jobs at once (a sweep's, say)."""
-    if not job_ids:
-        return
-    session.flush()  # a job held by this session's own pending changes is seen
-    held = list(session.connection().execute(_HELD_ON_THEM, {"ended": list(job_ids)}).scalars())
-    if held:
-        waiting = session.scalars(select(Job).where(Job.id.in_(held)).order_by(Job.id))
-        settle_jobs(session, list(waiting), now)
 
 
 def get_job(session: Session, job_id: int) -> Job:
@@ -395,7 +271,7 @@ def request_preempt(session: Session, job: Job, by: str, now: float) -> None:
     job.stop_request = StopRequest.PREEMPT.value
     job.stop_reason = f"preempted by {by}"
     # The request is in the history at once, with who asked; the requeue follows it.
-    _record(session, job, job.state, job.state, f"preemption asked for by {by}", now)
+    transitions.note(session, job.id, job.state, f"preemption asked for by {by}", now)
 
 
 def request_stop(session: Session, job: Job, why: str) -> bool:
@@ -414,7 +290,7 @@ def cancel(session: Session, job: Job, now: float) -> None:
     if state in ACTIVE:
         request_stop(session, job, "cancel")
         return
-    finish(session, job, JobState.CANCELLED, "cancelled before it started", now)
+    settling.finish(session, job, JobState.CANCELLED, "cancelled before it started", now)
 
 
 def set_hold(session: Session, job: Job, hold: bool, now: float) -> None:
@@ -426,7 +302,7 @@ def set_hold(session: Session, job: Job, hold: bool, now: float) -> None:
     job.user_hold = hold
     deps = dependency_states(session, dependencies_of(session, job.id))
     sweeps = sweep_dependencies_of_many(session, [job.id]).get(job.id, [])
-    _settle_waiting(session, job, deps, sweep_standings(session, sweeps), now)
+    settling.settle_waiting(session, job, deps, sweep_standings(session, sweeps), now)
 
 
 def recent_runs(session: Session, since: float) -> list[Run]:

@@ -20,15 +20,14 @@ from ddpq.core import sweeps as core_sweeps
 from ddpq.core.deps import settle_change, waiting_place
 from ddpq.core.plan import NO_SWEEP_CAPS, SweepCaps
 from ddpq.core.spec import JobSpec
-from ddpq.core.states import ACTIVE, TERMINAL, WAITING, JobState, check_transition
-from ddpq.store import dependencies
+from ddpq.core.states import ACTIVE, TERMINAL, WAITING, JobState
+from ddpq.store import dependencies, settling, transitions
 from ddpq.store import jobs as job_store
 from ddpq.store.dependencies import UnknownSweep
-from ddpq.store.models import Job, JobDependency, JobEvent, Sweep, SweepDependency, new_row
+from ddpq.store.models import Job, JobDependency, Sweep, SweepDependency, new_row
 
 _jobs = cast(Table, Job.__table__)
 _sweeps = cast(Table, Sweep.__table__)
-_events = cast(Table, JobEvent.__table__)
 
 
 @dataclass(frozen=True)
@@ -60,18 +59,7 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
     Returns the sweep row, detached from the session.
     """
     job = spec.job
-    after = sorted(set(job.after))
-    dep_states = dependencies.dependency_states(session, after)
-    missing = sorted(set(after) - set(dep_states))
-    if missing:
-        raise job_store.UnknownJob(missing[0])
-    after_sweeps = sorted(set(job.after_sweeps))
-    standings = dependencies.checked_standings(session, after_sweeps)
-    # Every member waits on the same things: where one belongs, all do.
-    change = None
-    if after or after_sweeps or job.hold:
-        change = settle_change(JobState.QUEUED, "", waiting_place(dep_states, standings, job.hold))
-    state, reason = change or (JobState.QUEUED, "")
+    after, after_sweeps, state, reason = _where_members_start(session, job)
     conn = session.connection()
     sweep_row = {
         "name": job.name,
@@ -88,33 +76,15 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
     key = conn.execute(insert(_sweeps), sweep_row).inserted_primary_key
     assert key is not None
     sweep_id = int(key[0])
-    rows = _member_rows(spec, sweep_id, state, reason, now)
     # One executemany; RETURNING in the rows' order gives each member's id.
     returning = insert(_jobs).returning(_jobs.c.id, sort_by_parameter_order=True)
+    rows = _member_rows(spec, sweep_id, now)
     ids = [int(i) for i in conn.execute(returning, rows).scalars()]
-    events = [
-        {
-            "job_id": i,
-            "at": now,
-            "from_state": None,
-            "to_state": JobState.QUEUED,
-            "reason": "submitted",
-        }
-        for i in ids
-    ]
+    # Born queued, as every job; then where their dependencies and hold put them.
+    transitions.submitted(session, ids, now)
     if state is not JobState.QUEUED:
-        check_transition(JobState.QUEUED, state)
-        events += [
-            {
-                "job_id": i,
-                "at": now,
-                "from_state": JobState.QUEUED,
-                "to_state": state,
-                "reason": reason,
-            }
-            for i in ids
-        ]
-    conn.execute(insert(_events), events)
+        changes = [transitions.Change(i, JobState.QUEUED, state, reason) for i in ids]
+        transitions.move_many(session, changes, now)
     if after:
         deps = [{"job_id": i, "depends_on": d} for i in ids for d in after]
         conn.execute(insert(cast(Table, JobDependency.__table__)), deps)
@@ -124,14 +94,31 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
     return Sweep(id=sweep_id, **sweep_row)
 
 
-def _member_rows(
-    spec: NewSweep, sweep_id: int, state: JobState, reason: str, now: float
-) -> list[dict[str, Any]]:
+def _where_members_start(
+    session: Session, job: JobSpec
+) -> tuple[list[int], list[int], JobState, str]:
+    """The jobs and sweeps the members wait on (refused if unknown), and the state and
+    reason every member starts in: they all wait on the same things."""
+    after = sorted(set(job.after))
+    dep_states = dependencies.dependency_states(session, after)
+    missing = sorted(set(after) - set(dep_states))
+    if missing:
+        raise job_store.UnknownJob(missing[0])
+    after_sweeps = sorted(set(job.after_sweeps))
+    standings = dependencies.checked_standings(session, after_sweeps)
+    change = None
+    if after or after_sweeps or job.hold:
+        change = settle_change(JobState.QUEUED, "", waiting_place(dep_states, standings, job.hold))
+    state, reason = change or (JobState.QUEUED, "")
+    return after, after_sweeps, state, reason
+
+
+def _member_rows(spec: NewSweep, sweep_id: int, now: float) -> list[dict[str, Any]]:
     """Each member's row: the template's spec (its mem_key too: its members are runs of
     the same job), with its own name, command and environment."""
     shared = {
-        **new_row(spec.job, state, reason, now),
-        "ended_at": now if state is JobState.CANCELLED else None,
+        # Born queued, as every job (store.transitions moves them on).
+        **new_row(spec.job, JobState.QUEUED, "", now),
         "sweep_id": sweep_id,
         "notify_url": None,  # a member sends nothing of its own: its sweep tells of it
     }
@@ -266,21 +253,11 @@ def cancel_sweep(session: Session, sweep_id: int, now: float) -> Acted:
             _jobs.c.sweep_id == sweep_id, _jobs.c.state.in_(list(WAITING))
         )
     ).all()
-    if waiting:
-        why = "cancelled before it started (its sweep was cancelled)"
-        conn.execute(
-            update(_jobs)
-            .where(_jobs.c.id == bindparam("b_id"))
-            .values(state=JobState.CANCELLED, reason=why, ended_at=now),
-            [{"b_id": row.id} for row in waiting],
-        )
-        events = []
-        for row in waiting:
-            check_transition(row.state, JobState.CANCELLED)
-            events.append(_event(row.id, row.state, JobState.CANCELLED, why, now))
-        conn.execute(insert(_events), events)
-        job_store.settle_dependents_many(session, [row.id for row in waiting], now)
-    return Acted(changed=len(waiting), stopping=stopping)
+    why = "cancelled before it started (its sweep was cancelled)"
+    changes = [transitions.Change(row.id, row.state, JobState.CANCELLED, why) for row in waiting]
+    cancelled = transitions.move_many(session, changes, now)
+    settling.settle_dependents_many(session, cancelled, now)
+    return Acted(changed=len(cancelled), stopping=stopping)
 
 
 def set_sweep_hold(session: Session, sweep_id: int, hold: bool, now: float) -> Acted:
@@ -311,7 +288,7 @@ def set_sweep_hold(session: Session, sweep_id: int, hold: bool, now: float) -> A
     states = dependencies.dependency_states(session, {d for ds in deps.values() for d in ds})
     on_sweeps = dependencies.sweep_dependencies_of_many(session, ids)
     standings = dependencies.sweep_standings(session, {s for ss in on_sweeps.values() for s in ss})
-    moves, events, doomed = [], [], []
+    moves, doomed = [], []
     for row in rows:
         place = waiting_place(
             {d: states[d] for d in deps.get(row.id, [])},
@@ -325,25 +302,11 @@ def set_sweep_hold(session: Session, sweep_id: int, hold: bool, now: float) -> A
         if state is JobState.CANCELLED:
             doomed.append((row.id, why))  # a dependency failed meanwhile: rare, one by one
             continue
-        if state is not row.state:
-            check_transition(row.state, state)
-        moves.append({"b_id": row.id, "st": state, "why": why})
-        events.append(_event(row.id, row.state, state, why, now))
-    if moves:
-        conn.execute(
-            update(_jobs)
-            .where(_jobs.c.id == bindparam("b_id"))
-            .values(state=bindparam("st"), reason=bindparam("why")),
-            moves,
-        )
-        conn.execute(insert(_events), events)
+        moves.append(transitions.Change(row.id, row.state, state, why))
+    moved = transitions.move_many(session, moves, now)
     for job_id, why in doomed:
-        job_store.finish(session, job_store.get_job(session, job_id), JobState.CANCELLED, why, now)
-    return Acted(changed=len(moves) + len(doomed), untouched=others)
-
-
-def _event(job_id: int, old: JobState, new: JobState, reason: str, now: float) -> dict[str, Any]:
-    return {"job_id": job_id, "at": now, "from_state": old, "to_state": new, "reason": reason}
+        settling.finish(session, job_store.get_job(session, job_id), JobState.CANCELLED, why, now)
+    return Acted(changed=len(moved) + len(doomed), untouched=others)
 
 
 def is_done(counts_by_state: dict[JobState, int]) -> bool:

@@ -20,7 +20,7 @@ from ddpq.core.rules import ExitRecord
 from ddpq.core.states import ACTIVE
 from ddpq.executors.base import Ended
 from ddpq.jobdir import JobDir
-from ddpq.store import attempts as attempt_store
+from ddpq.store import endings as ending_store
 from ddpq.store.db import Session
 
 log = logging.getLogger("ddpq.worker")
@@ -31,7 +31,7 @@ UNRECORDABLE = "its end could not be recorded"
 def record_exits(s: Session, ended: Sequence[Ended], settings: Settings, now: float) -> None:
     if not ended:
         return
-    endings = attempt_store.endings(s, [e.job_id for e in ended])
+    endings = ending_store.endings(s, [e.job_id for e in ended])
     for e in ended:
         ending = endings.get(e.job_id)
         if ending is None or ending.state not in ACTIVE or ending.attempt != e.attempt:
@@ -51,7 +51,7 @@ def record_exits(s: Session, ended: Sequence[Ended], settings: Settings, now: fl
 
 def _record(
     s: Session,
-    ending: attempt_store.Ending,
+    ending: ending_store.Ending,
     record: ExitRecord,
     settings: Settings,
     now: float,
@@ -71,5 +71,5 @@ def _record(
         checkpointed=progress is not None and progress.get("preempted") is True,
         out_of_memory=lambda: folder is not None and cuda_out_of_memory(folder.log_tail()),
     )
-    attempt_store.record_exit(s, ending, record, disposition, progress, now)
+    ending_store.record_exit(s, ending, record, disposition, progress, now)
     log.info("job %s: %s", ending.job_id, disposition.attempt_reason)

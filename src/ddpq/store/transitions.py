@@ -1,0 +1,178 @@
+"""The one writer of a job's state and of its history (``jobs.state``, ``job_events``).
+
+Every state change, of one job or of ten thousand, goes through :func:`move_many`: it
+checks each change with ``core.states``, writes the changes' events in one executemany and
+the rows in one executemany UPDATE per target state, each guarded by the state the caller
+expected, so that a change decided on a stale read (another transaction moved the job
+since) writes nothing at all, neither row nor event. It runs on the worker's hot path for
+every job: Core statements, no ORM unit of work. Flush, never commit: the caller owns the
+transaction. ``tests/test_transitions.py`` checks that no other store module writes a
+job's state or an event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from sqlalchemy import Float, Integer, Table, Text, bindparam, exists, insert, select, update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
+from sqlalchemy.sql import ClauseElement
+
+from ddpq.core.states import TERMINAL, JobState, check_transition
+from ddpq.store.models import Job, JobEvent
+
+_jobs = cast(Table, Job.__table__)
+_events = cast(Table, JobEvent.__table__)
+_STATE = _events.c.to_state.type
+
+_INSERT_EVENT = insert(_events)
+# An event written only if its job is still in the state the change starts from: the same
+# guard as the row's UPDATE, evaluated before it, so the events written say which jobs move.
+_INSERT_GUARDED_EVENT = insert(_events).from_select(
+    ["job_id", "at", "from_state", "to_state", "reason"],
+    select(
+        bindparam("b_id", type_=Integer),
+        bindparam("b_at", type_=Float),
+        bindparam("b_old", type_=_STATE),
+        bindparam("b_new", type_=_STATE),
+        bindparam("b_reason", type_=Text),
+    ).where(
+        exists().where(
+            _jobs.c.id == bindparam("b_id", type_=Integer),
+            _jobs.c.state == bindparam("b_old", type_=_STATE),
+        )
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One job from ``old`` to ``new`` (the same state: a new reason, no transition), with
+    the columns this job alone gets (the same names for every change of one call)."""
+
+    job_id: int
+    old: JobState
+    new: JobState
+    reason: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+def move_many(session: Session, changes: Sequence[Change], now: float, **shared: Any) -> list[int]:
+    """Apply ``changes`` (each job once), with ``shared`` columns (values or SQL
+    expressions) set on every row moved; returns the ids of the jobs moved, in order.
+
+    A job not in its change's ``old`` state any more is left as it is, without an event.
+    A job that reaches a terminal state ends at ``now`` unless ``ended_at`` is given. An
+    illegal change raises ``InvalidTransition`` before anything is written.
+    """
+    if not changes:
+        return []
+    for c in changes:
+        if c.new is not c.old:
+            check_transition(c.old, c.new)
+    if len({c.job_id for c in changes}) != len(changes):
+        raise ValueError("a job can change state once per call")
+    conn = session.connection()
+    events = [
+        {"b_id": c.job_id, "b_at": now, "b_old": c.old, "b_new": c.new, "b_reason": c.reason}
+        for c in changes
+    ]
+    written = conn.execute(_INSERT_GUARDED_EVENT, events).rowcount
+    moved = list(changes) if written == len(changes) else _still_in_old(session, changes)
+    groups: dict[tuple[JobState, tuple[str, ...]], list[Change]] = {}
+    for c in moved:
+        groups.setdefault((c.new, tuple(sorted(c.values))), []).append(c)
+    for (new, keys), group in groups.items():
+        extra = dict(shared)
+        if new in TERMINAL and "ended_at" not in keys:
+            extra.setdefault("ended_at", now)
+        _update(session, new, keys, group, extra)
+    return [c.job_id for c in moved]
+
+
+def _still_in_old(session: Session, changes: Sequence[Change]) -> list[Change]:
+    """The changes whose job is still where the change starts (read before the UPDATEs:
+    only those got their event)."""
+    query = select(_jobs.c.id, _jobs.c.state).where(_jobs.c.id.in_([c.job_id for c in changes]))
+    now_in = {job_id: state for job_id, state in session.connection().execute(query)}
+    return [c for c in changes if now_in.get(c.job_id) == c.old]
+
+
+def _update(
+    session: Session,
+    new: JobState,
+    keys: tuple[str, ...],
+    group: Sequence[Change],
+    shared: Mapping[str, Any],
+) -> None:
+    own: dict[str, Any] = {k: bindparam(f"v_{k}") for k in keys}
+    statement = (
+        update(_jobs)
+        .where(_jobs.c.id == bindparam("b_id"), _jobs.c.state == bindparam("b_old"))
+        .values(state=new, reason=bindparam("b_reason"), **own, **shared)
+    )
+    rows = [
+        {"b_id": c.job_id, "b_old": c.old, "b_reason": c.reason}
+        | {f"v_{k}": c.values[k] for k in keys}
+        for c in group
+    ]
+    result = session.connection().execute(statement, rows)
+    if result.rowcount != len(rows):  # each got its event under the same guard: a bug
+        raise RuntimeError(f"of {len(rows)} jobs to move to {new.value}, {result.rowcount} moved")
+    _sync_loaded(session, new, group, shared)
+
+
+def _sync_loaded(
+    session: Session, new: JobState, group: Sequence[Change], shared: Mapping[str, Any]
+) -> None:
+    """Keep the jobs this session has loaded as ORM objects true to their rows, without
+    marking them changed (the ORM must not write them again)."""
+    if not session.identity_map:
+        return  # the worker's path: columns only, nothing loaded
+    for c in group:
+        job = session.identity_map.get(identity_key(Job, c.job_id))
+        if job is None:
+            continue
+        for key, value in {"state": new, "reason": c.reason, **shared, **c.values}.items():
+            if isinstance(value, ClauseElement):
+                session.expire(job, [key])  # computed by SQL: read again when next used
+            else:
+                set_committed_value(job, key, value)
+
+
+def move(
+    session: Session,
+    job_id: int,
+    old: JobState,
+    new: JobState,
+    reason: str,
+    now: float,
+    **values: Any,
+) -> bool:
+    """One job from ``old`` to ``new`` with ``values``; False (nothing written) if it is not
+    in ``old`` any more."""
+    return bool(move_many(session, [Change(job_id, old, new, reason)], now, **values))
+
+
+def move_job(session: Session, job: Job, new: JobState, reason: str, now: float) -> bool:
+    """``move`` for a job loaded in this session, from the state it was read in."""
+    return move(session, job.id, job.state, new, reason, now)
+
+
+def submitted(session: Session, job_ids: Iterable[int], now: float) -> None:
+    """The first line of new jobs' histories (a job is born queued: any other state it
+    starts in is reached through ``move_many``)."""
+    first = {"at": now, "from_state": None, "to_state": JobState.QUEUED, "reason": "submitted"}
+    rows = [{"job_id": i, **first} for i in job_ids]
+    if rows:
+        session.connection().execute(_INSERT_EVENT, rows)
+
+
+def note(session: Session, job_id: int, state: JobState, reason: str, now: float) -> None:
+    """A line in a job's history that changes no state (a preemption asked for, a warning)."""
+    row = {"job_id": job_id, "at": now, "from_state": state, "to_state": state, "reason": reason}
+    session.connection().execute(_INSERT_EVENT, row)
