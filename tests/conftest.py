@@ -7,14 +7,42 @@ import pytest
 
 from tests.helpers import Daemon, free_port
 from tests.shared_install import remove_shared_install
+from tests.template_db import remove_template
+
+
+# Under pytest-xdist (`make test`: `-n auto --dist loadgroup`) these run one after another
+# on one worker, never beside each other: each binds ports of the rendezvous range that the
+# others test-bind or lease (torchrun's stores, fixed --port-range blocks, held blocks that
+# free_block picked), shares the one test Slurm, or trains ResNet18 on every core.
+SERIAL_GROUP = "rendezvous-ports"
+SERIAL_PATHS = (
+    "tests/slurm/",
+    "tests/workload/",
+    "tests/worker/test_busy_ports.py",
+    "tests/test_leases.py",
+    "tests/test_workload_ddpq.py",
+    "tests/test_resources.py",
+    "tests/test_soak.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its own modifyitems hook)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        where = item.path.relative_to(root).as_posix()
+        if where.startswith(SERIAL_PATHS) or "slurm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _shared_install_removed() -> Iterator[None]:
-    """The install other accounts reach (``tests/shared_install.py``) is made on first
-    use; removed when the session ends."""
+    """The install other accounts reach (``tests/shared_install.py``) and the migrated
+    database template (``tests/template_db.py``) are made on first use; removed when the
+    session ends."""
     yield
     remove_shared_install()
+    remove_template()
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from ddpq.client.api import DdpqClient
 from ddpq.executors.local import procs
 from ddpq.schemas import JobDetail
 from tests.shared_install import shared_install
+from tests.template_db import migrated
 
 T = TypeVar("T")
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
@@ -90,6 +91,10 @@ class Daemon:
         if runs_jobs_as_others(self.args):
             shared = shared_install()  # skips the test where there can be none
             python, env = shared.python, shared.env(env)
+        if not (self.home / "ddpq.db").exists():
+            # A fresh state folder: the session's migrated template, not a migration per
+            # daemon (the daemon still runs `migrate`, which finds the newest schema).
+            migrated(self.home / "ddpq.db")
         self.log = open(self.home / "daemon.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [

@@ -12,8 +12,9 @@ import pytest
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.states import JobState
 from ddpq.store import jobs, sweeps
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
 from ddpq.store.dependencies import UnknownSweep
+from tests.template_db import migrated
 
 Q, H, R, S, F, C = (
     JobState.QUEUED,
@@ -27,7 +28,7 @@ Q, H, R, S, F, C = (
 
 @pytest.fixture
 def db(tmp_path: Path) -> Database:
-    migrate(tmp_path / "ddpq.db")
+    migrated(tmp_path / "ddpq.db")
     return Database(tmp_path / "ddpq.db")
 
 
