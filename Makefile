@@ -56,8 +56,12 @@ slurm:
 	      || echo "note: could not install slurm-wlm and munge; the Slurm tests will be skipped"; \
 	  else echo "note: Slurm not installed; the Slurm tests will be skipped"; fi; }
 
+# On every core (pytest-xdist); tests that must not run beside each other share an
+# xdist_group (tests/conftest.py), which --dist loadgroup runs on one worker.
+# TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= auto
 test: setup browser systemd slurm
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 check: lint typecheck test
 

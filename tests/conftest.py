@@ -7,14 +7,41 @@ import pytest
 
 from tests.helpers import Daemon, free_port
 from tests.shared_install import remove_shared_install
+from tests.template_db import remove_template
+
+# Under pytest-xdist (`make test`: `-n auto --dist loadgroup`) these run one after another
+# on one worker, never beside each other: each binds ports of the rendezvous range that the
+# others test-bind or lease (torchrun's stores, fixed --port-range blocks, held blocks that
+# free_block picked), shares the one test Slurm, or trains ResNet18 on every core.
+SERIAL_GROUP = "rendezvous-ports"
+SERIAL_PATHS = (
+    "tests/slurm/",
+    "tests/workload/",
+    "tests/worker/test_busy_ports.py",
+    "tests/test_leases.py",
+    "tests/test_workload_ddpq.py",
+    "tests/test_resources.py",
+    "tests/test_soak.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its own modifyitems hook)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        where = item.path.relative_to(root).as_posix()
+        if where.startswith(SERIAL_PATHS) or "slurm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _shared_install_removed() -> Iterator[None]:
-    """The install other accounts reach (``tests/shared_install.py``) is made on first
-    use; removed when the session ends."""
+    """The install other accounts reach (``tests/shared_install.py``) and the migrated
+    database template (``tests/template_db.py``) are made on first use; removed when the
+    session ends."""
     yield
     remove_shared_install()
+    remove_template()
 
 
 @pytest.fixture
@@ -29,10 +56,29 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         return d.start()
 
     yield make
+    _stop_and_clean_up(started, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon as ``daemon`` starts it (4 fake GPUs, a 1 s grace), shared by a module's
+    tests that only submit and read and never expect an empty queue: usage errors refused
+    before anything is queued, jobs looked at by their own ids. A test that stops the
+    daemon, changes its settings or counts the queue's jobs takes ``daemon``."""
+    root = tmp_path_factory.mktemp("shared-daemon")
+    d = Daemon(root / "home", free_port(), ["--fake-gpus", "4", "--grace", "1s"])
+    d.home.mkdir(parents=True)
+    try:
+        yield d.start()
+    finally:
+        _stop_and_clean_up([d], root)
+
+
+def _stop_and_clean_up(started: list[Daemon], root: Path) -> None:
     for d in started:
         d.stop()
     # A test must not leave jobs running: stop them through a last daemon if any remain.
-    _kill_leftover_shims(tmp_path)
+    _kill_leftover_shims(root)
     for d in started:
         _kill_recorded_shims(d.home)
     for d in started:

@@ -16,7 +16,8 @@ from ddpq.core.usage import Sighting
 from ddpq.entry import command_line
 from ddpq.server.metrics import render
 from ddpq.store import retention, usage
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
+from tests.template_db import migrated
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "admin.md"
 
@@ -72,7 +73,7 @@ def test_the_guides_config_examples_are_ones_ddpq_reads(tmp_path: Path) -> None:
 def served_metrics(tmp_path: Path) -> set[str]:
     """The sample names a scrape holds, once retention has run once."""
     path = tmp_path / "ddpq.db"
-    migrate(path)
+    migrated(path)
     db = Database(path)
     with db.write() as s:
         retention.record_pass(s, 1.0, 0)

@@ -372,14 +372,14 @@ def _ended(daemon: Daemon, state: str) -> int:
 
 
 @pytest.mark.parametrize("state", ["succeeded", "failed", "cancelled", "timed_out"])
-def test_cancelling_an_ended_job_says_it_has_ended(daemon: Daemon, state: str) -> None:
-    job_id = _ended(daemon, state)
-    r = daemon.client().cancel(job_id)
+def test_cancelling_an_ended_job_says_it_has_ended(shared_daemon: Daemon, state: str) -> None:
+    job_id = _ended(shared_daemon, state)
+    r = shared_daemon.client().cancel(job_id)
     assert (r.state, r.reason.split(":")[0]) == (state, f"already {state}")
     assert "stopping" not in r.reason
-    out = daemon.cli("cancel", str(job_id))
+    out = shared_daemon.cli("cancel", str(job_id))
     assert out.stdout.startswith(f"{job_id}: {state} (already {state}")
-    assert daemon.client().show(job_id).state == state
+    assert shared_daemon.client().show(job_id).state == state
 
 
 # ---- item 16: loose input --------------------------------------------------------------

@@ -17,9 +17,11 @@ import pytest
 from ddpq.client.api import DdpqError, token_file
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, wait_done, wait_state
+from tests.template_db import migrated
 
 
 def add_user(home: Path, name: str, *extra: str) -> str:
+    migrated(home / "ddpq.db")  # a fresh folder's: the template's copy, not a migration
     r = subprocess.run(
         [sys.executable, "-m", "ddpq", "admin", "user", "add", name, "--home", str(home), *extra],
         capture_output=True,

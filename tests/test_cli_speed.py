@@ -49,8 +49,9 @@ def under(names: set[str], packages: tuple[str, ...]) -> set[str]:
 
 
 @pytest.fixture
-def job(daemon: Daemon) -> int:
-    return daemon.client().submit(JobSubmit(command=["sleep", "30"], hold=True)).id
+def job(shared_daemon: Daemon) -> int:
+    """A held job of this test's own, on the module's daemon."""
+    return shared_daemon.client().submit(JobSubmit(command=["sleep", "30"], hold=True)).id
 
 
 COMMANDS = {
@@ -71,16 +72,16 @@ COMMANDS = {
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_hot_command_imports_neither_httpx_nor_pydantic(
-    command: str, daemon: Daemon, job: int
+    command: str, shared_daemon: Daemon, job: int
 ) -> None:
     args, also_not = COMMANDS[command]
-    names = imported(daemon, *(a.replace("{job}", str(job)) for a in args))
+    names = imported(shared_daemon, *(a.replace("{job}", str(job)) for a in args))
     assert not under(names, HEAVY + STDLIB_HTTP + DAEMON + also_not)
 
 
-def test_the_probe_sees_a_command_that_does_import_pydantic(daemon: Daemon) -> None:
+def test_the_probe_sees_a_command_that_does_import_pydantic(shared_daemon: Daemon) -> None:
     # `serve --help` reads the settings' defaults (pydantic-settings): the probe must see it.
-    names = imported(daemon, "serve", "--help")
+    names = imported(shared_daemon, "serve", "--help")
     assert under(names, ("pydantic",))
 
 

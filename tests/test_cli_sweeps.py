@@ -107,18 +107,20 @@ BAD_SUBMISSIONS = [
 
 @pytest.mark.parametrize(("options", "shown"), BAD_SUBMISSIONS, ids=lambda x: str(x)[:30])
 def test_bad_sweep_submissions_are_one_line_and_queue_nothing(
-    daemon: Daemon, options: list[str], shown: str
+    shared_daemon: Daemon, options: list[str], shown: str
 ) -> None:
-    r = daemon.cli("submit", *options, "--", "echo", "x", check=False)
+    r = shared_daemon.cli("submit", *options, "--", "echo", "x", check=False)
     assert r.returncode != 0 and shown in r.stderr, r
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert daemon.client().list().total == 0
+    assert shared_daemon.client().list().total == 0  # none of the module's uses queues a job
 
 
 @pytest.mark.parametrize("command", [["show"], ["cancel"], ["hold"], ["release"]])
 @pytest.mark.parametrize("ref", ["x", "s", "s-1", "1.5", "ss2", "s 2", "0", "9" * 19])
-def test_bad_references_are_usage_errors(daemon: Daemon, command: list[str], ref: str) -> None:
-    r = daemon.cli(*command, ref, check=False)
+def test_bad_references_are_usage_errors(
+    shared_daemon: Daemon, command: list[str], ref: str
+) -> None:
+    r = shared_daemon.cli(*command, ref, check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from ddpq.core.gpus import Gpu
 from ddpq.store import devices as device_store
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
 from tests.inprocess import make_client
+from tests.template_db import migrated
 
 
 def rows(n: int) -> list[Gpu]:
@@ -16,7 +17,7 @@ def rows(n: int) -> list[Gpu]:
 
 
 def test_count_follows_the_reported_devices(tmp_path: Path) -> None:
-    migrate(tmp_path / "ddpq.db")
+    migrated(tmp_path / "ddpq.db")
     db = Database(tmp_path / "ddpq.db")
     try:
         with db.read() as s:

@@ -19,6 +19,7 @@ from ddpq.jobdir import STALE
 from ddpq.schemas import JobSubmit
 from ddpq.store.db import alembic_config, migrate
 from tests.helpers import Daemon, wait_done
+from tests.template_db import migrated
 from tests.test_backup import admin
 from tests.test_migrations import _insert_job
 
@@ -30,7 +31,7 @@ def _new_id(db: Path) -> int:
 
 def test_ids_start_above_every_folder_and_the_written_mark(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home")
-    migrate(settings.db_path)
+    migrated(settings.db_path)
     assert _new_id(settings.db_path) == 1
     (settings.jobs_dir / "40").mkdir(parents=True)
     (settings.jobs_dir / STALE / "55-20261202T050000-abcdef").mkdir(parents=True)

@@ -31,9 +31,10 @@ from ddpq.server.app import create_app
 from ddpq.server.peer import PeerCredentials, peer_of, read_peer_credentials, with_peer
 from ddpq.store import devices as device_store
 from ddpq.store import tokens as token_store
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
 from tests.helpers import wait_for
 from tests.inprocess import BASE
+from tests.template_db import migrated
 
 PEER_UID = b"x-test-peer-uid"  # this test's own marker, turned into credentials below
 NOBODY = pwd.getpwnam("nobody")
@@ -72,7 +73,7 @@ def make(tmp_path: Path) -> Iterator[Make]:
 
     def build(**settings: Any) -> TestClient:
         config = Settings(home=tmp_path / "home", fake_gpus=2, **settings)
-        migrate(config.db_path)
+        migrated(config.db_path)
         with Database(config.db_path).write() as s:
             rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
             device_store.replace_all(s, rows, time.time())

@@ -29,8 +29,8 @@ from ddpq.config import Settings
 from ddpq.server import exhaustion, identity, paths
 from ddpq.server.app import create_app
 from ddpq.server.peer import PeerCredentials, UnknownPeer, read_peer_credentials, with_peer
-from ddpq.store.db import migrate
 from tests.inprocess import BASE
+from tests.template_db import migrated
 
 CAUSES = {errno.EMFILE: "EMFILE", errno.ENFILE: "ENFILE", errno.ENOMEM: "ENOMEM"}
 ME = pwd.getpwuid(os.getuid())
@@ -67,7 +67,7 @@ class UnixSocketPeer:
 @pytest.fixture
 def socket_api(tmp_path: Path) -> Iterator[tuple[TestClient, UnixSocketPeer]]:
     config = Settings(home=tmp_path / "home", fake_gpus=1, auth=True, shared_account=True)
-    migrate(config.db_path)
+    migrated(config.db_path)
     app = UnixSocketPeer(create_app(config))
     with TestClient(app, base_url=BASE, raise_server_exceptions=False) as client:
         yield client, app

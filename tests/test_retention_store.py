@@ -21,6 +21,7 @@ from ddpq.store import retention as store
 from ddpq.store import stats
 from ddpq.store.db import Database, alembic_config, migrate
 from tests.helpers import wait_for
+from tests.template_db import migrated
 
 NOW = 1_000_000_000.0
 DAY = 86400.0
@@ -63,7 +64,7 @@ def fill(settings: Settings, job_id: int, checkpoint: int, log: int = 1000) -> P
 def settings(tmp_path: Path) -> Settings:
     s = Settings(home=tmp_path / "home", keep_finished_s=30 * DAY, prune_rows=True)
     s.jobs_dir.mkdir(parents=True)
-    migrate(s.db_path)
+    migrated(s.db_path)
     return s
 
 

@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ddpq.daemon.settings import PUBLIC_NAMES
 from ddpq.entry import command_line
 from ddpq.server.metrics import render
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
+from tests.template_db import migrated
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = (ROOT / "docs" / "interactive.md").read_text()
@@ -57,7 +58,7 @@ def test_the_settings_named_are_the_daemons() -> None:
 
 
 def test_the_metrics_named_are_served(tmp_path: Path) -> None:
-    migrate(tmp_path / "ddpq.db")
+    migrated(tmp_path / "ddpq.db")
     db = Database(tmp_path / "ddpq.db")
     with db.read() as s:
         text = render(s, 1.0)[0].decode()

@@ -20,6 +20,7 @@ from ddpq.store import limits as limit_store
 from ddpq.store import memory as memory_store
 from ddpq.store.db import Database, alembic_config, migrate
 from ddpq.store.models import Attempt
+from tests.template_db import migrated
 from tests.test_migrations import _insert_job
 
 G = 1 << 30
@@ -34,7 +35,7 @@ TRIGGERS = {
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[Database]:
     path = tmp_path / "ddpq.db"
-    migrate(path)
+    migrated(path)
     with sqlite3.connect(path) as conn:
         for gpu in range(2):  # two GPUs of 16 GiB, as the worker publishes them
             conn.execute(

@@ -13,14 +13,15 @@ from sqlalchemy.exc import IntegrityError
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import InvalidTransition, JobState
 from ddpq.store import jobs, leases, settling, transitions
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
+from tests.template_db import migrated
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> Database:
-    migrate(tmp_path / "ddpq.db")
+    migrated(tmp_path / "ddpq.db")
     return Database(tmp_path / "ddpq.db")
 
 

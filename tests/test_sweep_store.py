@@ -13,8 +13,9 @@ from ddpq.core import sweeps as core_sweeps
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.store import jobs, settling, sweeps, transitions
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
 from ddpq.store.dependencies import UnknownSweep
+from tests.template_db import migrated
 
 Q, H, R, S, F, C = (
     JobState.QUEUED,
@@ -28,7 +29,7 @@ Q, H, R, S, F, C = (
 
 @pytest.fixture
 def db(tmp_path: Path) -> Database:
-    migrate(tmp_path / "ddpq.db")
+    migrated(tmp_path / "ddpq.db")
     return Database(tmp_path / "ddpq.db")
 
 

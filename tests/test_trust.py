@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import stat
 import subprocess
 import sys
@@ -202,12 +203,14 @@ def test_a_job_cannot_read_the_database_or_other_jobs(make_daemon: Callable[...,
     other = add_user(home, "dave", "--unix-user", "root")
     d = make_daemon("--fake-gpus", "2", "--auth", home=home)
     c, c_dave = d.client(token), d.client(other)
-    secret = c_dave.submit(JobSubmit(command=["sleep", "30"], env={"API_KEY": "s3cret"}, cwd="/"))
+    # A duration of this test's own: pgrep must find dave's job, not a sleep of a test beside.
+    sleep = f"30.{os.getpid()}{secrets.randbelow(10**6)}"
+    secret = c_dave.submit(JobSubmit(command=["sleep", sleep], env={"API_KEY": "s3cret"}, cwd="/"))
     wait_for(lambda: c_dave.show(secret.id).state == "running", 30, "dave's job to run")
     probe = (
         f"cat {home}/ddpq.db; cat {home}/ddpq.db-wal; ls {home} {home}/jobs; "
         f"cat {home}/jobs/{secret.id}/output.log; ls {home}/jobs/{secret.id}; "
-        f"cat /proc/$(pgrep -f 'sleep 30' | head -1)/environ; echo probe-done"
+        f"cat /proc/$(pgrep -f 'sleep {sleep}' | head -1)/environ; echo probe-done"
     )
     job = c.submit(JobSubmit(command=["sh", "-c", probe], cwd="/"))
     done = wait_done(c, job.id)

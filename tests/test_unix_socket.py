@@ -46,26 +46,27 @@ def serve(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return cli(home, *argv, *root_flags(list(args)))
 
 
-def test_the_socket_is_open_to_all_and_the_cli_uses_it_without_a_url(daemon: Daemon) -> None:
-    path = daemon.home / "ddpq.sock"
+def test_the_socket_is_open_to_all_and_the_cli_uses_it_without_a_url(shared_daemon: Daemon) -> None:
+    path = shared_daemon.home / "ddpq.sock"
     info = path.lstat()
     assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o666
-    assert stat.S_IMODE(daemon.home.stat().st_mode) == 0o711  # others pass, cannot list
+    assert stat.S_IMODE(shared_daemon.home.stat().st_mode) == 0o711  # others pass, cannot list
     # The daemon says at start whom it believes: without --auth, anyone over TCP.
-    assert "a mode for a single-user machine" in (daemon.home / "daemon.log").read_text()
-    who = cli(daemon.home, "whoami")
+    assert "a mode for a single-user machine" in (shared_daemon.home / "daemon.log").read_text()
+    who = cli(shared_daemon.home, "whoami")
     assert who.returncode == 0, who.stderr
     assert f"known from the socket {path}: no token" in who.stdout
-    job = cli(daemon.home, "submit", "--", "sh", "-c", "echo hello from the socket")
+    job = cli(shared_daemon.home, "submit", "--", "sh", "-c", "echo hello from the socket")
     assert job.returncode == 0, job.stderr
     job_id = int(job.stdout)
-    followed = cli(daemon.home, "logs", "-f", str(job_id))  # a stream on a connection of its own
+    # A stream on a connection of its own.
+    followed = cli(shared_daemon.home, "logs", "-f", str(job_id))
     assert followed.returncode == 0 and "hello from the socket" in followed.stdout
-    listed = cli(daemon.home, "ls", "--all", "--json")
+    listed = cli(shared_daemon.home, "ls", "--all", "--json")
     assert f'"id": {job_id}' in listed.stdout
     # $DDPQ_URL still wins: the same daemon over TCP, where the client names itself.
-    over_tcp = cli(daemon.home, "whoami", DDPQ_URL=daemon.url)
-    assert f"over {daemon.url}" in over_tcp.stdout
+    over_tcp = cli(shared_daemon.home, "whoami", DDPQ_URL=shared_daemon.url)
+    assert f"over {shared_daemon.url}" in over_tcp.stdout
 
 
 def test_the_socket_goes_with_the_daemon_and_a_killed_ones_is_replaced(
@@ -84,11 +85,11 @@ def test_the_socket_goes_with_the_daemon_and_a_killed_ones_is_replaced(
     assert not path.exists()
 
 
-def test_a_socket_a_daemon_answers_on_is_not_taken(daemon: Daemon, tmp_path: Path) -> None:
-    theirs = daemon.home / "ddpq.sock"
+def test_a_socket_a_daemon_answers_on_is_not_taken(shared_daemon: Daemon, tmp_path: Path) -> None:
+    theirs = shared_daemon.home / "ddpq.sock"
     r = serve(tmp_path / "other", "--socket", str(theirs))
     assert r.returncode == 2 and f"another ddpq daemon listens on {theirs}" in r.stderr
-    assert cli(daemon.home, "ls").returncode == 0  # and it still answers
+    assert cli(shared_daemon.home, "ls").returncode == 0  # and it still answers
 
 
 def test_a_file_in_the_sockets_place_is_left_alone(tmp_path: Path) -> None:
@@ -162,9 +163,9 @@ def test_a_client_on_the_socket_sends_neither_its_name_nor_a_token() -> None:
         assert c.json.headers["Authorization"] == "Bearer ddpq_secret"
 
 
-def test_a_command_over_the_socket_imports_nothing_heavier(daemon: Daemon) -> None:
+def test_a_command_over_the_socket_imports_nothing_heavier(shared_daemon: Daemon) -> None:
     for args in (["ls"], ["whoami"], ["token", "ls"], ["submit", "--hold", "--", "true"]):
-        r = cli(daemon.home, *args, python=("-X", "importtime"))
+        r = cli(shared_daemon.home, *args, python=("-X", "importtime"))
         assert r.returncode == 0, r.stderr[-2000:]
         names = {
             line.rsplit("|", 1)[1].strip()
@@ -175,8 +176,8 @@ def test_a_command_over_the_socket_imports_nothing_heavier(daemon: Daemon) -> No
         assert not under(names, HEAVY + STDLIB_HTTP + DAEMON), args
 
 
-def test_a_job_submitted_on_the_socket_runs(daemon: Daemon) -> None:
-    with DdpqClient(f"unix:{daemon.home / 'ddpq.sock'}") as c:
+def test_a_job_submitted_on_the_socket_runs(shared_daemon: Daemon) -> None:
+    with DdpqClient(f"unix:{shared_daemon.home / 'ddpq.sock'}") as c:
         job = c.json.submit({"command": ["true"], "cwd": "/"})
         assert wait_done(c, job["id"]).state == "succeeded"
         wait_for(lambda: c.health()["ok"], 5, "health over the socket")

@@ -18,9 +18,10 @@ from ddpq.core.states import JobState
 from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
 from ddpq.worker.idle import Sampler
 from ddpq.worker.loop import Worker
+from tests.template_db import migrated
 
 
 class Clock:
@@ -149,7 +150,7 @@ def make_rig(
     }
     options.update(settings)
     cfg = Settings(**options)
-    migrate(cfg.db_path)
+    migrated(cfg.db_path)
     clock = Clock()
     host = FakeHost(clock=clock)
     worker = new_worker(cfg, host, clock, look, gpu_use)

@@ -19,11 +19,12 @@ from ddpq.core.usage import MERGE_GAP_S
 from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import devices as device_store
 from ddpq.store import users as user_store
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
 from ddpq.store.models import OutsideUse as Row
 from ddpq.worker import inventory
 from ddpq.worker.loop import Worker
 from ddpq.worker.outside import STATUS_LIMIT, OutsideUse, account_name, process_uid
+from tests.template_db import migrated
 from tests.worker.rig import Clock, Rig
 
 STATUS = (
@@ -122,7 +123,7 @@ def _has_entry(uid: int) -> bool:
 
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[Database]:
-    migrate(tmp_path / "ddpq.db")
+    migrated(tmp_path / "ddpq.db")
     database = Database(tmp_path / "ddpq.db")
     yield database
     database.dispose()
@@ -201,7 +202,7 @@ def outside_rig(
     """A worker on NVML's GPUs (two, 16 GiB), where alice's notebook (pid 777, uid 1000)
     holds GPU 0 outside the queue."""
     cfg = Settings(home=home, grace_s=1.0, port_range=(29600, 29609), **settings)  # type: ignore[arg-type]
-    migrate(cfg.db_path)
+    migrated(cfg.db_path)
     if mapped:
         with Database(cfg.db_path).write() as s:
             user_store.add_user(s, "alice", admin=False, unix_user="alice", now=0.0)

@@ -23,9 +23,10 @@ from ddpq.config import Settings
 from ddpq.core.spec import JobSpec
 from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
 from ddpq.worker.loop import Worker
 from tests.helpers import wait_for
+from tests.template_db import migrated
 
 PIPES = 1100  # 2,200 descriptors: both more than 1024 and numbered past 1023
 
@@ -80,7 +81,7 @@ def test_a_worker_waiting_on_more_than_1024_descriptors_keeps_scheduling(
     tmp_path: Path, pipes: list[tuple[int, int]]
 ) -> None:
     settings = Settings(home=tmp_path / "home", fake_gpus=2, port_range=(29600, 29609))
-    migrate(settings.db_path)
+    migrated(settings.db_path)
     host = FakeHost()
     worker = Worker(settings, ManyFdsExecutor(host, [r for r, _ in pipes]), listen=True)
     worker.scheduler.ports.port_free = lambda port: True  # no real sockets
