@@ -9,25 +9,20 @@ from tests.helpers import Daemon, free_port
 from tests.shared_install import remove_shared_install
 from tests.template_db import remove_template
 
-# Under pytest-xdist (`make test`: `-n auto --dist loadgroup`) the tests of one group run
-# one after another on one worker, never beside each other; two groups may run side by side.
-# Ports: these bind ports of the rendezvous range that the others of their group test-bind
-# or lease (torchrun's stores, fixed --port-range blocks, held blocks that free_block
-# picked), or share the one test Slurm.
-PORTS_GROUP = "rendezvous-ports"
-PORTS_PATHS = (
+# Under pytest-xdist (`make test`: `-n auto --dist loadgroup`) these run one after another
+# on one worker, never beside each other: each binds ports of the rendezvous range that the
+# others test-bind or lease (torchrun's stores, fixed --port-range blocks, held blocks that
+# free_block picked), shares the one test Slurm, or trains ResNet18 on every core.
+SERIAL_GROUP = "rendezvous-ports"
+SERIAL_PATHS = (
     "tests/slurm/",
+    "tests/workload/",
     "tests/worker/test_busy_ports.py",
     "tests/test_leases.py",
+    "tests/test_workload_ddpq.py",
     "tests/test_resources.py",
     "tests/test_soak.py",
 )
-# Training: ResNet18 on every core, one run at a time (two at once would only share the
-# cores); torchrun under its own ports (tests/workload: the kernel's; through ddpq: a range
-# of their own, TRAINING_PORTS, which nothing in the ports group uses).
-TRAINING_GROUP = "training"
-TRAINING_PATHS = ("tests/workload/", "tests/test_workload_ddpq.py")
-TRAINING_PORTS = "29500-29599"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its own modifyitems hook)
@@ -35,10 +30,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     root = config.rootpath
     for item in items:
         where = item.path.relative_to(root).as_posix()
-        if where.startswith(TRAINING_PATHS):
-            item.add_marker(pytest.mark.xdist_group(TRAINING_GROUP))
-        elif where.startswith(PORTS_PATHS) or "slurm" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(PORTS_GROUP))
+        if where.startswith(SERIAL_PATHS) or "slurm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,7 +12,6 @@ import pytest
 
 from ddpq.executors.local import procs
 from ddpq.schemas import JobSubmit
-from tests.conftest import TRAINING_PORTS
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
 
 pytestmark = pytest.mark.torch
@@ -26,8 +25,7 @@ TINY += ["--max-steps-per-epoch", "3"]
 SLOW_STEPS = ["--stem", "cifar"]
 
 
-def test_resnet18_under_ddpq_reports_progress(make_daemon: Callable[..., Daemon]) -> None:
-    daemon = make_daemon("--fake-gpus", "4", "--grace", "1s", "--port-range", TRAINING_PORTS)
+def test_resnet18_under_ddpq_reports_progress(daemon: Daemon) -> None:
     c = daemon.client()
     job = c.submit(JobSubmit(workload="resnet18", args=[*TINY, "--epochs", "2"], gpus=2))
     assert job.launcher == "torchrun"
@@ -48,7 +46,7 @@ def test_resnet18_under_ddpq_reports_progress(make_daemon: Callable[..., Daemon]
 def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
     make_daemon: Callable[..., Daemon],
 ) -> None:
-    d = make_daemon("--fake-gpus", "2", "--grace", "2s", "--port-range", TRAINING_PORTS)
+    d = make_daemon("--fake-gpus", "2", "--grace", "2s")
     c = d.client()
     args = [*TINY, "--max-steps-per-epoch", "8", "--epochs", "6"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, retries=1))
@@ -84,16 +82,7 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
     """Through ddpq, as a lab would: a higher-priority job submitted with the CLI preempts
     it mid-epoch (the LAS policy, guards lowered for the test); it is requeued without a
     retry, resumes at the step it saved, and ends with the loss of an uninterrupted run."""
-    d = make_daemon(
-        "--fake-gpus",
-        "2",
-        "--preempt-grace",
-        "30s",
-        "--preempt-min-run",
-        "0s",
-        "--port-range",
-        TRAINING_PORTS,
-    )
+    d = make_daemon("--fake-gpus", "2", "--preempt-grace", "30s", "--preempt-min-run", "0s")
     c = d.client()
     args = [*TINY, *SLOW_STEPS, "--max-steps-per-epoch", "12", "--epochs", "2", "--deterministic"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, preemptible=True))
