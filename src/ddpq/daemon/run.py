@@ -256,7 +256,6 @@ def _serve(
 
         # uvicorn with a header deadline and a connection bound (slowloris).
         config = http_config(create_app(settings, pauser(settings)), open_files)
-        log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
         listening = [sock] if unix is None else [sock, unix.sock]
         server = uvicorn.Server(config)
         # uvicorn re-raises the signal that stopped it once it is done; with the default
@@ -266,6 +265,8 @@ def _serve(
         # was lost, and the daemon served on (tests/test_trust.py, 1 run in 4).
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
+        # Said once a SIGTERM would stop it (tests/test_stop_at_start.py waits for it).
+        log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
         shutdown.attach(server)
         freeze_startup_objects()  # the worker and the app are made (daemon.heap)
         server.run(sockets=listening)
