@@ -26,9 +26,12 @@ QUIET_SHELL = ["--", *SHELL]
 def terminals() -> Iterator[Callable[..., Terminal]]:
     opened: list[Terminal] = []
 
-    def open_one(d: Daemon, *args: str) -> Terminal:
+    def open_one(d: Daemon, *args: str, sigint_ignored: bool = False) -> Terminal:
         env = {**os.environ, **QUIET_ENV, "DDPQ_URL": d.url, "TERM": "xterm"}
-        t = Terminal([sys.executable, "-m", "ddpq", *args], env)
+        argv = [sys.executable, "-m", "ddpq", *args]
+        if sigint_ignored:  # as from a parent that ignores SIGINT: exec keeps SIG_IGN
+            argv = [sys.executable, "-c", IGNORING_SIGINT, *argv]
+        t = Terminal(argv, env)
         opened.append(t)
         return t
 
@@ -163,14 +166,21 @@ def test_a_port_someone_else_listens_on_gets_a_warning_not_a_tunnel(
     assert wait_done(c, job).state == "cancelled"
 
 
+IGNORING_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+@pytest.mark.parametrize("sigint_ignored", [False, True])
 def test_ctrl_c_while_waiting_cancels_the_session(
-    make_daemon: Callable[..., Daemon], terminals: Callable[..., Terminal]
+    make_daemon: Callable[..., Daemon], terminals: Callable[..., Terminal], sigint_ignored: bool
 ) -> None:
     d = make_daemon("--fake-gpus", "1", "--grace", "1s")
     c = d.client()
     holder = c.submit(JobSubmit(command=["sleep", "60"], gpus=1))
     wait_state(c, holder.id, "running")
-    t = terminals(d, "shell", "--gpus", "1")
+    t = terminals(d, "shell", "--gpus", "1", sigint_ignored=sigint_ignored)
     job = job_id_of(t)
     t.expect(rf"job {job} queued: .*GPU")  # the waiting reason, as `ddpq ls` has it
     t.type("\x03")

@@ -16,6 +16,7 @@ imported when it runs, as for the others.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -114,6 +115,9 @@ def shell(
                 raise
             common.fail(submission.refusal(exc.detail), 2)
         say(f"job {job['id']}: a session on {_gpu_words(gpus)}; Ctrl-C cancels it while it waits")
+        # As promised even when started with SIGINT ignored: Python keeps an inherited
+        # SIG_IGN, and ^C would then do nothing while the session waits.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             job = _wait_to_run(c, job["id"])
         except KeyboardInterrupt:
