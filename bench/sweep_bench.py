@@ -7,7 +7,7 @@ Measures
      whole round trip: an array of N members (`0-(N-1)`), a product of three parameters
      over a command (N combinations), and the same over the built-in workload's options
      (each value checked by its parser). Held (`hold: true`), so nothing runs meanwhile.
-  2. core.plan.plan() alone, in process: N queued jobs, plain or members of one sweep
+  2. core.scheduler.plan() alone, in process: N queued jobs, plain or members of one sweep
      capped at 8 (all capped out but 8), with 8 GPUs and 400 ports.
   3. One worker pass (Worker.step with the fake executor, no process) in its steady
      state: N queued, 8 running, nothing can start; plain jobs against one capped sweep.
@@ -34,7 +34,7 @@ import httpx
 from machine import cpu_model, free_port
 
 from ddpq.config import Settings
-from ddpq.core import plan as planner
+from ddpq.core import scheduler as planner
 from ddpq.core.spec import JobSpec
 from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store

@@ -1,4 +1,4 @@
-"""Properties and examples for ``ddpq.core.plan.plan``.
+"""Properties and examples for ``ddpq.core.scheduler.plan``.
 
 The oracle helpers below (ordering, free GPUs at a job's turn, the head's
 earliest start) are written from the documented rules, not from plan.py, so
@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ddpq.core.plan import (
+from ddpq.core.rules import Run, recent_usage
+from ddpq.core.scheduler import (
     NO_SWEEP_CAPS,
     Placement,
     QueuedJob,
@@ -25,7 +26,6 @@ from ddpq.core.plan import (
     plan_explained,
     shadow,
 )
-from ddpq.core.rules import Run, recent_usage
 
 NOW = 10_000.0
 OWNERS = ("alice", "bob", "carol", "dave")

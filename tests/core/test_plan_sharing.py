@@ -15,14 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddpq.core.limits import EVERYONE, NO_LIMITS, Limit, Limits, Reservation
-from ddpq.core.plan import (
+from ddpq.core.policy import Order, Policy
+from ddpq.core.scheduler import (
     Placement,
     QueuedJob,
     RunningJob,
     plan,
     plan_explained,
 )
-from ddpq.core.policy import Order, Policy
 from ddpq.core.sharing import GpuMemory
 
 G = 1 << 30

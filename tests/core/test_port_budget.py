@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddpq.core.plan import PortBudget, QueuedJob, RunningJob, needs_port, plan, plan_explained
+from ddpq.core.scheduler import PortBudget, QueuedJob, RunningJob, needs_port, plan, plan_explained
 
 
 def q(i: int, owner: str = "a", gpus: int = 0, port: bool = True) -> QueuedJob:

@@ -12,7 +12,7 @@ has started), the GPUs free then (every job keeping its GPUs for its whole time 
 without one, for ever) and those the user's own jobs hold then must cover what the
 reservations in force at that moment ask. So before a reservation starts, other jobs may use
 its GPUs only when their time limit ends before it does (the shape of EASY backfill's shadow
-time in ``core.plan``), and the user's own jobs may always use them: they count towards it.
+time in ``core.scheduler``), and the user's own jobs may always use them: they count towards it.
 Jobs already running when a window opens are not stopped for it.
 """
 

@@ -4,7 +4,7 @@ does not fit does to the jobs behind it (pure).
 - ``fifo``: submission order, and the first job that does not fit blocks everyone behind it
   (the baseline every other policy is measured against).
 - ``fairshare``: higher priority first, then the owner who used fewer GPU-seconds lately,
-  then submission order; EASY backfill behind a blocked head (``core.plan``).
+  then submission order; EASY backfill behind a blocked head (``core.scheduler``).
 - ``las``: higher priority first, then least attained service (Tiresias, NSDI'19): a job's
   GPU-seconds so far, discretised into a few queues so that jobs of similar age share
   fairly and short jobs overtake long ones without knowing any job's length. No job

@@ -53,37 +53,6 @@ class DeviceList(BaseModel):
     )
 
 
-class PortUseOut(BaseModel):
-    """Who listens on a running job's leased port (its owner's and admins' to ask):
-    ``ddpq shell`` prints how to reach a session's server only once the job itself does."""
-
-    port: int | None = Field(description="the job's leased port (null: it holds none now)")
-    listener: Literal["job", "other", "nobody", "unknown"] = Field(
-        description="job: a process of this job (and no other) listens on it; other: a "
-        "process that is not the job's does (uid, user, pid say whose); nobody: no one "
-        "listens yet; unknown: the daemon cannot tell (a job on a Slurm node)"
-    )
-    uid: int | None = Field(default=None, description="the listening process's account")
-    user: str | None = None
-    pid: int | None = None
-    command: str | None = Field(default=None, description="its name (the process's own choice)")
-    detail: str = Field(description="the same in words")
-
-
-class JobEnvOut(BaseModel):
-    """The variables a job was submitted with; only its owner and admins may read them."""
-
-    id: int
-    base: Literal["daemon", "exported"] = Field(
-        description="what the job starts from: the daemon's environment, or the one its "
-        "submitter exported (`exported_env`)"
-    )
-    env: dict[str, str] = Field(
-        description="the submitted variables (`exported_env` with `env` over it); the job "
-        "contract's variables are set over these when it starts"
-    )
-
-
 class ReservationIn(BaseModel):
     """GPUs to keep for one user's jobs in a window (``ddpq admin reserve``). Times are
     ISO 8601 with an offset, or UNIX seconds."""

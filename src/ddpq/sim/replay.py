@@ -1,7 +1,7 @@
 """A trace replayed through the real planner with a simulated clock.
 
 Each event (an arrival, an end, a job crossing into another LAS queue, a job reaching the
-minimum run time that makes it preemptible) is one scheduling pass: ``core.plan.plan`` on
+minimum run time that makes it preemptible) is one scheduling pass: ``core.scheduler.plan`` on
 the queue as the daemon would build it, then under LAS ``core.preempt.victims``, exactly the
 functions the worker calls. A preempted job keeps the work it did (it checkpointed) and
 pays ``Guards.restart_cost_s`` when it starts again.
@@ -13,10 +13,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ddpq.core.plan import QueuedJob, RunningJob, plan
 from ddpq.core.policy import LAS_THRESHOLDS, Order, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS, Guards, Running, Waiting, victims
 from ddpq.core.rules import Run, recent_usage
+from ddpq.core.scheduler import QueuedJob, RunningJob, plan
 from ddpq.sim.trace import TraceJob
 
 FAIR_SHARE_WINDOW_S = 7 * 24 * 3600.0

@@ -9,8 +9,8 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session, defer
 
-from ddpq.core.plan import QueuedJob, needs_port
 from ddpq.core.rules import Run, StopRequest
+from ddpq.core.scheduler import QueuedJob, needs_port
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, TERMINAL, JobState
 from ddpq.store import settling, transitions

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.deps import settle_change, waiting_place
-from ddpq.core.plan import NO_SWEEP_CAPS, SweepCaps
+from ddpq.core.scheduler import NO_SWEEP_CAPS, SweepCaps
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, TERMINAL, WAITING, JobState
 from ddpq.store import dependencies, settling, transitions
@@ -318,7 +318,7 @@ def is_done(counts_by_state: dict[JobState, int]) -> bool:
 
 def caps(session: Session, sweep_ids: Iterable[int]) -> SweepCaps:
     """The caps of those of ``sweep_ids`` that have one, and how many of each one's
-    members hold leases now: what ``core.plan`` needs to honour ``%K``."""
+    members hold leases now: what ``core.scheduler`` needs to honour ``%K``."""
     wanted = set(sweep_ids)
     if not wanted:
         return NO_SWEEP_CAPS

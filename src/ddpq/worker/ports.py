@@ -7,7 +7,7 @@ import socket
 from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from dataclasses import replace
 
-from ddpq.core.plan import Placement
+from ddpq.core.scheduler import Placement
 from ddpq.portholders import Holder, holders
 
 log = logging.getLogger("ddpq.worker")
