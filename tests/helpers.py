@@ -54,6 +54,20 @@ def reserve_flags(args: list[str]) -> list[str]:
     return [] if any(a.startswith("--state-reserve") for a in args) else ["--state-reserve", "1M"]
 
 
+def port_range_flags(args: list[str], env: dict[str, str]) -> list[str]:
+    """Under pytest-xdist, the daemons of one worker lease rendezvous ports from a range of
+    that worker's own (30000 + 100 per worker, below the ephemeral ports), unless the test
+    picks a range itself (a flag, DDPQ_PORT_RANGE or a --config file). Two workers' daemons
+    on the default range leased the same port, both test-binds passed, and the second
+    torchrun failed EADDRINUSE: a requeue on another port the test did not expect."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    chose = any(a.startswith(("--port-range", "--config")) for a in args)
+    if not worker.startswith("gw") or chose or "DDPQ_PORT_RANGE" in env:
+        return []
+    lo = 30000 + 100 * (int(worker[2:]) % 27)
+    return ["--port-range", f"{lo}-{lo + 99}"]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -109,6 +123,7 @@ class Daemon:
                 *self.args,
                 *root_flags(self.args),
                 *reserve_flags(self.args),
+                *port_range_flags(self.args, env),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -43,6 +43,11 @@ class Launch:
     unix_account: str | None  # the account it runs as: proven at submission, or mapped
     # Sharing its GPUs by memory: the bytes it reserved on each (None: they are its own).
     reserved_mem_bytes: int | None = None
+    # The host's CPU cores leased to it (its cpuset); () where none are: not confined.
+    cores: tuple[int, ...] = ()
+    # The host memory it may use (its cgroup's limit), the job's own ask or the admin's
+    # default; None: no limit.
+    ram_bytes: int | None = None
 
     @property
     def preempt_with(self) -> str | None:
