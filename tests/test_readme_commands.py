@@ -29,12 +29,12 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 # Lines not run, each with why: they need a terminal, another daemon or host, or root.
 NOT_RUN = {
-    "make demo": "the demo is CI's own first step (`make demo` is tested by test_demo)",
+    "make demo": "minutes of ResNet18 training (scripts/demo.sh), tried by hand each release",
     "make check": "this suite is what it runs",
     "ddpq serve": "starts a daemon on the default port: this test's daemon stands for it",
     "ddpq serve --fake-gpus 4": "as above",
     "ddpq serve --notify-url https://chat.example.org/hooks/lab": "a daemon posting off-box",
-    "ddpq watch": "a full-screen live view (tests/test_watch*.py drive it in a terminal)",
+    "ddpq watch": "a live view that runs until Ctrl-C",
     "ddpq shell --gpus 1": "an interactive terminal (tests/test_sessions_e2e.py)",
     "ddpq shell --gpus 2 --time-limit 4h --idle 1h": "as above",
     "ddpq shell -- jupyter lab --no-browser --port {port}": "as above, and no jupyter here",
