@@ -71,6 +71,25 @@ def test_a_job_that_finishes_while_preempted_succeeds(rig: Rig) -> None:
     assert rig.job(job).state is JobState.SUCCEEDED
 
 
+def test_a_job_cancelled_while_it_is_being_preempted_ends_cancelled(rig: Rig) -> None:
+    """Not back in the queue to run again: the cancel replaces the preemption (the job was
+    lost to a later requeue before, its cancel ignored)."""
+    rig.host.preempt_ends_with = None  # it takes its time to checkpoint
+    job = rig.submit(preemptible=True)
+    rig.step()
+    preempt(rig, job)
+    rig.step()  # the checkpoint signal is out
+    assert rig.host.attempt_of(job).preempts == 1
+    with rig.api.write() as s:
+        job_store.cancel(s, job_store.get_job(s, job), rig.clock())
+    rig.step()  # the cancel's SIGTERM, which ends it
+    assert rig.host.attempt_of(job).stops == 1
+    rig.step()
+    view = rig.job(job)
+    assert view.state is JobState.CANCELLED and view.attempt == 1, view
+    assert view.attempts[0][1] is JobState.CANCELLED
+
+
 def test_only_running_preemptible_jobs_can_be_preempted(rig: Rig) -> None:
     plain = rig.submit()
     queued = rig.submit(gpus=2, preemptible=True)

@@ -288,6 +288,11 @@ def cancel(session: Session, job: Job, now: float) -> None:
     if state in TERMINAL:
         return
     if state in ACTIVE:
+        if job.stop_request == StopRequest.PREEMPT.value:
+            # Being preempted, it would go back to the queue and run again: a cancel is the
+            # owner's last word, so it replaces the preemption, its SIGTERM sent now.
+            job.stop_request, job.stop_reason, job.stop_sent_at = "cancel", None, None
+            return
         request_stop(session, job, "cancel")
         return
     settling.finish(session, job, JobState.CANCELLED, "cancelled before it started", now)
