@@ -71,6 +71,7 @@ MUST_SUCCEED = (
     "ddpq submit --export NONE -- python3 train.py",
     "ddpq submit --export WANDB_API_KEY,HF_HOME -- python3 train.py",
     "ddpq submit --export NONE --env OMP_NUM_THREADS=8 -- ./run.sh",
+    "ddpq submit --gpus 1 job.sh --lr 0.1",
     "ddpq submit --retries 3 -- python flaky.py",
     "ddpq submit --after 7 -- python evaluate.py",
 )
@@ -100,6 +101,10 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     for name in ("train.py", "flaky.py", "evaluate.py", "later.py", "big.py", "seed.py"):
         (cwd / name).write_text(SCRIPT)
     (cwd / "report.py").write_text(SCRIPT)
+    # The README's batch script, as it shows it, with a stand-in for its torchrun line.
+    script = re.search(r"```bash\n(#!/bin/bash\n#SBATCH.*?)```", README.read_text(), re.S)
+    assert script is not None, "the README's batch script"
+    (cwd / "job.sh").write_text(re.sub(r"^torchrun.*$", 'echo "$@"', script[1], flags=re.M))
     run = cwd / "run.sh"
     run.write_text('#!/bin/sh\necho "threads $OMP_NUM_THREADS"\n')
     run.chmod(0o755)
@@ -164,6 +169,8 @@ def test_the_readme_commands_work_as_written(
         r = run_line(line, workdir, d, ids)
         assert r.returncode == 0, f"{line!r} -> exit {r.returncode}: {r.stderr or r.stdout}"
         out = r.stdout.strip()
+        if line.startswith("ddpq preempt "):  # shown: its 90 epochs need not hold 4 GPUs on
+            c.cancel(int(line.split()[-1]))
         if " submit " in f" {line} " and "--sweep" not in line and "--array" not in line:
             assert out.isdigit(), f"{line!r} printed {out!r}, not a job id"
             submitted[line] = int(out)

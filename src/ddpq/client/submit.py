@@ -116,29 +116,45 @@ def submit(
     With --sweep or --array it queues a sweep (printed as sN): `--sweep lr=0.05,0.1`
     gives a workload `--lr 0.05` and `--lr 0.1`, a command `{lr}`.
     """
+    from ddpq.client import batch
+    from ddpq.workloads.registry import WORKLOADS
+
     argv = command_words(ctx)
-    checked = check_options(env or [], export, after or [], gpu_mem, gpu_share)
+    params = dict(ctx.params)
+    if argv[0] not in WORKLOADS and (script := batch.script_of(argv[0])) is not None:
+        params, argv = batch.with_directives(ctx, script), script.command(argv[1:])
+    submit_with(argv, params)
+
+
+def submit_with(argv: list[str], o: dict[str, Any]) -> None:
+    """The submission ``argv`` and ``submit``'s parameters ``o`` (by name) ask for."""
+    checked = check_options(
+        o["env"] or [], o["export"], o["after"] or [], o["gpu_mem"], o["gpu_share"]
+    )
     plain = {
-        "gpus": gpus,
-        "name": name,
-        "priority": priority,
-        "retries": retries,
-        "hold": hold,
-        "torchrun": torchrun,
-        "notify": notify,
-        "preemptible": preemptible,
-        "preempt_signal": preempt_signal,
-        "nodes": nodes,
-        "gpus_per_node": gpus_per_node,
-        "partition": partition,
-        "slurm_options": slurm_opt or [],
+        name: o[name]
+        for name in (
+            "gpus",
+            "name",
+            "priority",
+            "retries",
+            "hold",
+            "torchrun",
+            "notify",
+            "preemptible",
+            "preempt_signal",
+            "nodes",
+            "gpus_per_node",
+            "partition",
+        )
     }
-    fields = job_fields(argv, plain, checked, cwd, time_limit)
-    many = bool(sweep) or array is not None
-    if max_running is not None and not many:
+    plain["slurm_options"] = o["slurm_opt"] or []
+    fields = job_fields(argv, plain, checked, o["cwd"], o["time_limit"])
+    many = bool(o["sweep"]) or o["array"] is not None
+    if o["max_running"] is not None and not many:
         fail("--max-running: only with --sweep or --array", 2)
-    body = sweep_body(fields, sweep or [], array, max_running) if many else fields
-    show_submitted(send(body, many, fields.get("workload")), many, as_json)
+    body = sweep_body(fields, o["sweep"] or [], o["array"], o["max_running"]) if many else fields
+    show_submitted(send(body, many, fields.get("workload")), many, o["as_json"])
 
 
 # ---- the steps --------------------------------------------------------------------------
