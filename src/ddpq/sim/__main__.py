@@ -46,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         help="this fraction of jobs report progress (replaces the trace's column)",
     )
     ap.add_argument("--progress-interval", type=float, default=PROGRESS_INTERVAL_S, metavar="S")
+    ap.add_argument(
+        "--progress-error",
+        type=float,
+        default=0.0,
+        metavar="E",
+        help="each job's progress is off by a factor in 1 +- E (a wrong step count)",
+    )
     ap.add_argument("--restart-cost", type=float, default=Guards.restart_cost_s, metavar="S")
     ap.add_argument("--min-run", type=float, default=Guards.min_run_s, metavar="S")
     ap.add_argument("--max-preemptions", type=int, default=Guards.max_preemptions)
@@ -56,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--gpus must be at least 1, --preemptible and --reports-progress in 0..1")
     if not 0 < args.progress_interval < float("inf"):
         ap.error("--progress-interval must be a positive number of seconds")
+    if not 0 <= args.progress_error < 1:
+        ap.error("--progress-error must be at least 0 and less than 1")
     try:
         if args.trace:
             jobs = trace.read(args.trace)
@@ -76,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.policy or ["default"]:
         policy = DEFAULT_POLICY.value if name == "default" else name
-        result = replay(jobs, args.gpus, policy, guards, progress_interval_s=args.progress_interval)
+        result = replay(
+            jobs,
+            args.gpus,
+            policy,
+            guards,
+            progress_interval_s=args.progress_interval,
+            progress_error=args.progress_error,
+        )
         rows.append(report.figures(result))
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))

@@ -35,6 +35,9 @@ class SimJob:
     gpus: tuple[int, ...] = ()
     attempt: int = 0
     records: list[Record] = field(default_factory=list)  # of earlier attempts
+    # What its progress records multiply its true fraction done by (capped at 1): a job
+    # whose step count is wrong. 1: exact.
+    progress_bias: float = 1.0
 
     @property
     def end_at(self) -> float:
@@ -64,7 +67,8 @@ class SimJob:
 
     def _record(self, at: float, worked_this_attempt: float) -> Record:
         length = self.trace.duration_s or 1.0
-        return Record(at, (self.done_s + worked_this_attempt) / length, 1.0, self.attempt)
+        done = min(1.0, self.progress_bias * (self.done_s + worked_this_attempt) / length)
+        return Record(at, done, 1.0, self.attempt)
 
     def seen(self, t: float, interval: float) -> Seen:
         j = self.trace

@@ -12,6 +12,7 @@ when it starts again. Policies see jobs through ``SimJob.seen`` only (no job's l
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -51,13 +52,16 @@ def replay(
     guards: Guards = DEFAULT_GUARDS,
     thresholds: Sequence[float] = LAS_THRESHOLDS,
     progress_interval_s: float = PROGRESS_INTERVAL_S,
+    progress_error: float = 0.0,
 ) -> Result:
-    """Replay ``trace`` on ``gpus`` GPUs under ``policy`` (a ``Policy`` or ``oracle``)."""
+    """Replay ``trace`` on ``gpus`` GPUs under ``policy`` (a ``Policy`` or ``oracle``).
+    ``progress_error``: each reporting job's records are off by a factor drawn (per job,
+    seeded by its id) from 1 ± this, as if its step count were wrong."""
     if policy not in POLICIES:
         raise ValueError(f"no policy {policy!r}: one of {', '.join(POLICIES)}")
     if policy == ORACLE:
         guards = Guards(min_run_s=0.0, max_preemptions=2**31, restart_cost_s=guards.restart_cost_s)
-    jobs = {j.id: SimJob(j) for j in trace}
+    jobs = {j.id: SimJob(j, progress_bias=_bias(j.id, progress_error)) for j in trace}
     arrivals = sorted(jobs.values(), key=lambda j: (j.trace.submit_s, j.trace.id))
     queued: list[SimJob] = []
     running: dict[int, SimJob] = {}
@@ -74,6 +78,10 @@ def replay(
         for job in [j for j in running.values() if j.end_at <= t + EPSILON]:
             _end(job, job.end_at, running, result)
     return result
+
+
+def _bias(job_id: int, error: float) -> float:
+    return 1.0 + random.Random(f"progress-error-{job_id}").uniform(-error, error)
 
 
 def _next_events(
