@@ -3,8 +3,11 @@ finished jobs' history, the fair-share band, and the order and preemptions they 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from ddpq.config import ConfigError, Settings
 from ddpq.core.policy import Order, Policy
 from ddpq.core.preempt import Guards, Running, Waiting, victims
 from ddpq.core.scheduler.policy_progress import (
@@ -150,3 +153,9 @@ def test_srpt_preempts_only_a_job_estimated_far_longer() -> None:
     )
     (p,) = victims([waiting(1)], [running(10, owner="hog")], 0, banded, 1.0, guards)
     assert p.victim == 10
+
+
+def test_the_daemon_refuses_the_policy_it_cannot_rank_by_yet(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path, policy=Policy.SRPT_PROGRESS)
+    with pytest.raises(ConfigError, match="srpt-progress is replay-only for now"):
+        settings.validate((32768, 60999))

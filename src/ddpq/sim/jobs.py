@@ -86,16 +86,6 @@ class SimJob:
         """GPU-seconds of work it has left (the oracle's knowledge, nobody else's)."""
         return (self.trace.duration_s - self.worked_at(t)) * self.trace.gpus
 
-    def next_record_at(self, t: float, interval: float) -> float | None:
-        """When it writes its next record or (not reporting) when its rank is looked at
-        again: each ``interval`` of its work; None when not running."""
-        if not self.gpus:
-            return None
-        work_from = self.started_at + self.overhead_s
-        if t < work_from:
-            return work_from
-        return work_from + (math.floor((t - work_from) / interval) + 1) * interval
-
     def stop(self, t: float, interval: float) -> None:
         """This attempt ends at ``t``: its work, service and records are kept."""
         self.records = self.records_at(t, interval)

@@ -99,8 +99,11 @@ def _next_events(
     if result.policy in (Policy.SRPT_PROGRESS, ORACLE) and queued:
         for job in running.values():
             events.append(job.started_at + guards.min_run_s)  # it becomes preemptible
-            if result.policy == Policy.SRPT_PROGRESS:  # its estimate changes
-                events.append(job.next_record_at(t, result.progress_interval_s) or t)
+        if result.policy == Policy.SRPT_PROGRESS and running:
+            # Estimates change with new records and service: a look each interval, as
+            # the daemon's worker reads progress on a timer (not at each job's record).
+            every = result.progress_interval_s
+            events.append((math.floor(t / every) + 1) * every)
     if result.policy == Policy.LAS and queued:
         for job in running.values():
             events.append(job.started_at + guards.min_run_s)  # it becomes preemptible
