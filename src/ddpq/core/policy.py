@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -25,6 +25,7 @@ class Policy(StrEnum):
     FIFO = "fifo"
     FAIRSHARE = "fairshare"
     LAS = "las"
+    SRPT_PROGRESS = "srpt-progress"
 
 
 # What the daemon does out of the box (``--policy``); chosen by replaying traces
@@ -44,7 +45,17 @@ BACKFILL = {
     Policy.FIFO: Backfill.NONE,
     Policy.FAIRSHARE: Backfill.EASY,
     Policy.LAS: Backfill.GREEDY,
+    Policy.SRPT_PROGRESS: Backfill.GREEDY,
 }
+
+# The policies that preempt running jobs for waiting ones (``core.preempt``).
+PREEMPTING = frozenset({Policy.LAS, Policy.SRPT_PROGRESS})
+
+# Under ``srpt-progress``, a waiting job preempts a running one of its class only when the
+# running one's estimate is more than this many times its own.
+SRPT_PREEMPT_FACTOR = 2.0
+# The rank of a job ``Order.remaining`` has no estimate for (one GPU-hour, plus its age).
+NO_ESTIMATE_S = 3600.0
 
 # GPU-seconds at which a job moves to the next LAS queue: one GPU-hour, then eight. The
 # replay (bench/RESULTS.md) chose them; below the first a job counts as short.
@@ -71,10 +82,17 @@ class Order:
     policy: Policy
     usage: Mapping[str, float]  # recent GPU-seconds per owner (fair share)
     thresholds: Sequence[float] = LAS_THRESHOLDS
+    # ``srpt-progress``: each job's estimated remaining GPU-seconds, by id, and the owners
+    # above their fair-share band (``core.scheduler.policy_progress``).
+    remaining: Mapping[int, float] = field(default_factory=dict)
+    over_band: frozenset[str] = frozenset()
+    preempt_factor: float = SRPT_PREEMPT_FACTOR
 
     def key(self, job: Orderable) -> tuple[float, ...]:
         if self.policy is Policy.FIFO:
             return (job.submitted_at, job.id)
+        if self.policy is Policy.SRPT_PROGRESS:
+            return (*self.rank(job), job.submitted_at, job.id)
         if self.policy is Policy.LAS:
             # Within a queue, fair share between users, then submission order.
             queue = las_queue(job.attained_s, self.thresholds)
@@ -86,9 +104,20 @@ class Order:
     def backfill(self) -> Backfill:
         return BACKFILL[self.policy]
 
-    def rank(self, job: Orderable) -> tuple[int, int]:
-        """A job's class for preemption (smaller is better): priority, then LAS queue."""
+    def rank(self, job: Orderable) -> tuple[float, ...]:
+        """A job's class for preemption (smaller is better): priority, then LAS queue
+        (``srpt-progress``: above the band or not, then the estimate)."""
+        if self.policy is Policy.SRPT_PROGRESS:
+            left = self.remaining.get(job.id, NO_ESTIMATE_S + job.attained_s)
+            return (-job.priority, int(job.owner in self.over_band), left)
         return (-job.priority, las_queue(job.attained_s, self.thresholds))
+
+    def outranks(self, waiting: Orderable, running: Orderable) -> bool:
+        """Whether ``waiting`` may take the GPUs of ``running`` (``core.preempt``)."""
+        mine, theirs = self.rank(waiting), self.rank(running)
+        if self.policy is Policy.SRPT_PROGRESS and mine[:-1] == theirs[:-1]:
+            return theirs[-1] > self.preempt_factor * mine[-1]
+        return theirs > mine
 
 
 def las_queue(attained_s: float, thresholds: Sequence[float] = LAS_THRESHOLDS) -> int:

@@ -1,7 +1,8 @@
 """Which running jobs to preempt so that better-ranked waiting ones can start (pure).
 
 A waiting job that does not fit may take the GPUs of running jobs that rank strictly worse
-(a lower priority class, or under LAS a later queue: they have had more service), as long
+(a lower priority class, or under LAS a later queue: they have had more service; under
+``srpt-progress`` an estimate ``SRPT_PREEMPT_FACTOR`` times longer, ``Order.outranks``), as long
 as each of them is preemptible, has run at least ``min_run_s`` since it last started (no
 thrashing), and has been preempted fewer than ``max_preemptions`` times. Worst-ranked go
 first; among equals the one that started last (it loses the least work). If the
@@ -82,7 +83,7 @@ def victims(
                 and r.preemptible
                 and r.preemptions < guards.max_preemptions
                 and now - r.started_at >= guards.min_run_s
-                and order.rank(r) > order.rank(job)
+                and order.outranks(job, r)
             ),
             key=lambda r: (_worse_first(order, r), -r.started_at, -r.id),
         )
@@ -100,6 +101,5 @@ def victims(
     return out
 
 
-def _worse_first(order: Order, job: Orderable) -> tuple[int, int]:
-    priority, queue = order.rank(job)
-    return (-priority, -queue)
+def _worse_first(order: Order, job: Orderable) -> tuple[float, ...]:
+    return tuple(-x for x in order.rank(job))

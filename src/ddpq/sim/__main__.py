@@ -3,9 +3,13 @@
     python -m ddpq.sim --trace ../shared/traces/tiresias_60_job.csv --gpus 8 --policy las
     python -m ddpq.sim --generate 500 --seed 1 --policy fifo --policy fairshare --policy las
     python -m ddpq.sim --generate 500 --seed 1 --write-trace heavy.csv   # the trace itself
+    python -m ddpq.sim --lab 400 --reports-progress 0.7 --policy las --policy srpt-progress \
+        --policy oracle
 
 ``--policy`` repeats to compare policies on the same trace; ``default`` is what the daemon
-does out of the box. Figures in seconds; ``--json`` for scripts.
+does out of the box, ``oracle`` SRPT on true remaining times (the bound). No policy sees a
+job's duration: a job with ``reports_progress`` writes its fraction done every
+``--progress-interval`` seconds. Figures in seconds; ``--json`` for scripts.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ import json
 import sys
 from pathlib import Path
 
-from ddpq.core.policy import DEFAULT_POLICY, Policy
+from ddpq.core.policy import DEFAULT_POLICY
 from ddpq.core.preempt import Guards
 from ddpq.sim import report, trace
-from ddpq.sim.replay import replay
+from ddpq.sim.replay import POLICIES, PROGRESS_INTERVAL_S, replay
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,28 +32,51 @@ def main(argv: list[str] | None = None) -> int:
         "--trace", type=Path, help="CSV: job_id,num_gpu,submit_time,duration[,user]"
     )
     source.add_argument("--generate", type=int, metavar="N", help="N jobs, heavy-tailed durations")
-    ap.add_argument("--seed", type=int, default=1, help="for --generate and --preemptible")
-    ap.add_argument("--load", type=float, default=0.9, help="--generate: offered GPU load")
+    source.add_argument("--lab", type=int, metavar="N", help="N jobs: users rerunning workloads")
+    ap.add_argument("--seed", type=int, default=1, help="for --generate/--lab and the marks")
+    ap.add_argument("--load", type=float, default=0.9, help="--generate/--lab: offered load")
     ap.add_argument("--write-trace", type=Path, help="write the (generated) trace here and stop")
     ap.add_argument("--gpus", type=int, default=8)
-    names = [p.value for p in Policy] + ["default"]
-    ap.add_argument("--policy", action="append", choices=names, help="repeat to compare")
+    ap.add_argument("--policy", action="append", choices=[*POLICIES, "default"])
     ap.add_argument("--preemptible", type=float, default=1.0, metavar="FRACTION")
+    ap.add_argument(
+        "--reports-progress",
+        type=float,
+        metavar="FRACTION",
+        help="this fraction of jobs report progress (replaces the trace's column)",
+    )
+    ap.add_argument("--progress-interval", type=float, default=PROGRESS_INTERVAL_S, metavar="S")
+    ap.add_argument(
+        "--progress-error",
+        type=float,
+        default=0.0,
+        metavar="E",
+        help="each job's progress is off by a factor in 1 +- E (a wrong step count)",
+    )
     ap.add_argument("--restart-cost", type=float, default=Guards.restart_cost_s, metavar="S")
     ap.add_argument("--min-run", type=float, default=Guards.min_run_s, metavar="S")
     ap.add_argument("--max-preemptions", type=int, default=Guards.max_preemptions)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if args.gpus < 1 or not 0 <= args.preemptible <= 1:
-        ap.error("--gpus must be at least 1 and --preemptible between 0 and 1")
+    fractions = (args.preemptible, 0.0 if args.reports_progress is None else args.reports_progress)
+    if args.gpus < 1 or not all(0 <= f <= 1 for f in fractions):
+        ap.error("--gpus must be at least 1, --preemptible and --reports-progress in 0..1")
+    if not 0 < args.progress_interval < float("inf"):
+        ap.error("--progress-interval must be a positive number of seconds")
+    if not 0 <= args.progress_error < 1:
+        ap.error("--progress-error must be at least 0 and less than 1")
     try:
         if args.trace:
             jobs = trace.read(args.trace)
+        elif args.lab is not None:
+            jobs = trace.lab(args.lab, args.seed, gpus=args.gpus, load=args.load)
         else:
             jobs = trace.generate(args.generate, args.seed, gpus=args.gpus, load=args.load)
     except trace.TraceError as exc:
         print(f"ddpq.sim: {exc}", file=sys.stderr)
         return 2
+    if args.reports_progress is not None:
+        jobs = trace.mark_progress(jobs, args.reports_progress, args.seed)
     if args.write_trace:
         trace.write(jobs, args.write_trace)
         return 0
@@ -57,8 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     guards = Guards(args.min_run, args.max_preemptions, args.restart_cost)
     rows = []
     for name in args.policy or ["default"]:
-        policy = DEFAULT_POLICY if name == "default" else Policy(name)
-        rows.append(report.figures(replay(jobs, args.gpus, policy, guards)))
+        policy = DEFAULT_POLICY.value if name == "default" else name
+        result = replay(
+            jobs,
+            args.gpus,
+            policy,
+            guards,
+            progress_interval_s=args.progress_interval,
+            progress_error=args.progress_error,
+        )
+        rows.append(report.figures(result))
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
     else:

@@ -1,77 +1,77 @@
 """A trace replayed through the real planner with a simulated clock.
 
 Each event (an arrival, an end, a job crossing into another LAS queue, a job reaching the
-minimum run time that makes it preemptible) is one scheduling pass: ``core.scheduler.plan`` on
-the queue as the daemon would build it, then under LAS ``core.preempt.victims``, exactly the
-functions the worker calls. A preempted job keeps the work it did (it checkpointed) and
-pays ``Guards.restart_cost_s`` when it starts again.
+minimum run time that makes it preemptible, under ``srpt-progress`` a progress record) is
+one scheduling pass: ``core.scheduler.plan`` on the queue as the daemon would build it, then
+under a preempting policy ``core.preempt.victims``, exactly the functions the worker calls.
+A preempted job keeps the work it did (it checkpointed) and pays ``Guards.restart_cost_s``
+when it starts again. Policies see jobs through ``SimJob.seen`` only (no job's length);
+``oracle`` is SRPT on the true remaining GPU-time, the bound to compare with.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ddpq.core.policy import LAS_THRESHOLDS, Order, Policy
+from ddpq.core.policy import LAS_THRESHOLDS, PREEMPTING, Order, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS, Guards, Running, Waiting, victims
 from ddpq.core.rules import Run, recent_usage
 from ddpq.core.scheduler import QueuedJob, RunningJob, plan
+from ddpq.core.scheduler.policy_progress import History, estimates, over_band
+from ddpq.sim.jobs import SimJob
 from ddpq.sim.trace import TraceJob
+
+# SRPT on each job's true remaining GPU-time, not a daemon policy: the bound. It preempts
+# for any shorter job at once (no minimum run, no cap: only preemptible jobs, each restart
+# paid), as the textbook SRPT does.
+ORACLE = "oracle"
+POLICIES = (*(p.value for p in Policy), ORACLE)
+PROGRESS_INTERVAL_S = 60.0
 
 FAIR_SHARE_WINDOW_S = 7 * 24 * 3600.0
 EPSILON = 1e-9
 
 
 @dataclass
-class SimJob:
-    trace: TraceJob
-    done_s: float = 0.0  # of its duration, worked off in earlier attempts
-    attained_s: float = 0.0  # GPU-seconds held in earlier attempts
-    busy_gpu_s: float = 0.0  # GPU time it occupied, restarts included
-    first_start: float | None = None
-    finished_at: float | None = None
-    preemptions: int = 0
-    owed_restart_s: float = 0.0  # paid at its next start
-    # The current attempt, while running:
-    started_at: float = 0.0
-    overhead_s: float = 0.0
-    gpus: tuple[int, ...] = ()
-
-    @property
-    def end_at(self) -> float:
-        return self.started_at + self.overhead_s + (self.trace.duration_s - self.done_s)
-
-    def attained_at(self, t: float) -> float:
-        return self.attained_s + len(self.gpus) * (t - self.started_at)
-
-
-@dataclass
 class Result:
     jobs: list[SimJob]
     gpus: int
-    policy: Policy
+    policy: str
     runs: list[Run] = field(default_factory=list)
+    history: History = field(default_factory=History)  # finished jobs' GPU-time
+    progress_interval_s: float = PROGRESS_INTERVAL_S
 
 
 def replay(
     trace: Sequence[TraceJob],
     gpus: int,
-    policy: Policy,
+    policy: str,
     guards: Guards = DEFAULT_GUARDS,
     thresholds: Sequence[float] = LAS_THRESHOLDS,
+    progress_interval_s: float = PROGRESS_INTERVAL_S,
+    progress_error: float = 0.0,
 ) -> Result:
-    jobs = {j.id: SimJob(j) for j in trace}
+    """Replay ``trace`` on ``gpus`` GPUs under ``policy`` (a ``Policy`` or ``oracle``).
+    ``progress_error``: each reporting job's records are off by a factor drawn (per job,
+    seeded by its id) from 1 ± this, as if its step count were wrong."""
+    if policy not in POLICIES:
+        raise ValueError(f"no policy {policy!r}: one of {', '.join(POLICIES)}")
+    if policy == ORACLE:
+        guards = Guards(min_run_s=0.0, max_preemptions=2**31, restart_cost_s=guards.restart_cost_s)
+    jobs = {j.id: SimJob(j, progress_bias=_bias(j.id, progress_error)) for j in trace}
     arrivals = sorted(jobs.values(), key=lambda j: (j.trace.submit_s, j.trace.id))
     queued: list[SimJob] = []
     running: dict[int, SimJob] = {}
-    result = Result(list(jobs.values()), gpus, policy)
+    result = Result(list(jobs.values()), gpus, str(policy), progress_interval_s=progress_interval_s)
     t = 0.0
     while arrivals or queued or running:
         while arrivals and arrivals[0].trace.submit_s <= t + EPSILON:
             queued.append(arrivals.pop(0))
-        _schedule(t, queued, running, gpus, policy, guards, thresholds, result)
-        upcoming = _next_events(t, arrivals, queued, running, guards, policy, thresholds)
+        _schedule(t, queued, running, gpus, guards, thresholds, result)
+        upcoming = _next_events(t, arrivals, queued, running, guards, result, thresholds)
         if not upcoming:
             break  # only jobs that can never fit are left: they stay unfinished
         t = min(upcoming)
@@ -80,19 +80,31 @@ def replay(
     return result
 
 
+def _bias(job_id: int, error: float) -> float:
+    return 1.0 + random.Random(f"progress-error-{job_id}").uniform(-error, error)
+
+
 def _next_events(
     t: float,
     arrivals: list[SimJob],
     queued: list[SimJob],
     running: dict[int, SimJob],
     guards: Guards,
-    policy: Policy,
+    result: Result,
     thresholds: Sequence[float],
 ) -> list[float]:
     events = [j.end_at for j in running.values()]
     if arrivals:
         events.append(arrivals[0].trace.submit_s)
-    if policy is Policy.LAS and queued:
+    if result.policy in (Policy.SRPT_PROGRESS, ORACLE) and queued:
+        for job in running.values():
+            events.append(job.started_at + guards.min_run_s)  # it becomes preemptible
+        if result.policy == Policy.SRPT_PROGRESS and running:
+            # Estimates change with new records and service: a look each interval, as
+            # the daemon's worker reads progress on a timer (not at each job's record).
+            every = result.progress_interval_s
+            events.append((math.floor(t / every) + 1) * every)
+    if result.policy == Policy.LAS and queued:
         for job in running.values():
             events.append(job.started_at + guards.min_run_s)  # it becomes preemptible
             above = [x for x in thresholds if x > job.attained_at(t) + EPSILON]
@@ -106,16 +118,12 @@ def _schedule(
     queued: list[SimJob],
     running: dict[int, SimJob],
     gpus: int,
-    policy: Policy,
     guards: Guards,
     thresholds: Sequence[float],
     result: Result,
 ) -> None:
     for _ in range(len(queued) + len(running) + 1):  # each round preempts or ends it
-        runs = result.runs + [
-            Run(j.trace.user, len(j.gpus), j.started_at, None) for j in running.values()
-        ]
-        order = Order(policy, recent_usage(runs, t, FAIR_SHARE_WINDOW_S), thresholds)
+        order = _order(t, queued, running, thresholds, result)
         waiting = [_queued(j) for j in queued]
         live = [RunningJob(j.trace.id, j.gpus, j.started_at) for j in running.values()]
         placements = plan(waiting, range(gpus), live, [], order.usage, t, order=order)
@@ -124,7 +132,7 @@ def _schedule(
             job = by_id[p.job_id]
             queued.remove(job)
             _start(job, p.gpus, t, running)
-        if policy is not Policy.LAS or not queued:
+        if order.policy not in PREEMPTING or not queued:
             return
         held = sum(len(j.gpus) for j in running.values())
         wanted = victims(
@@ -139,6 +147,31 @@ def _schedule(
             return
         for preemption in wanted:
             _preempt(running[preemption.victim], t, running, queued, guards, result)
+
+
+def _order(
+    t: float,
+    queued: list[SimJob],
+    running: dict[int, SimJob],
+    thresholds: Sequence[float],
+    result: Result,
+) -> Order:
+    """The policy's order for this pass, from what the daemon would know now."""
+    runs = result.runs + [
+        Run(j.trace.user, len(j.gpus), j.started_at, None) for j in running.values()
+    ]
+    usage = recent_usage(runs, t, FAIR_SHARE_WINDOW_S)
+    live = [*queued, *running.values()]
+    if result.policy == ORACLE:
+        truth = {j.trace.id: j.true_remaining(t) for j in live}
+        return Order(Policy.SRPT_PROGRESS, usage, thresholds, truth, preempt_factor=1.0)
+    policy = Policy(result.policy)
+    if policy is not Policy.SRPT_PROGRESS:
+        return Order(policy, usage, thresholds)
+    seen = [j.seen(t, result.progress_interval_s) for j in live]
+    guesses = estimates(seen, result.history, t)
+    band = over_band(usage, (j.owner for j in seen))
+    return Order(policy, usage, thresholds, guesses, band)
 
 
 def _queued(job: SimJob) -> QueuedJob:
@@ -178,19 +211,15 @@ def _start(job: SimJob, gpus: tuple[int, ...], t: float, running: dict[int, SimJ
 
 
 def _stop(job: SimJob, t: float, running: dict[int, SimJob], result: Result) -> None:
-    held = len(job.gpus) * (t - job.started_at)
-    job.attained_s += held
-    job.busy_gpu_s += held
-    worked = max(0.0, t - job.started_at - job.overhead_s)
-    job.done_s = min(job.trace.duration_s, job.done_s + worked)
     result.runs.append(Run(job.trace.user, len(job.gpus), job.started_at, t))
     del running[job.trace.id]
-    job.gpus = ()
+    job.stop(t, result.progress_interval_s)
 
 
 def _end(job: SimJob, t: float, running: dict[int, SimJob], result: Result) -> None:
     _stop(job, t, running, result)
     job.finished_at = t
+    result.history.add(job.trace.user, job.trace.workload, job.attained_s)
 
 
 def _preempt(

@@ -24,7 +24,7 @@ def figures(result: Result) -> dict[str, Any]:
     for j in result.jobs:
         by_user[j.trace.user] = by_user.get(j.trace.user, 0.0) + j.busy_gpu_s
     return {
-        "policy": result.policy.value,
+        "policy": result.policy,
         "gpus": result.gpus,
         "jobs": len(result.jobs),
         "unfinished": len(result.jobs) - len(done),

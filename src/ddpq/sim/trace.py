@@ -6,10 +6,13 @@ import csv
 import math
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-# The columns a trace must have (as the Tiresias simulator's, shared/traces/); others ignored.
+# The columns a trace must have (as the Tiresias simulator's, shared/traces/); others ignored
+# but for ``user``, ``priority``, ``reports_progress`` (1: the job writes its fraction done
+# every ``--progress-interval``; 0 or absent: never) and ``workload`` (or the Tiresias
+# trace's ``model_name``: with the user, the class of its history for the Gittins rank).
 REQUIRED = ("job_id", "num_gpu", "submit_time", "duration")
 
 
@@ -26,6 +29,8 @@ class TraceJob:
     user: str = "user"
     priority: int = 0
     preemptible: bool = True
+    reports_progress: bool = False
+    workload: str = ""
 
 
 def read(path: Path) -> list[TraceJob]:
@@ -51,6 +56,8 @@ def parse(rows: Iterable[dict[str, str]], where: str = "trace") -> list[TraceJob
                 duration_s=float(row["duration"]),
                 user=(row.get("user") or "user").strip() or "user",
                 priority=int(row.get("priority") or 0),
+                reports_progress=_flag(row.get("reports_progress")),
+                workload=(row.get("workload") or row.get("model_name") or "").strip(),
             )
         except ValueError as exc:
             raise TraceError(f"{where}:{number}: {exc}") from None
@@ -64,15 +71,25 @@ def parse(rows: Iterable[dict[str, str]], where: str = "trace") -> list[TraceJob
     return sorted(jobs, key=lambda j: (j.submit_s, j.id))
 
 
+def _flag(text: str | None) -> bool:
+    value = (text or "0").strip() or "0"
+    if value not in ("0", "1"):
+        raise ValueError(f"reports_progress is 0 or 1, not {value[:20]!r}")
+    return value == "1"
+
+
 def mark_preemptible(jobs: list[TraceJob], fraction: float, seed: int) -> list[TraceJob]:
     """Each job preemptible with probability ``fraction`` (1: all, as the built-in workload)."""
     rng = random.Random(seed)
-    return [
-        TraceJob(
-            j.id, j.gpus, j.submit_s, j.duration_s, j.user, j.priority, rng.random() < fraction
-        )
-        for j in jobs
-    ]
+    return [replace(j, preemptible=rng.random() < fraction) for j in jobs]
+
+
+def mark_progress(jobs: list[TraceJob], fraction: float, seed: int) -> list[TraceJob]:
+    """Each job reports its progress with probability ``fraction`` (the trace's own
+    ``reports_progress`` column replaced): a lab where some jobs write progress and others
+    do not. Its own random stream, so ``--preemptible`` draws the same either way."""
+    rng = random.Random(f"progress-{seed}")
+    return [replace(j, reports_progress=rng.random() < fraction) for j in jobs]
 
 
 # The generated trace's shape (see ``generate``).
@@ -104,9 +121,56 @@ def generate(
     return jobs
 
 
+# The lab trace's shape (see ``lab``).
+WORKLOADS_PER_USER, WORKLOAD_SIGMA, RUN_SIGMA = 6, 1.7, 0.5
+
+
+def lab(count: int, seed: int, users: int = 4, gpus: int = 8, load: float = 0.9) -> list[TraceJob]:
+    """A lab's trace: ``generate``'s arrivals, users and heavy tail, but each user reruns
+    a few workloads (``WORKLOADS_PER_USER`` commands each, with their own GPU count and
+    typical length: log-normal around 10 min with sigma ``WORKLOAD_SIGMA``), and a run
+    of one lasts its typical length times a log-normal factor of sigma ``RUN_SIGMA``. So a
+    user's history of a command tells something of its next run, as in a real lab."""
+    rng = random.Random(f"lab-{seed}")
+    shapes = {
+        (u, w): (
+            rng.choices(GPU_COUNTS, weights=GPU_WEIGHTS)[0],
+            rng.lognormvariate(math.log(MEDIAN_S), WORKLOAD_SIGMA),
+        )
+        for u in range(users)
+        for w in range(WORKLOADS_PER_USER)
+    }
+    sigma = math.hypot(WORKLOAD_SIGMA, RUN_SIGMA)
+    mean_gpus = sum(g * w for g, w in zip(GPU_COUNTS, GPU_WEIGHTS, strict=True))
+    mean_gap = mean_gpus * MEDIAN_S * math.exp(sigma**2 / 2) / (gpus * load)
+    weights = [2.0**-u for u in range(users)]
+    t = 0.0
+    jobs = []
+    for i in range(count):
+        t += rng.expovariate(1.0 / mean_gap)
+        u = rng.choices(range(users), weights=weights)[0]
+        w = rng.randrange(WORKLOADS_PER_USER)
+        n, typical = shapes[(u, w)]
+        duration = typical * rng.lognormvariate(0.0, RUN_SIGMA)
+        duration = min(LONGEST_S, max(SHORTEST_S, duration))
+        jobs.append(TraceJob(i, n, round(t, 3), round(duration, 3), f"user{u}", workload=f"cmd{w}"))
+    return jobs
+
+
 def write(jobs: Iterable[TraceJob], path: Path) -> None:
     with path.open("w", newline="") as f:
         out = csv.writer(f)
-        out.writerow([*REQUIRED, "user", "priority"])
+        out.writerow([*REQUIRED, "user", "priority", "reports_progress", "workload"])
         for j in jobs:
-            out.writerow([j.id, j.gpus, j.submit_s, j.duration_s, j.user, j.priority])
+            out.writerow(
+                [
+                    j.id,
+                    j.gpus,
+                    j.submit_s,
+                    j.duration_s,
+                    j.user,
+                    j.priority,
+                    int(j.reports_progress),
+                    j.workload,
+                ]
+            )
