@@ -68,11 +68,11 @@ def v2_mount(mountinfo: str = "/proc/self/mountinfo") -> tuple[Path, str] | None
         left, sep, right = line.partition(" - ")
         fields = left.split()
         if sep and right.split()[:1] == ["cgroup2"] and len(fields) >= 5:
-            return Path(_unescape(fields[4])), _unescape(fields[3])
+            return Path(unescape(fields[4])), unescape(fields[3])
     return None
 
 
-def _unescape(field: str) -> str:
+def unescape(field: str) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes."""
     for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
         field = field.replace(code, char)
@@ -117,14 +117,18 @@ def detect(home: Path, mode: str | None = None, root: Path | None = None) -> Tra
         return Tracking("session", why="no cgroup v2 hierarchy is mounted here")
     if not (base / "cgroup.procs").exists():
         return Tracking("session", why=f"{base} is not a cgroup v2 folder")
-    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
-    tree = base / f"ddpq-{digest}"
+    tree = base / tree_name(home)
     try:
         tree.mkdir(exist_ok=True)
         tree.chmod(0o755)  # a shim running as its job's account reads its cgroup's members
     except OSError as exc:
         return Tracking("session", why=f"cannot create {tree}: {exc.strerror}")
     return Tracking("cgroup", tree=tree, trees=_remember(home, tree))
+
+
+def tree_name(home: Path) -> str:
+    """The folder of a state folder's job cgroups: one per state folder, in each hierarchy."""
+    return "ddpq-" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
 
 
 def _remember(home: Path, tree: Path) -> tuple[Path, ...]:
