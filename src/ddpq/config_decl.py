@@ -354,15 +354,10 @@ class _Resources(BaseSettings):
             only="worker",
         ),
     ] = 0.5
-    # Enforced by each job's cgroup (executors.local.limits): a fork bomb stops at its own cap.
-    job_pids_max: Annotated[
+    job_pids_max: Annotated[  # each job cgroup's pids.max: a fork bomb stops at its own cap
         int,
         Field(ge=0, le=4_194_304),  # the kernel's own pid_max at most
-        Public(
-            "job_pids_max",
-            "most processes and threads one job may have at once (0: no cap)",
-            only="worker",
-        ),
+        Public("job_pids_max", "processes and threads one job may have (0: no cap)", "worker"),
     ] = 4096
 
 
