@@ -350,3 +350,14 @@ def test_serve_and_gpus_say_what_enforces_jobs_limits(
     for x in limits_said:
         assert x.said in log
         assert x.said.endswith(f"({x.how})")
+
+
+def test_a_daemon_started_in_its_leaf_makes_job_cgroups_beside_it(tmp_path: Path) -> None:
+    """A restart (or systemd's DelegateSubgroup=daemon) starts the daemon in the leaf an
+    earlier run moved into: its job cgroups go beside the leaf, not under it."""
+    leaf = tmp_path / "svc" / limits.LEAF
+    leaf.mkdir(parents=True)
+    (tmp_path / "svc" / "cgroup.procs").touch()
+    assert cgroups.outside_own_leaf(leaf) == tmp_path / "svc"
+    assert cgroups.outside_own_leaf(tmp_path / "svc") == tmp_path / "svc"
+    assert cgroups.outside_own_leaf(None) is None

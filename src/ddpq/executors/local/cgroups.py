@@ -31,6 +31,7 @@ from pathlib import Path
 
 MODE_ENV = "DDPQ_TRACKING"  # auto (default) | session
 ROOT_ENV = "DDPQ_CGROUP_ROOT"  # make job cgroups under this cgroup instead of our own
+LEAF = "daemon"  # the daemon's own cgroup's leaf it moves into (executors.local.limits)
 TREES_FILE = "cgroup-trees"  # in the state folder: where job cgroups were made, newest first
 
 
@@ -105,6 +106,16 @@ def own_cgroup() -> Path | None:
     return folder if (folder / "cgroup.procs").exists() else None
 
 
+def outside_own_leaf(own: Path | None) -> Path | None:
+    """Where job cgroups go for a daemon in ``own``: beside it, in its parent, when ``own``
+    is the leaf a daemon moves itself into to hand controllers down (``limits.LEAF``; a
+    restarted daemon starts there, or systemd's ``DelegateSubgroup=daemon`` starts it there):
+    v2 lets a cgroup with processes in it have no children with controllers."""
+    if own is not None and own.name == LEAF and os.access(own.parent / "cgroup.procs", os.W_OK):
+        return own.parent
+    return own
+
+
 def detect(home: Path, mode: str | None = None, root: Path | None = None) -> Tracking:
     """Choose how jobs are tracked; with cgroups, prepare the tree for this state folder."""
     mode = (mode if mode is not None else os.environ.get(MODE_ENV, "auto")).strip().lower()
@@ -112,7 +123,7 @@ def detect(home: Path, mode: str | None = None, root: Path | None = None) -> Tra
         return Tracking("session", why=f"{MODE_ENV}=session")
     if root is None and os.environ.get(ROOT_ENV):
         root = Path(os.environ[ROOT_ENV])
-    base = root if root is not None else own_cgroup()
+    base = root if root is not None else outside_own_leaf(own_cgroup())
     if base is None:
         return Tracking("session", why="no cgroup v2 hierarchy is mounted here")
     if not (base / "cgroup.procs").exists():

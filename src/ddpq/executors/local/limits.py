@@ -31,7 +31,7 @@ from ddpq.executors.base import Launch
 from ddpq.executors.local import cgroup_v1, cgroups
 
 CONTROLLERS = ("cpuset", "memory", "pids")
-LEAF = "daemon"  # where the daemon moves itself to hand controllers down (v2)
+LEAF = cgroups.LEAF  # where the daemon moves itself to hand controllers down (v2)
 RELEASE_TIMEOUT_S = 1.0  # a v1 cgroup whose last process is still exiting refuses rmdir
 
 
