@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -21,8 +22,10 @@ import pytest
 
 from ddpq import enforcement
 from ddpq.config import Settings
+from ddpq.core.disposition import JobFacts, after_exit
 from ddpq.core.enforcement import Control, phrase
 from ddpq.core.rules import ExitRecord, describe_exit
+from ddpq.core.states import JobState
 from ddpq.executors.base import Ended
 from ddpq.executors.local import cgroup_v1, cgroups, limits
 from ddpq.executors.local.executor import LocalExecutor
@@ -327,6 +330,14 @@ def test_the_oom_reason_names_the_limit_and_only_for_a_job_that_failed() -> None
     assert describe_exit(survived) == "exit code 0"
 
 
+def test_an_oom_killed_attempt_fails_with_the_reason() -> None:
+    record = ExitRecord(None, 9, 0.0, 1.0, oom_limit_bytes=150 * MIB)
+    facts = JobFacts(attempt=1, max_retries=0, port_retries=0, stop=None)
+    done = after_exit(record, facts, grace_s=1.0, max_port_retries=0, now=1.0)
+    assert done.job_state is JobState.FAILED
+    assert done.job_reason == "out of memory: used its 150M; killed by signal 9"
+
+
 def test_the_enforcement_record_round_trips_and_rejects_junk(tmp_path: Path) -> None:
     controls = [Control("memory", False, "no memory controller"), Control("pids", True, "v1")]
     enforcement.publish(tmp_path, controls)
@@ -347,9 +358,27 @@ def test_serve_and_gpus_say_what_enforces_jobs_limits(
     limits_said = d.client().devices().limits
     assert [x.controller for x in limits_said] == ["cpuset", "memory", "pids"]
     log = (d.home / "daemon.log").read_text(errors="replace")
+    shown = subprocess.run(
+        [sys.executable, "-m", "ddpq", "gpus"],
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        env={**os.environ, "DDPQ_URL": d.url, "COLUMNS": "200"},
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
     for x in limits_said:
-        assert x.said in log
+        assert x.said in log and x.said in shown.stdout
         assert x.said.endswith(f"({x.how})")
+
+
+def test_session_tracking_says_no_limits_in_gpus(make_daemon: Callable[..., Daemon]) -> None:
+    d = make_daemon("--fake-gpus", "1", DDPQ_TRACKING="session")
+    said = [x.said for x in d.client().devices().limits]
+    assert said == [
+        f"{noun}: not enforced (DDPQ_TRACKING=session: no job cgroups)"
+        for noun in ("CPU cores", "memory limits", "process caps")
+    ]
 
 
 def test_a_daemon_started_in_its_leaf_makes_job_cgroups_beside_it(tmp_path: Path) -> None:
