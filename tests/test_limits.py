@@ -235,7 +235,7 @@ def fake_v2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     own = tmp_path / "svc"
     own.mkdir()
     (own / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    (own / "cgroup.procs").write_text("4242\n")
+    (own / "cgroup.procs").write_text(f"{os.getpid()}\n")
     (own / "cgroup.subtree_control").write_text("")
     real_write = cgroup_v1.write
 
@@ -247,7 +247,8 @@ def fake_v2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         real_write(path, value)
 
     def add(path: Path, pid: int) -> None:  # a move: out of the parent, into the leaf
-        (own / "cgroup.procs").write_text("")
+        left = [p for p in cgroup_v1.read(own / "cgroup.procs").split() if p != str(pid)]
+        (own / "cgroup.procs").write_text("".join(f"{p}\n" for p in left))
         real_write(path / "cgroup.procs", str(pid))
 
     monkeypatch.setattr(cgroup_v1, "write", write)
@@ -271,7 +272,7 @@ def test_v2_controllers_are_enabled_from_a_leaf_and_set_per_job(
     found = limits.detect(tmp_path, tracking, 512, **no_v1(tmp_path))
     assert found.v2 == {"cpuset", "memory", "pids"} and not found.v1
     # The daemon moved itself into a leaf, then handed the controllers down.
-    assert (fake_v2 / "daemon" / "cgroup.procs").read_text() == "4242"
+    assert (fake_v2 / "daemon" / "cgroup.procs").read_text() == str(os.getpid())
     assert cgroup_v1.read(fake_v2 / "cgroup.subtree_control").split() == [
         "cpuset",
         "memory",
@@ -292,6 +293,23 @@ def test_v2_controllers_are_enabled_from_a_leaf_and_set_per_job(
     assert cgroup_v1.read(job / "pids.max") == "512"
     (job / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n")
     assert limits.oom_limit(found, 7, 1, job) == 150 * MIB
+
+
+def test_a_daemon_sharing_its_cgroup_moves_no_one_else_and_says_why(
+    fake_v2: Path, tmp_path: Path
+) -> None:
+    """Run by hand from a login session (root, pure v2): the shell shares the daemon's
+    cgroup. It is not moved; the controllers are said to be missing, with the reason."""
+    (fake_v2 / "cgroup.procs").write_text(f"{os.getpid()}\n1\n")
+    tree = fake_v2 / "ddpq-test"
+    tree.mkdir()
+    tracking = cgroups.Tracking("cgroup", tree=tree, trees=(tree,))
+    found = limits.detect(tmp_path, tracking, 64, **no_v1(tmp_path))
+    assert found.v2 == set()
+    assert cgroup_v1.read(fake_v2 / "cgroup.procs").split() == [str(os.getpid()), "1"]
+    said = found.describe()
+    assert "memory limits: not enforced (cannot enable memory under " in said
+    assert "other processes share the daemon's cgroup (PID 1)" in said
 
 
 def test_a_missing_controller_is_said_missing_never_pretended(

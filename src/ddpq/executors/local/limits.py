@@ -130,13 +130,19 @@ def _enable(base: Path, name: str) -> None:
         if exc.errno != errno.EBUSY:
             raise
         # "No internal processes": the daemon's own cgroup may hand controllers down only
-        # once no process is in it. Its processes are the daemon's (a delegated service
-        # cgroup), so they move into a leaf of it, and job cgroups stay beside it.
+        # once no process is in it. The daemon moves itself into a leaf of it (job cgroups
+        # stay beside that); any other process there is not ours to move (a login
+        # session's shell, say): then the controller is said to be missing, and why.
+        others = [pid for pid in cgroups.members(base) if pid != os.getpid()]
+        if others:
+            raise OSError(
+                errno.EBUSY,
+                f"other processes share the daemon's cgroup (PID {others[0]}); give it one "
+                "of its own (a service with Delegate=yes)",
+            ) from None
         leaf = base / LEAF
         leaf.mkdir(exist_ok=True)
-        for pid in cgroups.members(base):
-            with contextlib.suppress(ProcessLookupError):
-                cgroups.add(leaf, pid)
+        cgroups.add(leaf, os.getpid())
         cgroup_v1.write(base / "cgroup.subtree_control", f"+{name}")
 
 
