@@ -71,6 +71,8 @@ class LocalExecutor:
         except OSError as exc:  # as with tracking: said, and the daemon runs on
             why = f"cgroup setup failed: {exc}"
             self.limits = limits.Limits(missing=dict.fromkeys(limits.CONTROLLERS, why))
+        for tree in self.limits.v1.values():
+            atexit.register(cgroups.remove, tree)  # as the v2 tree: unless jobs run in it
         omp = threads_per_rank(os.cpu_count() or 1, gpu_count)
         self._spawner = Spawner(settings, self.tracking, omp, self._warn_once, self.limits)
 
