@@ -93,10 +93,22 @@ def _remove_job_cgroups(home: Path) -> None:
     try:
         trees = [Path(p) for p in (home / cgroups.TREES_FILE).read_text().split()]
     except OSError:
-        return
+        trees = []
     for tree in trees:
         for job in tree.glob("job-*"):
             cgroups.destroy(job, timeout=5)
+        cgroups.remove(tree)
+    _remove_limit_cgroups(home)
+
+
+def _remove_limit_cgroups(home: Path) -> None:
+    """The v1 cgroups of its jobs' limits (executors.local.cgroup_v1), empty once the job
+    cgroups above are: a daemon killed with SIGKILL leaves them."""
+    from ddpq.executors.local import cgroup_v1, cgroups
+
+    for _controller, tree in cgroup_v1.remembered(home):
+        for job in tree.glob("job-*"):
+            cgroups.remove(job)
         cgroups.remove(tree)
 
 

@@ -145,7 +145,8 @@ def test_the_unit_keeps_jobs_across_restarts_and_agrees_with_the_config_file(
     assert one["KillMode"] == "process"  # a restart stops the daemon, not the jobs
     assert one["Delegate"] == "yes"  # job cgroups under the service's are ddpq's
     assert one["Restart"] == "on-failure" and one["RestartPreventExitStatus"] == "2"
-    assert one["OOMPolicy"] == "continue" and one["TasksMax"] == "infinity"
+    # Bounded: a fork bomb across jobs must leave the machine PIDs (issue 23).
+    assert one["OOMPolicy"] == "continue" and one["TasksMax"] == "80%"
     assert one["EnvironmentFile"] == "-/etc/ddpq/ddpq.env"
     assert one["StateDirectory"] == "ddpq" and "User" not in one
     assert "DDPQ_HOME=/var/lib/ddpq" in unit["Environment"]

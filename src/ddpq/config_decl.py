@@ -354,6 +354,11 @@ class _Resources(BaseSettings):
             only="worker",
         ),
     ] = 0.5
+    job_pids_max: Annotated[  # each job cgroup's pids.max: a fork bomb stops at its own cap
+        int,
+        Field(ge=0, le=4_194_304),  # the kernel's own pid_max at most
+        Public("job_pids_max", "processes and threads one job may have (0: no cap)", "worker"),
+    ] = 4096
 
 
 # The groups above, listed last first: pydantic orders inherited fields from the last base

@@ -22,6 +22,13 @@ def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         print_json(devs)
         return
     console().print(gpu_table(devs))
+    from ddpq.client.format import as_data, plain
+
+    # What holds jobs to their cores, memory and processes here; a kind nothing enforces
+    # is said so (the daemon never pretends).
+    for limit in as_data(devs).get("limits") or []:
+        style = "" if limit.get("enforced") else "yellow"
+        console().print(plain(str(limit.get("said", "")), style))
 
 
 def watch(

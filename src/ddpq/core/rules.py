@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ddpq.core.states import JobState
+from ddpq.core.units import size_for_people
 
 
 class StopRequest(StrEnum):
@@ -33,6 +34,9 @@ class ExitRecord:
     # False: the shim never started the job (its worker went away first), so the attempt
     # did not run at all and the job goes back to the queue as it was.
     launched: bool = True
+    # The memory limit (bytes) of the cgroup whose OOM killer killed some of the job: read
+    # by the executor from the kernel's count, never from what the job wrote. None: no kill.
+    oom_limit_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,15 @@ def retry_backoff_s(attempt: int, base_s: float = 2.0, cap_s: float = 300.0) -> 
 
 
 def describe_exit(record: ExitRecord) -> str:
+    how = _how_it_ended(record)
+    succeeded = record.error is None and record.signal is None and record.exit_code == 0
+    if record.oom_limit_bytes is not None and not succeeded:
+        # The limit is what it asked for (--mem) or was given: say so before the signal.
+        return f"out of memory: used its {size_for_people(record.oom_limit_bytes)}; {how}"
+    return how
+
+
+def _how_it_ended(record: ExitRecord) -> str:
     if record.error:
         return record.error
     if record.signal is not None:

@@ -10,6 +10,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING
 
+from ddpq import enforcement
 from ddpq.config import ConfigError, Settings
 from ddpq.core.names import SYSTEM_SOCKET
 from ddpq.daemon.heap import freeze_startup_objects
@@ -67,6 +68,22 @@ def _start_worker(settings: Settings) -> Worker:
         return Worker(worker_settings, executor=executor, devices=devices)
     except (DevicesUnavailable, SlurmUnavailable) as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _say_what_limits_jobs(settings: Settings, executor: object) -> None:
+    """Log what enforces jobs' cores, memory and processes (a warning for each kind that
+    nothing does), and leave it for the API (``ddpq gpus``, the page)."""
+    from ddpq.core.enforcement import phrase
+    from ddpq.executors.base import Enforcing
+
+    controls = executor.controls() if isinstance(executor, Enforcing) else None
+    for control in controls or []:
+        level = logging.INFO if control.enforced else logging.WARNING
+        log.log(level, "worker: %s", phrase(control))
+    try:
+        enforcement.publish(settings.home, controls)
+    except OSError as exc:
+        log.warning("cannot record what limits jobs (for ddpq gpus): %s", exc)
 
 
 def _start_notifier(settings: Settings, shutdown: Shutdown) -> Notifier:
@@ -204,6 +221,7 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
             *settings.port_range,
         )
         log.info("worker: %s", agent.executor.describe())
+        _say_what_limits_jobs(settings, agent.executor)
     if api:  # after the worker: a setting it refuses stays the only line of a failed start
         _say_who_is_trusted(settings)
         _say_where_the_socket_is(settings, unix)

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from ddpq.core.enforcement import Control
 from ddpq.core.rules import ExitRecord
 from ddpq.core.spec import JobSpec
 
@@ -142,4 +143,14 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Let go of descriptors; running jobs keep running."""
+        ...
+
+
+@runtime_checkable
+class Enforcing(Protocol):
+    """An executor that enforces jobs' limits itself (the local one, by cgroups), and says
+    with what: the daemon logs it at start and the API shows it (``ddpq gpus``)."""
+
+    def controls(self) -> list[Control]:
+        """Each kind of limit, enforced (and how) or not (and why)."""
         ...

@@ -46,10 +46,24 @@ class DeviceOut(BaseModel):
     )
 
 
+class LimitOut(BaseModel):
+    """One kind of job limit on this host: enforced, and how, or not, and why."""
+
+    controller: str = Field(description="cpuset (CPU cores), memory or pids (processes)")
+    enforced: bool
+    how: str = Field(description='"cgroup v1", "cgroup v2", or why it is not enforced')
+    said: str = Field(description='in words: "memory limits: not enforced (no memory controller)"')
+
+
 class DeviceList(BaseModel):
     items: list[DeviceOut]
     ports_leased: dict[int, int] = Field(
         default_factory=dict, description="rendezvous port -> job id"
+    )
+    limits: list[LimitOut] = Field(
+        default_factory=list,
+        description="what enforces jobs' cores, memory and processes (empty: the executor "
+        "does not, e.g. Slurm's own limits)",
     )
 
 

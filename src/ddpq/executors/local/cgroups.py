@@ -31,6 +31,7 @@ from pathlib import Path
 
 MODE_ENV = "DDPQ_TRACKING"  # auto (default) | session
 ROOT_ENV = "DDPQ_CGROUP_ROOT"  # make job cgroups under this cgroup instead of our own
+LEAF = "daemon"  # the daemon's own cgroup's leaf it moves into (executors.local.limits)
 TREES_FILE = "cgroup-trees"  # in the state folder: where job cgroups were made, newest first
 
 
@@ -68,11 +69,11 @@ def v2_mount(mountinfo: str = "/proc/self/mountinfo") -> tuple[Path, str] | None
         left, sep, right = line.partition(" - ")
         fields = left.split()
         if sep and right.split()[:1] == ["cgroup2"] and len(fields) >= 5:
-            return Path(_unescape(fields[4])), _unescape(fields[3])
+            return Path(unescape(fields[4])), unescape(fields[3])
     return None
 
 
-def _unescape(field: str) -> str:
+def unescape(field: str) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes."""
     for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
         field = field.replace(code, char)
@@ -105,6 +106,16 @@ def own_cgroup() -> Path | None:
     return folder if (folder / "cgroup.procs").exists() else None
 
 
+def outside_own_leaf(own: Path | None) -> Path | None:
+    """Where job cgroups go for a daemon in ``own``: beside it, in its parent, when ``own``
+    is the leaf a daemon moves itself into to hand controllers down (``limits.LEAF``; a
+    restarted daemon starts there, or systemd's ``DelegateSubgroup=daemon`` starts it there):
+    v2 lets a cgroup with processes in it have no children with controllers."""
+    if own is not None and own.name == LEAF and os.access(own.parent / "cgroup.procs", os.W_OK):
+        return own.parent
+    return own
+
+
 def detect(home: Path, mode: str | None = None, root: Path | None = None) -> Tracking:
     """Choose how jobs are tracked; with cgroups, prepare the tree for this state folder."""
     mode = (mode if mode is not None else os.environ.get(MODE_ENV, "auto")).strip().lower()
@@ -112,19 +123,23 @@ def detect(home: Path, mode: str | None = None, root: Path | None = None) -> Tra
         return Tracking("session", why=f"{MODE_ENV}=session")
     if root is None and os.environ.get(ROOT_ENV):
         root = Path(os.environ[ROOT_ENV])
-    base = root if root is not None else own_cgroup()
+    base = root if root is not None else outside_own_leaf(own_cgroup())
     if base is None:
         return Tracking("session", why="no cgroup v2 hierarchy is mounted here")
     if not (base / "cgroup.procs").exists():
         return Tracking("session", why=f"{base} is not a cgroup v2 folder")
-    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
-    tree = base / f"ddpq-{digest}"
+    tree = base / tree_name(home)
     try:
         tree.mkdir(exist_ok=True)
         tree.chmod(0o755)  # a shim running as its job's account reads its cgroup's members
     except OSError as exc:
         return Tracking("session", why=f"cannot create {tree}: {exc.strerror}")
     return Tracking("cgroup", tree=tree, trees=_remember(home, tree))
+
+
+def tree_name(home: Path) -> str:
+    """The folder of a state folder's job cgroups: one per state folder, in each hierarchy."""
+    return "ddpq-" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
 
 
 def _remember(home: Path, tree: Path) -> tuple[Path, ...]:

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpq.config import Settings
+from ddpq.core.enforcement import Control
 from ddpq.core.rules import ExitRecord
 from ddpq.executors.base import LOST, Ended, Launch
 from ddpq.executors.contract import threads_per_rank
-from ddpq.executors.local import cgroups, gpu_fence, procs
+from ddpq.executors.local import cgroups, gpu_fence, limits, procs
 from ddpq.executors.local.spawn import Spawned, Spawner, abandon, let_run
 from ddpq.jobdir import JobDir
 
@@ -65,8 +66,15 @@ class LocalExecutor:
         self._held: dict[int, Spawned] = {}  # started, waiting for proceed()
         self._warned: set[str] = set()
         self.tracking = self._detect_tracking()
+        try:
+            self.limits = limits.detect(settings.home, self.tracking, settings.job_pids_max)
+        except OSError as exc:  # as with tracking: said, and the daemon runs on
+            why = f"cgroup setup failed: {exc}"
+            self.limits = limits.Limits(missing=dict.fromkeys(limits.CONTROLLERS, why))
+        for tree in self.limits.v1.values():
+            atexit.register(cgroups.remove, tree)  # as the v2 tree: unless jobs run in it
         omp = threads_per_rank(os.cpu_count() or 1, gpu_count)
-        self._spawner = Spawner(settings, self.tracking, omp, self._warn_once)
+        self._spawner = Spawner(settings, self.tracking, omp, self._warn_once, self.limits)
 
     def _detect_tracking(self) -> cgroups.Tracking:
         """A cgroup per job where cgroup v2 allows it (``DDPQ_TRACKING=session`` says no),
@@ -90,6 +98,10 @@ class LocalExecutor:
 
     def describe(self) -> str:
         return f"{self.tracking.describe()}; {self._spawner.describe()}"
+
+    def controls(self) -> list[Control]:
+        """What jobs' limits are enforced with here (``executors.base.Enforcing``)."""
+        return self.limits.controls()
 
     # ---- start, adopt --------------------------------------------------------------
 
@@ -153,13 +165,18 @@ class LocalExecutor:
                 os.close(w.fd)
             record = w.folder.read_exit_record(w.attempt)
             cgroup = self._cgroup_of(job_id, w.attempt)
+            # Before its cgroup goes: the kernel's count of OOM kills in it.
+            oom_limit = limits.oom_limit(self.limits, job_id, w.attempt, cgroup)
             if cgroup is not None:
-                record = self._end_cgroup(cgroup, record)
+                ending = self._end_cgroup(cgroup, record)
             else:
                 if occupied is None:  # one look at /proc for all of them
                     occupied = procs.occupied_sessions()
-                record = self._end_session(w, record, occupied)
-            out.append(Ended(job_id, w.attempt, record))
+                ending = self._end_session(w, record, occupied)
+            limits.release(self.limits, job_id, w.attempt)
+            if oom_limit is not None:
+                ending = dataclasses.replace(ending, oom_limit_bytes=oom_limit)
+            out.append(Ended(job_id, w.attempt, ending))
         return out
 
     def _end_session(self, w: Watched, record: ExitRecord | None, occupied: set[int]) -> ExitRecord:

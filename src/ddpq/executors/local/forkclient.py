@@ -74,6 +74,7 @@ class ForkServer:
         cgroup: Path | None,
         gate: int,
         stderr: int,
+        limits: Sequence[Path] = (),
     ) -> int:
         """Fork a shim that waits on ``gate``; its PID. Raises ForkServerUnavailable or
         ForkServerLost (see there), or OSError for a refused fork (out of processes)."""
@@ -85,6 +86,7 @@ class ForkServer:
             "groups": list(groups) if groups is not None else [],
             "umask": umask,
             "cgroup": str(cgroup) if cgroup is not None else None,
+            "limits": [str(path) for path in limits],
         }
         data = json.dumps(request).encode()
         passed = [gate, stderr]

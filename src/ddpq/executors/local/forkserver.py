@@ -9,12 +9,12 @@ waiting), nor the worker's write into ``cgroup.procs`` (~7 ms: the kernel's cgro
 migration waits for an RCU grace period). The worker's part is one message each way.
 
 Requests arrive as one datagram each on a SOCK_SEQPACKET socket: a JSON object
-``{"argv", "env", "uid", "gid", "groups", "umask", "cgroup"}`` with two descriptors passed along
-(SCM_RIGHTS): the read end of the shim's gate pipe, and its stderr file. A request too
-large for one datagram is ``{"request_fd": true}`` with a third descriptor, a memory file
-holding the object. The answer is
-``{"pid": N}`` or ``{"error": "..."}``. The server reaps its children, and exits when the
-worker's end of the socket closes; shims it forked run on.
+``{"argv", "env", "uid", "gid", "groups", "umask", "cgroup", "limits"}`` with two
+descriptors passed along (SCM_RIGHTS): the read end of the shim's gate pipe, and its stderr
+file. A request too large for one datagram is ``{"request_fd": true}`` with a third
+descriptor, a memory file holding the object. The answer is ``{"pid": N}`` or
+``{"error": "..."}``. The server reaps its children, and exits when the worker's end of the
+socket closes; shims it forked run on.
 """
 
 from __future__ import annotations
@@ -83,16 +83,7 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
         retitle([SHIM_TITLE, "--job-dir", opts.job_dir])
         os.environ.clear()
         os.environ.update(env)
-        cgroup = request.get("cgroup")
-        refused = None
-        if isinstance(cgroup, str):
-            # Still as the daemon's account: the job's account may not write cgroup.procs.
-            # A job that cannot be confined does not run, and its record says why.
-            try:
-                with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-                    f.write("0")
-            except OSError as exc:
-                refused = f"cannot join its cgroup {cgroup}: {exc.strerror or exc}"
+        refused = join_cgroups(request)
         os.umask(int(request["umask"]))  # type: ignore[call-overload]
         become(request)
         if refused is not None:
@@ -119,6 +110,23 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
         except (OSError, ValueError):
             pass
         os._exit(code)
+
+
+def join_cgroups(request: dict[str, object]) -> str | None:
+    """Join the attempt's cgroups: those of its limits (v1 hierarchies), then its own (v2);
+    None, or why one could not be joined. Still as the daemon's account: the job's may not
+    write cgroup.procs. A job that cannot be confined does not run, and its record says why."""
+    limits, cgroup = request.get("limits"), request.get("cgroup")
+    paths = [p for p in limits if isinstance(p, str)] if isinstance(limits, list) else []
+    if isinstance(cgroup, str):
+        paths.append(cgroup)
+    for path in paths:
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write("0")
+        except OSError as exc:
+            return f"cannot join its cgroup {path}: {exc.strerror or exc}"
+    return None
 
 
 def become(request: dict[str, object]) -> None:

@@ -23,7 +23,7 @@ from ddpq.core.disposition import attempt_header
 from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_argv, job_env
-from ddpq.executors.local import cgroups, gpu_fence, procs
+from ddpq.executors.local import cgroups, gpu_fence, limits, procs
 from ddpq.executors.local.forkclient import ForkServer, ForkServerUnavailable
 from ddpq.jobdir import JobDir, make_folder, open_for_append
 
@@ -110,10 +110,16 @@ class Spawner:
     (``DDPQ_SPAWN=exec`` asks for the exec path)."""
 
     def __init__(
-        self, settings: Settings, tracking: cgroups.Tracking, omp_threads: int, warn: Warn
+        self,
+        settings: Settings,
+        tracking: cgroups.Tracking,
+        omp_threads: int,
+        warn: Warn,
+        confines: limits.Limits | None = None,
     ) -> None:
         self.settings = settings
         self.tracking = tracking
+        self.limits = confines if confines is not None else limits.Limits()
         self.omp_threads = omp_threads
         self.warn = warn
         wanted = os.environ.get(SPAWN_ENV, "fork").strip().lower()
@@ -152,6 +158,13 @@ class Spawner:
             when = time.strftime("%Y-%m-%d %H:%M:%S")
             out.write(attempt_header(when, launch.gpus, launch.port).encode())
         cgroup = self._new_cgroup(launch)
+        try:
+            # Its cores, memory and processes: set before anything of the job runs.
+            joins = limits.confine(self.limits, launch, cgroup)
+        except OSError:
+            if cgroup is not None:
+                cgroups.remove(cgroup)
+            raise
         args = shim_args(folder, launch.spec.cwd, cfg.grace_s, cfg.log_cap_bytes)
         if launch.preempt_with is not None:
             at = args.index("--")
@@ -170,13 +183,14 @@ class Spawner:
         try:
             with open_for_append(folder.shim_errors, owner) as err:
                 ids = credentials(account) if account is not None and switch else None
-                started = self._fork(args, env, ids, cgroup, gate_r, err.fileno())
+                started = self._fork(args, env, ids, (cgroup, joins), gate_r, err.fileno())
                 if started is None:
-                    started = self._exec(args, env, ids, cgroup, gate_r, err)
+                    started = self._exec(args, env, ids, (cgroup, joins), gate_r, err)
         except BaseException:
             os.close(gate_w)
             if cgroup is not None:
                 cgroups.remove(cgroup)
+            limits.release(self.limits, launch.job_id, launch.attempt)
             raise
         finally:
             os.close(gate_r)
@@ -193,11 +207,13 @@ class Spawner:
         args: list[str],
         env: dict[str, str],
         ids: Credentials | None,
-        cgroup: Path | None,
+        where: tuple[Path | None, list[Path]],
         gate: int,
         stderr: int,
     ) -> Started | None:
-        """Through the fork server; None if there is none (then the exec path is taken)."""
+        """Through the fork server; None if there is none (then the exec path is taken).
+        ``where``: the attempt's cgroup (v2) and the cgroups of its limits (v1)."""
+        cgroup, joins = where
         if self.forkserver is None:
             return None
         argv = args if cgroup is None else ["--cgroup", str(cgroup), *args]
@@ -212,6 +228,7 @@ class Spawner:
                 cgroup=cgroup,
                 gate=gate,
                 stderr=stderr,
+                limits=joins,
             )
         except ForkServerUnavailable as exc:
             self.warn("forkserver", f"{exc}; starting shims by exec until it is back")
@@ -224,10 +241,11 @@ class Spawner:
         args: list[str],
         env: dict[str, str],
         ids: Credentials | None,
-        cgroup: Path | None,
+        where: tuple[Path | None, list[Path]],
         gate: int,
         stderr: BinaryIO,
     ) -> Started:
+        cgroup, joins = where
         argv = gated([self.settings.python, "-S", str(SHIM), *args], gate, cgroup)
         child = subprocess.Popen(
             argv,
@@ -245,6 +263,13 @@ class Spawner:
             group=ids[1] if ids else None,
             extra_groups=ids[2] if ids else None,
         )
+        try:
+            for path in joins:  # the shim waits at its gate: nothing of the job runs yet
+                cgroups.add(path, child.pid)
+        except OSError:
+            child.kill()  # a job is never run without the limits it was given
+            child.wait()
+            raise
         joined = False
         if cgroup is not None:
             try:

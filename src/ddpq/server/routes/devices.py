@@ -9,8 +9,10 @@ from dataclasses import replace
 
 from fastapi import APIRouter
 
+from ddpq import enforcement
+from ddpq.core.enforcement import phrase
 from ddpq.core.states import JobState
-from ddpq.schemas import DeviceList, DeviceOut, DeviceShare
+from ddpq.schemas import DeviceList, DeviceOut, DeviceShare, LimitOut
 from ddpq.server import views
 from ddpq.server.deps import Auth, DatabaseDep, SettingsDep
 from ddpq.store import devices as device_store
@@ -73,4 +75,8 @@ def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
                 idle_long=since is not None and now - since >= settings.idle_long_s,
             )
         )
-    return DeviceList(items=items, ports_leased=ports)
+    limits = [
+        LimitOut(controller=c.controller, enforced=c.enforced, how=c.how, said=phrase(c))
+        for c in enforcement.read(settings.home)
+    ]
+    return DeviceList(items=items, ports_leased=ports, limits=limits)

@@ -291,6 +291,10 @@ function renderGpus(devices) {
     grid.append(card);
   }
   $("gpus").replaceWith(grid);
+  // What holds jobs to their cores, memory and processes; a kind nothing enforces says so.
+  const limits = (devices.limits || []).map((x) =>
+    el("span", { class: x.enforced ? "limit" : "limit off", text: x.said }));
+  $("limits").replaceWith(el("div", { id: "limits", class: "limits muted" }, ...limits));
   const free = devices.items.filter((d) => d.status === "free").length;
   return { gpus: devices.items.length, free };
 }
