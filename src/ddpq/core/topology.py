@@ -144,6 +144,15 @@ class FakeTopology:
     default: str = "SYS"
     numa_cpus: Mapping[int, str] = field(default_factory=dict)
 
+    def hardware(self) -> Hardware:
+        """The placer's view of the whole GPUs (MIG instances are the worker's)."""
+        return Hardware(
+            dict(self.links),
+            self.default,
+            {g.index: g.name for g in self.gpus},
+            {g.index: g.numa for g in self.gpus if g.numa is not None},
+        )
+
 
 _PROFILE = re.compile(r"[1-9]g\.[0-9]+gb(\+me)?")
 _CPULIST = re.compile(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*")

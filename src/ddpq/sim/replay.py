@@ -17,6 +17,7 @@ from ddpq.core.policy import LAS_THRESHOLDS, Order, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS, Guards, Running, Waiting, victims
 from ddpq.core.rules import Run, recent_usage
 from ddpq.core.scheduler import QueuedJob, RunningJob, plan
+from ddpq.core.topology import NO_HARDWARE, Hardware
 from ddpq.sim.trace import TraceJob
 
 FAIR_SHARE_WINDOW_S = 7 * 24 * 3600.0
@@ -37,6 +38,7 @@ class SimJob:
     started_at: float = 0.0
     overhead_s: float = 0.0
     gpus: tuple[int, ...] = ()
+    placed: list[tuple[int, ...]] = field(default_factory=list)  # each attempt's GPUs
 
     @property
     def end_at(self) -> float:
@@ -60,7 +62,9 @@ def replay(
     policy: Policy,
     guards: Guards = DEFAULT_GUARDS,
     thresholds: Sequence[float] = LAS_THRESHOLDS,
+    hardware: Hardware = NO_HARDWARE,
 ) -> Result:
+    """``hardware``: the box's links, for the placer (``sim.links`` compares placements)."""
     jobs = {j.id: SimJob(j) for j in trace}
     arrivals = sorted(jobs.values(), key=lambda j: (j.trace.submit_s, j.trace.id))
     queued: list[SimJob] = []
@@ -70,7 +74,7 @@ def replay(
     while arrivals or queued or running:
         while arrivals and arrivals[0].trace.submit_s <= t + EPSILON:
             queued.append(arrivals.pop(0))
-        _schedule(t, queued, running, gpus, policy, guards, thresholds, result)
+        _schedule(t, queued, running, gpus, policy, guards, thresholds, result, hardware)
         upcoming = _next_events(t, arrivals, queued, running, guards, policy, thresholds)
         if not upcoming:
             break  # only jobs that can never fit are left: they stay unfinished
@@ -110,6 +114,7 @@ def _schedule(
     guards: Guards,
     thresholds: Sequence[float],
     result: Result,
+    hardware: Hardware = NO_HARDWARE,
 ) -> None:
     for _ in range(len(queued) + len(running) + 1):  # each round preempts or ends it
         runs = result.runs + [
@@ -118,7 +123,9 @@ def _schedule(
         order = Order(policy, recent_usage(runs, t, FAIR_SHARE_WINDOW_S), thresholds)
         waiting = [_queued(j) for j in queued]
         live = [RunningJob(j.trace.id, j.gpus, j.started_at) for j in running.values()]
-        placements = plan(waiting, range(gpus), live, [], order.usage, t, order=order)
+        placements = plan(
+            waiting, range(gpus), live, [], order.usage, t, order=order, hardware=hardware
+        )
         by_id = {j.trace.id: j for j in queued}
         for p in placements:
             job = by_id[p.job_id]
@@ -170,6 +177,7 @@ def _running(job: SimJob, t: float) -> Running:
 
 def _start(job: SimJob, gpus: tuple[int, ...], t: float, running: dict[int, SimJob]) -> None:
     job.gpus = gpus
+    job.placed.append(gpus)
     job.started_at = t
     job.overhead_s, job.owed_restart_s = job.owed_restart_s, 0.0
     if job.first_start is None:
