@@ -354,6 +354,16 @@ class _Resources(BaseSettings):
             only="worker",
         ),
     ] = 0.5
+    # Fake hardware (core.topology, worker.hardware): checked when the worker starts.
+    fake_topology: Annotated[
+        Path | None,
+        Public(
+            "fake_topology",
+            "with --fake-gpus: a JSON file of the fake GPUs' models, memory, links, NUMA "
+            "nodes and MIG instances (docs/topology.md)",
+            only="worker",
+        ),
+    ] = None
 
 
 # The groups above, listed last first: pydantic orders inherited fields from the last base
