@@ -79,6 +79,20 @@ SlurmOpt = Annotated[
     typer.Option(metavar="--NAME=VALUE", help="Slurm: an extra #SBATCH option (repeatable)"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the job as JSON")]
+GpuLinkOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="CLASS",
+        help="its GPUs must be joined by this link or better: nvlink, pix, pxb, phb, node, "
+        "sys (ddpq gpus --topology); it waits for such a set",
+    ),
+]
+GpuTypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="NAME", help="GPUs whose model contains NAME (A100), or MIG instances (1g.10gb)"
+    ),
+]
 
 
 def submit(
@@ -107,6 +121,8 @@ def submit(
     as_json: JsonOpt = False,
     gpu_mem: sharing.GpuMemOpt = None,
     gpu_share: sharing.GpuShareOpt = None,
+    gpu_link: GpuLinkOpt = None,
+    gpu_type: GpuTypeOpt = None,
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
 
@@ -132,6 +148,8 @@ def submit(
         "gpus_per_node": gpus_per_node,
         "partition": partition,
         "slurm_options": slurm_opt or [],
+        "gpu_link": gpu_link,
+        "gpu_type": gpu_type,
     }
     fields = job_fields(argv, plain, checked, cwd, time_limit)
     many = bool(sweep) or array is not None
