@@ -234,6 +234,8 @@ def gpu_table(devices: Data | Dumps) -> Any:
         if d.get("shares"):
             jobs, owners = share_text(d)
             memory += f", {size_for_people(reserved_on(d))} reserved"
+        if d.get("mig_profile"):
+            name += f" MIG {text(d['mig_profile'])} (on GPU {text(d.get('parent'))})"
         table.add_row(
             plain(str(d["index"])),
             # The driver's name for the GPU and a user's name: plain text, never markup.

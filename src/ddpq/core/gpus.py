@@ -84,4 +84,5 @@ def hardware_of(gpus: Sequence[Gpu]) -> Hardware:
         "SYS",
         {g.index: model_name(g) for g in gpus},
         {g.index: g.numa for g in gpus if g.numa is not None},
+        frozenset(g.index for g in gpus if g.parent is not None),
     )

@@ -71,11 +71,14 @@ class Hardware:
     default: str = "SYS"
     names: Mapping[int, str] = field(default_factory=dict)
     numa: Mapping[int, int] = field(default_factory=dict)
+    # MIG instances: one process uses one instance only (CUDA's rule), so a job on several
+    # GPUs never gets them.
+    mig: frozenset[int] = frozenset()
 
     @property
     def known(self) -> bool:
         """Whether there is anything to place by (else first free is as good)."""
-        return bool(self.links) or self.default != "SYS"
+        return bool(self.links) or self.default != "SYS" or bool(self.mig)
 
     def link(self, a: int, b: int) -> str:
         if a == b:
@@ -89,8 +92,11 @@ class Hardware:
         """The worst link rank among ``gpus`` (0 for one GPU)."""
         return max((self.link_rank(a, b) for a, b in combinations(gpus, 2)), default=0)
 
-    def of_type(self, gpus: Iterable[int], wanted: str | None) -> list[int]:
-        """Those of ``gpus`` whose model name (or MIG profile) contains ``wanted``."""
+    def of_type(self, gpus: Iterable[int], wanted: str | None, n: int = 1) -> list[int]:
+        """Those of ``gpus`` whose model name (or MIG profile) contains ``wanted``, and
+        that a job on ``n`` GPUs may have (no MIG instance for more than one)."""
+        if n > 1 and self.mig:
+            gpus = [g for g in gpus if g not in self.mig]
         if wanted is None:
             return list(gpus)
         w = wanted.lower()

@@ -134,7 +134,7 @@ class JobSubmit(BaseModel):
     gpu_type: Text | None = Field(
         default=None,
         description="only GPUs whose model name contains this (case-insensitive), or MIG "
-        "instances of this profile (1g.10gb)",
+        "instances of this profile (1g.10gb); `gpus` defaults to 1 with it",
         json_schema_extra={"examples": ["A100", "1g.10gb"]},
     )
 
@@ -256,6 +256,8 @@ class JobSubmit(BaseModel):
     @model_validator(mode="after")
     def _hardware(self) -> JobSubmit:
         rules.check_hardware(self)
+        if self.gpu_type is not None and self.gpus == 0:
+            self.gpus = 1  # a GPU of that type: one, unless it says more
         return self
 
     @model_validator(mode="after")

@@ -40,7 +40,7 @@ def check_gpu_link(v: str | None) -> str | None:
     try:
         return required_class(v)
     except TopologyError as exc:
-        raise ValueError(str(exc).replace("--gpu-link", "gpu_link")) from None
+        raise ValueError(str(exc).replace("unknown --gpu-link", "no link class:")) from None
 
 
 def check_gpu_type(v: str | None) -> str | None:
@@ -52,8 +52,6 @@ def check_gpu_type(v: str | None) -> str | None:
 
 
 def check_hardware(job: JobSubmit) -> None:
-    if job.gpu_type is not None and job.gpus == 0:
-        raise ValueError("gpu_type: only for a job on GPUs (gpus of 1 or more)")
     if job.gpu_link is not None and job.gpus < 2:
         raise ValueError("gpu_link: only for a job on 2 or more GPUs (a link joins two)")
     if (job.gpu_type is not None or job.gpu_link is not None) and job.nodes > 1:

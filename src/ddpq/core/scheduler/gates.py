@@ -69,12 +69,13 @@ def no_such_hardware(job: QueuedJob, p: Pass) -> str | None:
     if job.gpu_type is None and job.gpu_link is None:
         return None
     hw = p.world.hardware
-    typed = hw.of_type(sorted(p.usable), job.gpu_type)
+    typed = hw.of_type(sorted(p.usable), job.gpu_type, job.gpus)
     kind = f" of type {job.gpu_type!r}" if job.gpu_type else ""
     if len(typed) < job.gpus:
         models = sorted({hw.names.get(g, "?") for g in p.usable})
         have = ", ".join(models[:6]) or "none"
-        return f"needs {job.gpus} GPUs{kind}; this host has {len(typed)} (models: {have})"
+        mig = " (MIG instances only for one-GPU jobs)" if hw.mig and job.gpus > 1 else ""
+        return f"needs {job.gpus} GPUs{kind}; this host has {len(typed)}{mig} (models: {have})"
     if job.gpu_link is None or job.gpus < 2:
         return None
     if hw.worst(best_set(hw, typed, job.gpus, typed)) <= CLASSES.index(job.gpu_link):

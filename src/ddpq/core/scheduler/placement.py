@@ -34,7 +34,7 @@ def choose(job: QueuedJob, p: Pass) -> Choice:
     own = p.owners.only_own(job.owner, job.gpus, limits) if job.sharer else None
     only: Collection[int] | None = own
     if job.sharer and job.gpu_type is not None:  # its placer knows no types: only those
-        only = hw.of_type(sorted(p.usable if own is None else own), job.gpu_type)
+        only = hw.of_type(sorted(p.usable if own is None else own), job.gpu_type, job.gpus)
     gpus = placer.choose(job, p.free, p.pool, only=only)
     if gpus is None and job.sharer is None and (job.gpu_type or job.gpu_link):
         why = hardware_wait(job, p)
@@ -64,7 +64,7 @@ def hardware_wait(job: QueuedJob, p: Pass) -> str | None:
     if len(p.free) < job.gpus:
         return None
     hw = p.world.hardware
-    typed = hw.of_type(p.free, job.gpu_type)
+    typed = hw.of_type(p.free, job.gpu_type, job.gpus)
     kind = f" of type {job.gpu_type!r}" if job.gpu_type else ""
     if len(typed) < job.gpus:
         return f"waiting for {job.gpus} free GPUs{kind} ({len(typed)} free now)"

@@ -107,7 +107,7 @@ class BestConnected(FirstFree):
         idle: bool = True,
     ) -> tuple[int, ...] | None:
         allowed = free if only is None else [g for g in free if g in only]
-        candidates = self.hw.of_type(allowed, job.gpu_type)
+        candidates = self.hw.of_type(allowed, job.gpu_type, job.gpus)
         if job.gpus > len(candidates):
             return None
         if job.gpus == 0:
