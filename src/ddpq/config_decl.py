@@ -357,6 +357,7 @@ class _Resources(BaseSettings):
     # Fake hardware (core.topology, worker.hardware): checked when the worker starts.
     fake_topology: Annotated[
         Path | None,
+        AfterValidator(lambda p: None if p is None else absolute(p)),
         Public(
             "fake_topology",
             "with --fake-gpus: a JSON file of the fake GPUs' models, memory, links, NUMA "
