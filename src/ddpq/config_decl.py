@@ -48,6 +48,7 @@ from ddpq.core import notify, slurm
 from ddpq.core.names import DEFAULT_API_ADDRESS
 from ddpq.core.policy import DEFAULT_POLICY, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS
+from ddpq.core.topology import FAKE_TOPOLOGY_HELP
 
 _HOST, _PORT = DEFAULT_API_ADDRESS
 
@@ -354,16 +355,10 @@ class _Resources(BaseSettings):
             only="worker",
         ),
     ] = 0.5
-    # Fake hardware (core.topology, worker.hardware): checked when the worker starts.
     fake_topology: Annotated[
         Path | None,
         AfterValidator(lambda p: None if p is None else absolute(p)),
-        Public(
-            "fake_topology",
-            "with --fake-gpus: a JSON file of the fake GPUs' models, memory, links, NUMA "
-            "nodes and MIG instances (docs/topology.md)",
-            only="worker",
-        ),
+        Public("fake_topology", FAKE_TOPOLOGY_HELP, only="worker"),
     ] = None
 
 

@@ -26,6 +26,13 @@ _NV = re.compile(r"NV([1-9][0-9]?)")
 _WEIGHT = (31, 15, 7, 3, 1, 0)
 
 
+# The setting's help (``config_decl``): the file is read when the worker starts.
+FAKE_TOPOLOGY_HELP = (
+    "with --fake-gpus: a JSON file of the fake GPUs' models, memory, links, NUMA nodes and "
+    "MIG instances (docs/topology.md)"
+)
+
+
 class TopologyError(ValueError):
     """A topology description that cannot be used; the message is one line."""
 
