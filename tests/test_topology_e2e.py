@@ -60,6 +60,7 @@ def test_fake_hardware_places_jobs_and_names_mig_instances(
     never = c.submit(JobSubmit(command=["true"], gpus=3, gpu_link="nvlink"))
     assert wait_for(lambda: (r := c.show(never.id).reason) and "no such set exists" in r)
     assert c.show(never.id).gpu_link == "NV"
+    assert "hardware   link NV or better" in d.cli("show", str(never.id)).stdout
     out = d.cli("submit", "--gpus", "2", "--gpu-link", "fast", "--", "true", check=False)
     assert out.returncode == 2 and "no link class: 'fast'" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1

@@ -133,6 +133,10 @@ def job_lines(j: Data) -> list[str]:
         + (f", leased {leases['gpus']}" if leases["gpus"] else ""),
         *memory_lines(j),
     ]
+    if j.get("gpu_link") or j.get("gpu_type"):  # what hardware it asked for (docs/topology.md)
+        link = f"link {safe(j['gpu_link'])} or better" if j.get("gpu_link") else ""
+        kind = f"type {safe(j['gpu_type'])}" if j.get("gpu_type") else ""
+        lines.append(f"  hardware   {', '.join(x for x in (link, kind) if x)}")
     if leases["port"]:
         lines.append(f"  port       {leases['port']}")
     lines += session_lines(j)
