@@ -1,11 +1,12 @@
 # One entry point for everything a developer or CI runs.
 #   make demo   - set up, start a daemon on a temporary home, run two DDP jobs side by side
 #   make check  - lint, types and every test (what CI runs)
+#   make gpu-check - on a machine with an NVIDIA GPU: ddpq's CUDA paths, one result file
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo check lint typecheck test test-long bench browser systemd slurm clean
+.PHONY: setup demo check lint typecheck test test-long bench browser systemd slurm clean gpu-check
 
 setup: $(STAMP)
 
@@ -71,6 +72,11 @@ test-long: setup
 
 bench: setup
 	$(PY) bench/scheduler_bench.py
+
+# Real NVML, ResNet18 on the GPU beside the seed, sharing by memory, the device fence, outside
+# use: under 8 minutes on one GPU, results in gpu-check.json. Without a GPU it says so, exit 0.
+gpu-check: setup
+	$(PY) bench/gpu_check.py --out gpu-check.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo

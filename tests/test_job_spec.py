@@ -129,7 +129,8 @@ def test_the_worker_launches_the_spec_it_read_back(tmp_path: Path) -> None:
     # What the fake GPUs can run, every other field as the full sample has it.
     runnable = dict(gpus=1, nodes=1, gpus_per_node=None, hold=False, interactive=False)
     shared = dict(gpu_mem_bytes=None, gpu_mem_auto=False, gpu_share=None, idle_s=None)
-    spec = full_spec(**runnable, **shared, after=(), after_sweeps=())
+    hardware = dict(gpu_link=None, gpu_type="FAK")  # fake GPUs' model is "fake"
+    spec = full_spec(**runnable, **shared, **hardware, after=(), after_sweeps=())
     with rig.api.write() as s:
         job_id = jobs.create_job(s, spec, rig.clock()).id
     rig.step()

@@ -219,7 +219,7 @@ def test_tokens_upgrade_keeps_jobs_and_downgrade_drops_tokens_and_run_as(tmp_pat
     _at(path, "0009c")
     with sqlite3.connect(path) as conn:
         queued = _insert_job(conn, "queued")
-    _at(path, "0017t")
+    _at(path, "head")  # through 0017t (tokens, run_as): the head's model reads the row below
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT id, state, run_as FROM jobs").fetchall() == [
             (queued, "queued", None)
@@ -414,3 +414,28 @@ def test_sweep_notify_upgrade_hands_a_sweeps_owed_url_over_and_downgrade_gives_i
             conn.execute("INSERT INTO notifications (attempt, at, error) VALUES (1, 1.0, '')")
         assert "CHECK" in _table_sql(conn, "jobs")
     migrate(path)  # and up again
+
+
+def test_gpu_topology_upgrade_keeps_jobs_and_downgrade_drops_its_columns(tmp_path: Path) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0021j")
+    with sqlite3.connect(path) as conn:
+        queued = _insert_job(conn, "queued")
+    _at(path, "0022t")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT id, gpu_link, gpu_type FROM jobs").fetchall() == [
+            (queued, None, None)
+        ]
+        conn.execute("UPDATE jobs SET gpu_link = 'NV', gpu_type = 'A100'")
+    db = Database(path)
+    with db.read() as s:
+        spec = get_job(s, queued).spec()
+    db.dispose()
+    assert (spec.gpu_link, spec.gpu_type) == ("NV", "A100")
+    command.downgrade(alembic_config(path), "0021j")
+    with sqlite3.connect(path) as conn:
+        jobs = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        devices = {row[1] for row in conn.execute("PRAGMA table_info(devices)")}
+        assert conn.execute("SELECT id, state FROM jobs").fetchall() == [(queued, "queued")]
+        assert "AUTOINCREMENT" in _table_sql(conn, "jobs")  # 0021j's, kept
+    assert not {"gpu_link", "gpu_type"} & jobs and "hardware" not in devices

@@ -48,6 +48,7 @@ from ddpq.core import notify, slurm
 from ddpq.core.names import DEFAULT_API_ADDRESS
 from ddpq.core.policy import DEFAULT_POLICY, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS
+from ddpq.core.topology import FAKE_TOPOLOGY_HELP
 
 _HOST, _PORT = DEFAULT_API_ADDRESS
 
@@ -359,6 +360,11 @@ class _Resources(BaseSettings):
         Field(ge=0, le=4_194_304),  # the kernel's own pid_max at most
         Public("job_pids_max", "processes and threads one job may have (0: no cap)", "worker"),
     ] = 4096
+    fake_topology: Annotated[
+        Path | None,
+        AfterValidator(lambda p: None if p is None else absolute(p)),
+        Public("fake_topology", FAKE_TOPOLOGY_HELP, only="worker"),
+    ] = None
 
 
 # The groups above, listed last first: pydantic orders inherited fields from the last base

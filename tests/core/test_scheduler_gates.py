@@ -47,6 +47,7 @@ def test_the_gates_are_asked_in_the_order_their_reasons_are_worth_saying() -> No
     assert [g.__name__ for g in GATES] == [
         "back_off",
         "never_fits",
+        "no_such_hardware",
         "sweep_cap",
         "port_budget",
         "free_port",

@@ -46,6 +46,12 @@ def test_every_gpu_with_its_uuid_name_and_memory(nvml_discover: Discover) -> Non
             "memory_used_mb": 0,
             "processes": [],
             "fake": False,
+            # This fake driver has no topology or MIG calls: unknown, and discovery works.
+            "numa": None,
+            "cpus": None,
+            "links": [],
+            "mig_profile": None,
+            "parent": None,
         }
         for i in range(3)
     ]

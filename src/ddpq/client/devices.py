@@ -12,7 +12,12 @@ from ddpq.client.coercion import QuickCommand
 from ddpq.client.common import ACTIVE_STATES, client, print_json
 
 
-def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def gpus(
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    topology: Annotated[
+        bool, typer.Option("--topology", help="how the GPUs are linked, as nvidia-smi topo -m")
+    ] = False,
+) -> None:
     """Every GPU: who holds it (job, owner, since when), memory, outside processes."""
     from ddpq.client.draw import console, gpu_table
 
@@ -20,6 +25,12 @@ def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         devs = c.devices()
     if as_json:
         print_json(devs)
+        return
+    if topology:
+        from ddpq.client.format import as_data
+        from ddpq.client.topology import topology_text
+
+        typer.echo(topology_text(as_data(devs)["items"]))
         return
     console().print(gpu_table(devs))
     from ddpq.client.format import as_data, plain

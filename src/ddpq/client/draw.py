@@ -133,6 +133,10 @@ def job_lines(j: Data) -> list[str]:
         + (f", leased {leases['gpus']}" if leases["gpus"] else ""),
         *memory_lines(j),
     ]
+    if j.get("gpu_link") or j.get("gpu_type"):  # what hardware it asked for (docs/topology.md)
+        link = f"link {safe(j['gpu_link'])} or better" if j.get("gpu_link") else ""
+        kind = f"type {safe(j['gpu_type'])}" if j.get("gpu_type") else ""
+        lines.append(f"  hardware   {', '.join(x for x in (link, kind) if x)}")
     if leases["port"]:
         lines.append(f"  port       {leases['port']}")
     lines += session_lines(j)
@@ -234,6 +238,8 @@ def gpu_table(devices: Data | Dumps) -> Any:
         if d.get("shares"):
             jobs, owners = share_text(d)
             memory += f", {size_for_people(reserved_on(d))} reserved"
+        if d.get("mig_profile"):
+            name += f" MIG {text(d['mig_profile'])} (on GPU {text(d.get('parent'))})"
         table.add_row(
             plain(str(d["index"])),
             # The driver's name for the GPU and a user's name: plain text, never markup.

@@ -79,6 +79,20 @@ SlurmOpt = Annotated[
     typer.Option(metavar="--NAME=VALUE", help="Slurm: an extra #SBATCH option (repeatable)"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the job as JSON")]
+GpuLinkOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="CLASS",
+        help="its GPUs must be joined by this link or better: nvlink, pix, pxb, phb, node, "
+        "sys (ddpq gpus --topology); it waits for such a set",
+    ),
+]
+GpuTypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="NAME", help="GPUs whose model contains NAME (A100), or MIG instances (1g.10gb)"
+    ),
+]
 
 
 def submit(
@@ -107,6 +121,8 @@ def submit(
     as_json: JsonOpt = False,
     gpu_mem: sharing.GpuMemOpt = None,
     gpu_share: sharing.GpuShareOpt = None,
+    gpu_link: GpuLinkOpt = None,
+    gpu_type: GpuTypeOpt = None,
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
 
@@ -146,6 +162,8 @@ def submit_with(argv: list[str], o: dict[str, Any]) -> None:
             "nodes",
             "gpus_per_node",
             "partition",
+            "gpu_link",
+            "gpu_type",
         )
     }
     plain["slurm_options"] = o["slurm_opt"] or []

@@ -7,8 +7,10 @@ same record all the way, so a field added here reaches every one of them.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+
+from ddpq.core.topology import Hardware
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,15 @@ class Gpu:
     memory_used_mb: int
     processes: tuple[GpuProcess, ...]  # compute processes on it
     fake: bool
+    # Where it sits (``core.topology``): its NUMA node and that node's CPUs (a cpulist such
+    # as "0-15,32-47"), and its link to each other GPU by index, in nvidia-smi's words.
+    numa: int | None = None
+    cpus: str | None = None
+    links: tuple[tuple[int, str], ...] = ()
+    # A MIG instance is a GPU of its own to the scheduler: its profile (``1g.10gb``) and
+    # the index of the physical GPU it is carved from (whose device file it opens).
+    mig_profile: str | None = None
+    parent: int | None = None
 
     def outside(self, ddpq_pids: Collection[int]) -> Gpu:
         """This GPU with only the processes ddpq did not start, in NVML's order, each once
@@ -55,3 +66,23 @@ class Gpu:
 def external_pids(gpu: Gpu, ddpq_pids: Collection[int]) -> list[int]:
     """PIDs of the processes on ``gpu`` that ddpq did not start."""
     return [p.pid for p in gpu.outside(ddpq_pids).processes]
+
+
+def model_name(gpu: Gpu) -> str:
+    """What ``--gpu-type`` matches: the model, and a MIG instance's profile."""
+    if gpu.mig_profile is None or gpu.mig_profile in gpu.name:
+        return gpu.name
+    return f"{gpu.name} MIG {gpu.mig_profile}"
+
+
+def hardware_of(gpus: Sequence[Gpu]) -> Hardware:
+    """The placer's view of these GPUs. Links absent from every GPU's record are ``SYS``
+    (nothing known: every set is as good, and the placer takes the first free)."""
+    links = {(min(g.index, o), max(g.index, o)): word for g in gpus for o, word in g.links}
+    return Hardware(
+        links,
+        "SYS",
+        {g.index: model_name(g) for g in gpus},
+        {g.index: g.numa for g in gpus if g.numa is not None},
+        frozenset(g.index for g in gpus if g.parent is not None),
+    )

@@ -47,3 +47,8 @@ class JobSpec:
     gpu_mem_auto: bool = False  # reserve what earlier runs of it were measured to use
     gpu_share: int | None = None
     mem_key: str | None = None  # which earlier jobs are the same job (``auto``)
+    # Hardware it asks for (``core.topology``): the worst link class its GPUs may have
+    # among them (NV, PIX, PXB, PHB, NODE, SYS; ``--gpu-link``), and a model or MIG profile
+    # its GPUs' names must contain (``--gpu-type``, case-insensitive).
+    gpu_link: str | None = None
+    gpu_type: str | None = None

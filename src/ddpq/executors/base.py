@@ -49,6 +49,11 @@ class Launch:
     # The host memory it may use (its cgroup's limit), the job's own ask or the admin's
     # default; None: no limit.
     ram_bytes: int | None = None
+    # What ``CUDA_VISIBLE_DEVICES`` names the leased GPUs by where an index will not do (a
+    # MIG instance by its ``MIG-...`` UUID), and the physical GPUs whose device files the
+    # job may open (a MIG instance's parent); () and None: the leased indexes themselves.
+    visible: tuple[str, ...] = ()
+    device_gpus: tuple[int, ...] | None = None
 
     @property
     def preempt_with(self) -> str | None:

@@ -57,6 +57,12 @@ class Capabilities:
                 "interactive: this daemon runs jobs on Slurm, where ddpq cannot relay a "
                 "session's terminal yet (use salloc/srun --pty, or a daemon with --executor local)"
             )
+        if not self.on_this_host and (spec.gpu_link is not None or spec.gpu_type is not None):
+            # Slurm picks the devices: a budget slot has no model or links ddpq could match.
+            return (
+                "gpu_link, gpu_type: this daemon runs jobs on Slurm, which chooses the GPUs "
+                "(ask it with --slurm-option --gres=gpu:TYPE:N)"
+            )
         return None
 
 

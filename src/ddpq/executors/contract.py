@@ -72,7 +72,7 @@ def job_env(
         env["OMP_NUM_THREADS"] = str(omp_threads)
     env.update(
         {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in launch.gpus),
+            "CUDA_VISIBLE_DEVICES": ",".join(launch.visible or (str(g) for g in launch.gpus)),
             # NVML (which ddpq leases by) numbers GPUs in PCI bus order; CUDA's
             # default order is "fastest first". Without this, GPU 0 to ddpq
             # and GPU 0 to the job could be different cards.

@@ -44,6 +44,20 @@ class DeviceOut(BaseModel):
     idle_long: bool = Field(
         default=False, description="unused longer than the daemon's --idle (any job)"
     )
+    # Where it sits (core.topology): null where unknown.
+    numa: int | None = Field(default=None, description="its NUMA node")
+    cpus: str | None = Field(default=None, description="that node's CPUs, as 0-15,32-47")
+    links: dict[int, str] = Field(
+        default_factory=dict,
+        description="its link to each other GPU by index, in nvidia-smi topo -m's words "
+        "(NV#, PIX, PXB, PHB, NODE, SYS)",
+    )
+    mig_profile: str | None = Field(
+        default=None, description="a MIG instance: its profile (1g.10gb); it is a GPU of its own"
+    )
+    parent: int | None = Field(
+        default=None, description="a MIG instance: the index of the GPU it is carved from"
+    )
 
 
 class LimitOut(BaseModel):

@@ -109,6 +109,8 @@ class JobOut(BaseModel):
     )
     gpu_mem_auto: bool = Field(default=False, description="its reservation is learned (auto)")
     gpu_share: int | None = None
+    gpu_link: str | None = Field(default=None, description="the worst link class it accepts")
+    gpu_type: str | None = Field(default=None, description="the GPU model or MIG profile")
     peak_mem: int | None = Field(
         default=None, description="its latest attempt's peak GPU memory in bytes (see attempts)"
     )

@@ -124,6 +124,19 @@ class JobSubmit(BaseModel):
         le=sharing.MAX_GPU_SHARE,
         description="with gpu_mem: at most this many jobs on a GPU this job is on",
     )
+    gpu_link: Text | None = Field(
+        default=None,
+        description="the worst link its GPUs may have among them: nvlink, pix, pxb, phb, node "
+        "or sys (nvidia-smi topo -m's words); it waits for such a set rather than take a "
+        "worse one. Stored as the class: NV, PIX, ...",
+        json_schema_extra={"examples": ["nvlink"]},
+    )
+    gpu_type: Text | None = Field(
+        default=None,
+        description="only GPUs whose model name contains this (case-insensitive), or MIG "
+        "instances of this profile (1g.10gb); `gpus` defaults to 1 with it",
+        json_schema_extra={"examples": ["A100", "1g.10gb"]},
+    )
 
     interactive: bool = Field(
         default=False,
@@ -228,6 +241,23 @@ class JobSubmit(BaseModel):
     @model_validator(mode="after")
     def _session(self) -> JobSubmit:
         rules.check_session(self)
+        return self
+
+    @field_validator("gpu_link")
+    @classmethod
+    def _gpu_link(cls, v: str | None) -> str | None:
+        return rules.check_gpu_link(v)
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _gpu_type(cls, v: str | None) -> str | None:
+        return rules.check_gpu_type(v)
+
+    @model_validator(mode="after")
+    def _hardware(self) -> JobSubmit:
+        rules.check_hardware(self)
+        if self.gpu_type is not None and self.gpus == 0:
+            self.gpus = 1  # a GPU of that type: one, unless it says more
         return self
 
     @model_validator(mode="after")

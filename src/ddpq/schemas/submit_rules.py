@@ -4,11 +4,13 @@ the message the API answers with. The model's validators call them in its field 
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from ddpq.core import jobenv, sharing
 from ddpq.core import slurm as core_slurm
 from ddpq.core.interactive import uses_port
+from ddpq.core.topology import TopologyError, required_class
 from ddpq.core.units import parse_size, size_for_people
 from ddpq.schemas.common import (
     ENV_KEY_RE,
@@ -26,6 +28,34 @@ if TYPE_CHECKING:
 
 
 # ---- one field at a time ---------------------------------------------------------------
+
+
+GPU_TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+-]{0,63}")
+
+
+def check_gpu_link(v: str | None) -> str | None:
+    """``nvlink``/``pix``/... to the class stored (``NV``, ``PIX``, ...)."""
+    if v is None:
+        return None
+    try:
+        return required_class(v)
+    except TopologyError as exc:
+        raise ValueError(str(exc).replace("unknown --gpu-link", "no link class:")) from None
+
+
+def check_gpu_type(v: str | None) -> str | None:
+    if v is not None and not GPU_TYPE_RE.fullmatch(v):
+        raise ValueError(
+            "a model name or MIG profile: 1-64 letters, digits, spaces, '.', '_', '+', '-'"
+        )
+    return v
+
+
+def check_hardware(job: JobSubmit) -> None:
+    if job.gpu_link is not None and job.gpus < 2:
+        raise ValueError("gpu_link: only for a job on 2 or more GPUs (a link joins two)")
+    if (job.gpu_type is not None or job.gpu_link is not None) and job.nodes > 1:
+        raise ValueError("gpu_link, gpu_type: a job on this host's GPUs only (nodes of 1)")
 
 
 def check_partition(v: str | None) -> str | None:

@@ -102,6 +102,8 @@ def job_out(
         gpu_mem=job.gpu_mem_bytes,
         gpu_mem_auto=job.gpu_mem_auto,
         gpu_share=job.gpu_share,
+        gpu_link=job.gpu_link,
+        gpu_type=job.gpu_type,
         peak_mem=peak_mem,
         interactive=job.interactive,
         idle_s=job.idle_s,

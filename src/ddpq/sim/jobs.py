@@ -35,6 +35,7 @@ class SimJob:
     gpus: tuple[int, ...] = ()
     attempt: int = 0
     records: list[Record] = field(default_factory=list)  # of earlier attempts
+    placed: list[tuple[int, ...]] = field(default_factory=list)  # each attempt's GPUs
     # What its progress records multiply its true fraction done by (capped at 1): a job
     # whose step count is wrong. 1: exact.
     progress_bias: float = 1.0

@@ -21,6 +21,7 @@ from ddpq.core.preempt import DEFAULT_GUARDS, Guards, Running, Waiting, victims
 from ddpq.core.rules import Run, recent_usage
 from ddpq.core.scheduler import QueuedJob, RunningJob, plan
 from ddpq.core.scheduler.policy_progress import History, estimates, over_band
+from ddpq.core.topology import NO_HARDWARE, Hardware
 from ddpq.sim.jobs import SimJob
 from ddpq.sim.trace import TraceJob
 
@@ -53,10 +54,12 @@ def replay(
     thresholds: Sequence[float] = LAS_THRESHOLDS,
     progress_interval_s: float = PROGRESS_INTERVAL_S,
     progress_error: float = 0.0,
+    hardware: Hardware = NO_HARDWARE,
 ) -> Result:
     """Replay ``trace`` on ``gpus`` GPUs under ``policy`` (a ``Policy`` or ``oracle``).
     ``progress_error``: each reporting job's records are off by a factor drawn (per job,
-    seeded by its id) from 1 ± this, as if its step count were wrong."""
+    seeded by its id) from 1 ± this, as if its step count were wrong. ``hardware``: the
+    box's links, for the placer (``sim.links`` compares placements)."""
     if policy not in POLICIES:
         raise ValueError(f"no policy {policy!r}: one of {', '.join(POLICIES)}")
     if policy == ORACLE:
@@ -70,7 +73,7 @@ def replay(
     while arrivals or queued or running:
         while arrivals and arrivals[0].trace.submit_s <= t + EPSILON:
             queued.append(arrivals.pop(0))
-        _schedule(t, queued, running, gpus, guards, thresholds, result)
+        _schedule(t, queued, running, gpus, guards, thresholds, result, hardware)
         upcoming = _next_events(t, arrivals, queued, running, guards, result, thresholds)
         if not upcoming:
             break  # only jobs that can never fit are left: they stay unfinished
@@ -121,12 +124,15 @@ def _schedule(
     guards: Guards,
     thresholds: Sequence[float],
     result: Result,
+    hardware: Hardware = NO_HARDWARE,
 ) -> None:
     for _ in range(len(queued) + len(running) + 1):  # each round preempts or ends it
         order = _order(t, queued, running, thresholds, result)
         waiting = [_queued(j) for j in queued]
         live = [RunningJob(j.trace.id, j.gpus, j.started_at) for j in running.values()]
-        placements = plan(waiting, range(gpus), live, [], order.usage, t, order=order)
+        placements = plan(
+            waiting, range(gpus), live, [], order.usage, t, order=order, hardware=hardware
+        )
         by_id = {j.trace.id: j for j in queued}
         for p in placements:
             job = by_id[p.job_id]
@@ -203,6 +209,7 @@ def _running(job: SimJob, t: float) -> Running:
 
 def _start(job: SimJob, gpus: tuple[int, ...], t: float, running: dict[int, SimJob]) -> None:
     job.gpus = gpus
+    job.placed.append(gpus)
     job.started_at = t
     job.overhead_s, job.owed_restart_s = job.owed_restart_s, 0.0
     if job.first_start is None:

@@ -34,6 +34,13 @@ def replace_all(session: Session, gpus: Sequence[Gpu], now: float) -> None:
                     {k: v for k, v in asdict(p).items() if k != "user"} for p in gpu.processes
                 ],
                 updated_at=now,
+                hardware={
+                    "numa": gpu.numa,
+                    "cpus": gpu.cpus,
+                    "links": [list(pair) for pair in gpu.links],
+                    "mig_profile": gpu.mig_profile,
+                    "parent": gpu.parent,
+                },
             )
         )
     session.flush()
@@ -50,9 +57,24 @@ def all_devices(session: Session) -> list[Gpu]:
             memory_used_mb=row.memory_used_mb,
             processes=tuple(_process(p) for p in row.external_processes),
             fake=row.fake,
+            **_hardware(row.hardware),
         )
         for row in rows
     ]
+
+
+def _hardware(h: dict[str, Any] | None) -> dict[str, Any]:
+    """The placement fields of a row (none for rows written before migration 0022t)."""
+    if not isinstance(h, dict):
+        return {}
+    links = h.get("links") or []
+    return {
+        "numa": h.get("numa"),
+        "cpus": h.get("cpus"),
+        "links": tuple((int(i), str(w)) for i, w in links),
+        "mig_profile": h.get("mig_profile"),
+        "parent": h.get("parent"),
+    }
 
 
 def _process(p: dict[str, Any]) -> GpuProcess:

@@ -142,6 +142,8 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
             Job.gpu_mem_bytes,
             Job.gpu_share,
             Job.oom_requeues,
+            Job.gpu_link,
+            Job.gpu_type,
         ).where(Job.state == JobState.QUEUED)
     )
     return [
@@ -152,6 +154,8 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
                 sweep_id=row.sweep_id,
                 mem_bytes=None if row.oom_requeues else row.gpu_mem_bytes,
                 share_cap=None if row.oom_requeues else row.gpu_share,
+                gpu_link=row.gpu_link,
+                gpu_type=row.gpu_type,
             ),
             row.reason,
         )

@@ -7,7 +7,8 @@ only then does ``CUDA_VISIBLE_DEVICES=2`` mean the GPU that NVML calls 2, the
 one the job was leased.
 
 With ``fake_gpus=N`` the host is pretended to have N idle GPUs, for laptops,
-CI and demos; NVML is then never loaded.
+CI and demos; NVML is then never loaded. A fake topology file gives them models,
+links, NUMA nodes and MIG instances (``worker.hardware``), as NVML does for real ones.
 
 ``pynvml`` (nvidia-ml-py) is imported inside :func:`discover` only: the CLI
 imports this package and must not pay for loading the bindings, and a host
@@ -18,11 +19,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ddpq.core.gpus import Gpu, GpuProcess
+from ddpq.worker.hardware import (
+    FAKE_MEMORY_MB,
+    TopologyUnusable,
+    fake_devices,
+    load_fake,
+    nvml_topology,
+)
 
-FAKE_MEMORY_MB = 16384
+__all__ = ["FAKE_MEMORY_MB", "DevicesUnavailable", "discover"]
 _MIB = 1024 * 1024
 _HINT = (
     "is the NVIDIA driver installed and libnvidia-ml.so.1 on the loader path? "
@@ -34,16 +44,24 @@ class DevicesUnavailable(RuntimeError):
     """NVML cannot be used here: no library, no driver, or a failed query."""
 
 
-def discover(fake_gpus: int | None) -> list[Gpu]:
-    """The GPUs of this host: ``fake_gpus`` simulated ones, or (None) NVML's.
+def discover(fake_gpus: int | None, fake_topology: Path | None = None) -> list[Gpu]:
+    """The GPUs of this host: ``fake_gpus`` simulated ones (as ``fake_topology``
+    describes them, if given), or (None) NVML's.
 
     Raises :class:`DevicesUnavailable` with a one-line message when NVML cannot
-    be loaded or initialised, or a query fails.
+    be loaded or initialised, or a query fails, or the topology file is unusable.
     """
     if fake_gpus is not None:
         if fake_gpus < 0:
             raise ValueError(f"fake_gpus must be >= 0, not {fake_gpus}")
-        return [_fake_device(i) for i in range(fake_gpus)]
+        if fake_topology is None:
+            return [_fake_device(i) for i in range(fake_gpus)]
+        try:
+            return fake_devices(load_fake(fake_topology, fake_gpus))
+        except TopologyUnusable as exc:
+            raise DevicesUnavailable(str(exc)) from None
+    if fake_topology is not None:
+        raise DevicesUnavailable("--fake-topology describes fake GPUs: give --fake-gpus N too")
     return _discover_nvml()
 
 
@@ -83,7 +101,7 @@ def _discover_nvml() -> list[Gpu]:
             count = int(pynvml.nvmlDeviceGetCount())
         except pynvml.NVMLError as exc:
             raise DevicesUnavailable(f"NVML cannot count the GPUs: {exc}") from exc
-        return [_nvml_device(pynvml, i) for i in range(count)]
+        return _with_topology(pynvml, count)
     finally:
         # Only NVML's reference count is left to release; failing to must not
         # hide the result or the error that got us here.
@@ -111,15 +129,78 @@ def _nvml_device(pynvml: Any, index: int) -> Gpu:
         name=name,
         memory_total_mb=int(memory.total) // _MIB,
         memory_used_mb=int(memory.used) // _MIB,
-        processes=tuple(
-            GpuProcess(
-                pid=int(p.pid),
-                used_memory_mb=None if p.usedGpuMemory is None else int(p.usedGpuMemory) // _MIB,
-            )
-            for p in procs
-        ),
+        processes=tuple(_process(p) for p in procs),
         fake=False,
     )
+
+
+def _with_topology(pynvml: Any, count: int) -> list[Gpu]:
+    """The GPUs with their links and NUMA nodes; a GPU split into MIG instances replaced by
+    them, numbered after the physical GPUs."""
+    gpus = [_nvml_device(pynvml, i) for i in range(count)]
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    except pynvml.NVMLError as exc:
+        raise DevicesUnavailable(f"NVML cannot give a GPU's handle: {exc}") from exc
+    placed = nvml_topology(pynvml, handles)
+    gpus = [
+        replace(g, numa=numa, cpus=cpus, links=links)
+        for g, (numa, cpus, links) in zip(gpus, placed, strict=True)
+    ]
+    out: list[Gpu] = []
+    instances: list[Gpu] = []
+    for gpu, handle in zip(gpus, handles, strict=True):
+        mig = _mig_instances(pynvml, handle, gpu, count + len(instances))
+        if mig is None:
+            out.append(gpu)
+        else:
+            instances.extend(mig)
+    return out + instances
+
+
+def _mig_instances(pynvml: Any, handle: Any, parent: Gpu, first: int) -> list[Gpu] | None:
+    """The MIG instances of a GPU in MIG mode (None: not in MIG mode), numbered from
+    ``first``."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+        if current != 1:  # NVML_DEVICE_MIG_ENABLE
+            return None
+        most = int(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except (pynvml.NVMLError, AttributeError, TypeError, ValueError):
+        return None  # no MIG on this GPU or driver
+    out: list[Gpu] = []
+    for n in range(most):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, n)
+            uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
+            name = _text(pynvml.nvmlDeviceGetName(mig))
+            memory = pynvml.nvmlDeviceGetMemoryInfo(mig)
+        except pynvml.NVMLError:
+            continue  # no instance in this slot
+        try:
+            procs = _compute_processes(pynvml, mig)
+        except pynvml.NVMLError:
+            procs = []
+        profile = name.split("MIG ", 1)[1].strip() if "MIG " in name else None
+        out.append(
+            replace(
+                parent,
+                index=first + len(out),
+                uuid=uuid,
+                memory_total_mb=int(memory.total) // _MIB,
+                memory_used_mb=int(memory.used) // _MIB,
+                processes=tuple(_process(p) for p in procs),
+                links=(),
+                mig_profile=profile,
+                parent=parent.index,
+            )
+        )
+    return out
+
+
+def _process(p: Any) -> GpuProcess:
+    used = None if p.usedGpuMemory is None else int(p.usedGpuMemory) // _MIB
+    return GpuProcess(pid=int(p.pid), used_memory_mb=used)
 
 
 def _compute_processes(pynvml: Any, handle: Any) -> list[Any]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ddpq.config import Settings
-from ddpq.core.gpus import Gpu, external_pids
+from ddpq.core.gpus import Gpu, external_pids, hardware_of
 from ddpq.core.sharing import Measured
 from ddpq.store import devices as device_store
 from ddpq.store import memory as memory_store
@@ -43,6 +43,7 @@ class Inventory:
         self.outside = OutsideUse(settings.gpu_poll_s) if settings.samples_outside_use else None
         # The GPUs' memory and each job's use of it, as last looked at.
         self.measured = Measured.of(devices, {})
+        self.hardware = hardware_of(devices)  # for the placer: links, models, NUMA
         self._refreshed_at = time.monotonic()
 
     def usable(self) -> list[int]:
@@ -51,6 +52,17 @@ class Inventory:
         if self.settings.external_policy == "avoid":
             return [i for i in indices if i not in self.external]
         return indices
+
+    def naming(self, gpus: Sequence[int]) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
+        """How a job leased ``gpus`` sees them: ``CUDA_VISIBLE_DEVICES``'s names and the
+        physical GPUs whose device files it may open, where they are not the indexes
+        themselves (MIG instances: their UUIDs and parents); else ``((), None)``."""
+        by_index = {d.index: d for d in self.devices}
+        parent = {d.index: d.parent for d in self.devices if d.parent is not None}
+        if not parent.keys() & set(gpus):
+            return (), None
+        names = tuple(by_index[g].uuid if g in parent else str(g) for g in gpus)
+        return names, tuple(sorted({parent.get(g, g) for g in gpus}))
 
     def due(self) -> bool:
         """Fake GPUs never change; real ones are looked at every ``gpu_poll_s``."""
@@ -72,6 +84,7 @@ class Inventory:
         ours = {pid for pids in pids_by_job.values() for pid in pids}
         self.external = {d.index for d in self.devices if external_pids(d, ours)}
         self.measured = Measured.of(self.devices, pids_by_job)
+        self.hardware = hardware_of(self.devices)
         return True
 
     def publish(

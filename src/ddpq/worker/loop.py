@@ -73,7 +73,11 @@ class Worker:
         # Its mode (0711: jobs pass through, nobody lists) is set by daemon.make_private.
         settings.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.inventory = Inventory(
-            settings, devices if devices is not None else discover(settings.fake_gpus), look
+            settings,
+            devices
+            if devices is not None
+            else discover(settings.fake_gpus, settings.fake_topology),
+            look,
         )
         if executor is None:
             from ddpq.executors.local import LocalExecutor
@@ -294,7 +298,12 @@ class Worker:
         with self.db.write() as s:
             record_exits(s, self._exits, self.settings, now)
             leased = self.scheduler.lease_next(
-                s, self.inventory.usable(), self._woke_at, now, self.inventory.measured
+                s,
+                self.inventory.usable(),
+                self._woke_at,
+                now,
+                self.inventory.measured,
+                self.inventory.hardware,
             )
             mapped = user_store.unix_accounts(s, {job.spec.owner for job in leased})
         self._exits.clear()  # committed
@@ -303,6 +312,7 @@ class Worker:
         started: list[tuple[int, str]] = []
         failed: list[tuple[int, str]] = []
         for job in leased:
+            visible, device_gpus = self.inventory.naming(job.gpus)
             launch = Launch(
                 job_id=job.job_id,
                 attempt=job.attempt,
@@ -313,6 +323,8 @@ class Worker:
                 # The account the submission proved (the socket's caller) comes first.
                 unix_account=job.spec.run_as or mapped.get(job.spec.owner),
                 reserved_mem_bytes=job.reserved_mem_bytes,
+                visible=visible,
+                device_gpus=device_gpus,
             )
             try:
                 started.append((job.job_id, self.executor.start(launch)))

@@ -23,6 +23,7 @@ from ddpq.core.scheduler import preemption
 from ddpq.core.scheduler.gates import NO_FREE_PORT
 from ddpq.core.sharing import GpuMemory, Measured, auto_reservation, gpu_memory
 from ddpq.core.states import ACTIVE
+from ddpq.core.topology import NO_HARDWARE, Hardware
 from ddpq.store import attempts as attempt_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
@@ -121,6 +122,7 @@ class Scheduler:
         woke_at: float,
         now: float,
         measured: Measured | None = None,
+        hardware: Hardware = NO_HARDWARE,
     ) -> list[attempt_store.Leased]:
         """Plan, write the waiting reasons, and lease what starts: those jobs are now
         ``starting``, in the caller's transaction. ``measured``: the GPUs' memory as last
@@ -135,6 +137,7 @@ class Scheduler:
             self.last_port = lease_store.last_port(s)
         ports = self.ports.candidates(*cfg.port_range, self.last_port, holding.ports(), now)
         world = read_world(s, cfg, candidates, holding, usable_gpus, ports, now, measured)
+        world = replace(world, hardware=hardware)
         order = Order(cfg.policy, self.usage.get(s, now))
         if cfg.policy is Policy.LAS:  # ranked by the service each job has had so far
             served = attempt_store.attained(s, [c.id for c in candidates], now)

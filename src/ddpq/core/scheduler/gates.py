@@ -18,8 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ddpq.core.scheduler.model import QueuedJob
+from ddpq.core.scheduler.placers import best_set
 from ddpq.core.scheduler.state import Pass
 from ddpq.core.sharing import GpuMemory
+from ddpq.core.topology import CLASSES, describe_class
 from ddpq.core.units import size_for_people
 
 Gate = Callable[[QueuedJob, Pass], "str | None"]
@@ -59,6 +61,28 @@ def too_big(mem_bytes: int, gpus: int, memory: GpuMemory) -> str:
     return (
         f"asks {asked} {where}; the GPUs here have at most {size_for_people(largest)} to "
         f"share ({size_for_people(memory.headroom)} of each kept free)"
+    )
+
+
+def no_such_hardware(job: QueuedJob, p: Pass) -> str | None:
+    """A job that asks for a GPU type or link class this host could never give it."""
+    if job.gpu_type is None and job.gpu_link is None:
+        return None
+    hw = p.world.hardware
+    typed = hw.of_type(sorted(p.usable), job.gpu_type, job.gpus)
+    kind = f" of type {job.gpu_type!r}" if job.gpu_type else ""
+    if len(typed) < job.gpus:
+        models = sorted({hw.names.get(g, "?") for g in p.usable})
+        have = ", ".join(models[:6]) or "none"
+        mig = " (MIG instances only for one-GPU jobs)" if hw.mig and job.gpus > 1 else ""
+        return f"needs {job.gpus} GPUs{kind}; this host has {len(typed)}{mig} (models: {have})"
+    if job.gpu_link is None or job.gpus < 2:
+        return None
+    if hw.worst(best_set(hw, typed, job.gpus, typed)) <= CLASSES.index(job.gpu_link):
+        return None
+    return (
+        f"needs {job.gpus} GPUs{kind} linked by {describe_class(job.gpu_link)} or better; "
+        "no such set exists on this host (ddpq gpus --topology)"
     )
 
 
@@ -105,6 +129,7 @@ def owner_limits(job: QueuedJob, p: Pass) -> str | None:
 GATES: tuple[Gate, ...] = (
     back_off,
     never_fits,
+    no_such_hardware,
     sweep_cap,
     port_budget,
     free_port,

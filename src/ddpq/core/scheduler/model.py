@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ddpq.core.limits import NO_LIMITS, Limits, Reservation
 from ddpq.core.sharing import NO_MEMORY, GpuMemory, Sharer
+from ddpq.core.topology import NO_HARDWARE, Hardware
 
 
 def needs_port(gpus: int, launcher: str) -> bool:
@@ -36,6 +37,10 @@ class QueuedJob:
     # and the most jobs it lets a GPU it is on take (``--gpu-share``).
     mem_bytes: int | None = None
     share_cap: int | None = None
+    # Hardware it asks for (``core.topology``): the link class every pair of its GPUs must
+    # have at least (``--gpu-link``: NV, PIX, ...), and a model name or MIG profile.
+    gpu_link: str | None = None
+    gpu_type: str | None = None
 
     @property
     def sharer(self) -> Sharer | None:
@@ -109,7 +114,7 @@ class World:
     ``port_budget``: how many ports each owner may hold. ``sweep_caps``: ``%K`` of sweeps.
     ``memory``: every GPU's memory, for jobs that share GPUs (``core.sharing``); they may
     use any GPU there, external ones too (what outside processes hold is counted).
-    ``limits``, ``reservations``: see ``core.limits``.
+    ``limits``, ``reservations``: see ``core.limits``. ``hardware``: links and models.
     """
 
     usable_gpus: Sequence[int]
@@ -121,6 +126,8 @@ class World:
     memory: GpuMemory = NO_MEMORY
     limits: Limits = NO_LIMITS
     reservations: Sequence[Reservation] = ()
+    # How the GPUs are linked and what each is (``core.topology``), for the placer.
+    hardware: Hardware = NO_HARDWARE
 
 
 @dataclass(frozen=True)

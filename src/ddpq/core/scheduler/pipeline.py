@@ -34,6 +34,7 @@ from ddpq.core.scheduler.model import (
 from ddpq.core.scheduler.placement import choose
 from ddpq.core.scheduler.state import Pass
 from ddpq.core.sharing import NO_MEMORY, GpuMemory
+from ddpq.core.topology import NO_HARDWARE, Hardware
 
 
 def first_stop(job: QueuedJob, p: Pass, gates: Sequence[Gate] = GATES) -> tuple[str, str] | None:
@@ -83,6 +84,7 @@ def plan_explained(
     memory: GpuMemory = NO_MEMORY,
     limits: Limits = NO_LIMITS,
     reservations: Sequence[Reservation] = (),
+    hardware: Hardware = NO_HARDWARE,
 ) -> Plan:
     """``decide`` with the world given piece by piece; ``order`` defaults to
     ``fairshare`` on ``usage`` (recent GPU-seconds per owner, ``rules.recent_usage``)."""
@@ -96,6 +98,7 @@ def plan_explained(
         memory,
         limits,
         reservations,
+        hardware,
     )
     return decide(queued, world, order or Order(Policy.FAIRSHARE, usage))
 
@@ -114,6 +117,7 @@ def plan(
     memory: GpuMemory = NO_MEMORY,
     limits: Limits = NO_LIMITS,
     reservations: Sequence[Reservation] = (),
+    hardware: Hardware = NO_HARDWARE,
 ) -> list[Placement]:
     """Decide what starts now (``plan_explained``'s placements)."""
     return plan_explained(
@@ -129,4 +133,5 @@ def plan(
         memory=memory,
         limits=limits,
         reservations=reservations,
+        hardware=hardware,
     ).placements

@@ -8,11 +8,13 @@ tries GPUs shared already, which a reservation counts as taken anyway.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ddpq.core.scheduler.model import QueuedJob
 from ddpq.core.scheduler.placers import placer_for
 from ddpq.core.scheduler.state import Pass
+from ddpq.core.topology import describe_class
 
 
 @dataclass(frozen=True)
@@ -26,11 +28,19 @@ class Choice:
 
 
 def choose(job: QueuedJob, p: Pass) -> Choice:
-    placer = placer_for(job)
+    hw = p.world.hardware
+    placer = placer_for(job, hw)
     limits = p.world.limits
-    only = p.owners.only_own(job.owner, job.gpus, limits) if job.sharer else None
+    own = p.owners.only_own(job.owner, job.gpus, limits) if job.sharer else None
+    only: Collection[int] | None = own
+    if job.sharer and job.gpu_type is not None:  # its placer knows no types: only those
+        only = hw.of_type(sorted(p.usable if own is None else own), job.gpu_type, job.gpus)
     gpus = placer.choose(job, p.free, p.pool, only=only)
-    if gpus is None and only is not None:
+    if gpus is None and job.sharer is None and (job.gpu_type or job.gpu_link):
+        why = hardware_wait(job, p)
+        if why is not None:
+            return Choice(None, "hardware", why)
+    if gpus is None and own is not None:
         limit = limits.of(job.owner).gpus
         assert limit is not None
         return Choice(None, "own_gpus", p.owners.gpu_limit_reason(job.owner, limit))
@@ -46,3 +56,20 @@ def choose(job: QueuedJob, p: Pass) -> Choice:
     if kept is not None:
         return Choice(None, "reservations", p.calendar.reason(kept, end))
     return Choice(gpus)
+
+
+def hardware_wait(job: QueuedJob, p: Pass) -> str | None:
+    """Why a job that asks for a GPU type or link class waits although enough GPUs are
+    free (None: too few are free at all, which backfill says)."""
+    if len(p.free) < job.gpus:
+        return None
+    hw = p.world.hardware
+    typed = hw.of_type(p.free, job.gpu_type, job.gpus)
+    kind = f" of type {job.gpu_type!r}" if job.gpu_type else ""
+    if len(typed) < job.gpus:
+        return f"waiting for {job.gpus} free GPUs{kind} ({len(typed)} free now)"
+    assert job.gpu_link is not None
+    return (
+        f"waiting for {job.gpus} free GPUs{kind} linked by {describe_class(job.gpu_link)} "
+        f"or better ({len(typed)} free, no such set among them)"
+    )

@@ -79,7 +79,7 @@ class Pass:
             self.ports_placed[job.owner] = self.ports_placed.get(job.owner, 0) + 1
         if job.sweep_id is not None:
             self.sweeps_placed[job.sweep_id] = self.sweeps_placed.get(job.sweep_id, 0) + 1
-        placer_for(job).take(job, gpus, self.pool)
+        placer_for(job, self.world.hardware).take(job, gpus, self.pool)
         self.free[:] = [g for g in self.free if g not in gpus]
         self.owners.take(job.owner, gpus)
         self.calendar.take(job.owner, gpus, self.end_of(job))

@@ -298,7 +298,9 @@ class Spawner:
         if cgroup is None or self.tracking.fence_error is not None:
             return b"c"
         try:
-            gpu_fence.attach(cgroup, launch.gpus)
+            gpu_fence.attach(
+                cgroup, launch.gpus if launch.device_gpus is None else launch.device_gpus
+            )
         except gpu_fence.FenceUnavailable as exc:
             self.warn("fence", f"jobs run without a GPU fence: {exc}")
             return b"c"

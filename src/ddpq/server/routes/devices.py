@@ -73,6 +73,11 @@ def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
                 shares=shared.get(d.index, []),
                 idle_since=views.ts(since),
                 idle_long=since is not None and now - since >= settings.idle_long_s,
+                numa=d.numa,
+                cpus=views.servable(d.cpus),
+                links={i: views.servable(word) for i, word in d.links},
+                mig_profile=views.servable(d.mig_profile),
+                parent=d.parent,
             )
         )
     limits = [

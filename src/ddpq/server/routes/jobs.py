@@ -157,6 +157,8 @@ def submitted_spec(
         gpus_per_node=body.gpus_per_node,
         partition=body.partition,
         slurm_options=tuple(body.slurm_options),
+        gpu_link=body.gpu_link,
+        gpu_type=body.gpu_type,
     )
 
 

@@ -245,7 +245,12 @@ function renderGpus(devices) {
   for (const d of devices.items) {
     const lines = [el("div", { class: "gpu-head", text: `GPU ${d.index}` })];
     const fake = d.fake && !/fake/i.test(d.name) ? " (fake)" : "";
-    lines.push(el("div", { class: "gpu-name muted", text: d.name + fake }));
+    // A MIG instance is a GPU of its own: its profile and the GPU it is carved from.
+    const mig = d.mig_profile ? ` MIG ${d.mig_profile} (on GPU ${d.parent})` : "";
+    lines.push(el("div", { class: "gpu-name muted", text: d.name + mig + fake }));
+    if (d.numa !== null && d.numa !== undefined) {
+      lines.push(el("div", { class: "muted", text: `NUMA ${d.numa}` }));
+    }
     lines.push(el("div", { class: "gpu-status", text: d.status }));
     if (d.job_id !== null) {
       lines.push(el("div", { text: `job ${d.job_id} · ${d.owner ?? "?"}` }));

@@ -96,6 +96,9 @@ class Job(Base):
     idle_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     idle_since: Mapped[float | None] = mapped_column(Float, nullable=True)
     idle_warned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Hardware asked for (core.topology, migration 0022t): a link class, a model/MIG name.
+    gpu_link: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    gpu_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),

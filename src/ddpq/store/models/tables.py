@@ -279,6 +279,9 @@ class DeviceSnapshot(Base):
     # [{"pid": int, "used_memory_mb": int | None}] of processes ddpq did not start
     external_processes: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     updated_at: Mapped[float] = mapped_column(Float)
+    # Where it sits (migration 0022t): {"numa", "cpus", "links": [[index, word]],
+    # "mig_profile", "parent"}; NULL for rows written before.
+    hardware: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class OutsideUse(Base):
