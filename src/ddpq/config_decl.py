@@ -204,6 +204,28 @@ class _Jobs(BaseSettings):
         Field(ge=0, le=1000),
         Public("max_preemptions", "the policy preempts one job at most this many times"),
     ] = DEFAULT_GUARDS.max_preemptions
+    # Queue bounds (issue 23): one user's flood waits, or is refused, instead of taking
+    # the box and the queue from everyone (``server.queue_caps``, ``gates.running_cap``).
+    max_queued_per_user: Annotated[
+        int,
+        AfterValidator(at_least(0)),
+        Public(
+            "max_queued_per_user",
+            "queued and held jobs one user may have (a sweep counts each job); a submission "
+            "past it is refused (0: no cap)",
+            only="api",
+        ),
+    ] = 10_000
+    max_running_per_user: Annotated[
+        int,
+        AfterValidator(at_least(0)),
+        Public(
+            "max_running_per_user",
+            "jobs of one user holding leases at once, unless `ddpq admin limit` gives them "
+            "(or everyone) another figure; the rest wait, saying so (0: no cap)",
+            only="worker",
+        ),
+    ] = 1000
 
 
 class _Retention(BaseSettings):

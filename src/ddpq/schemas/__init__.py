@@ -56,6 +56,7 @@ from ddpq.schemas.jobs import (
     NotificationOut,
     PortUseOut,
 )
+from ddpq.schemas.queue import HiddenOut, QueueView
 from ddpq.schemas.submit import JobSubmit
 from ddpq.schemas.sweeps import (
     MAX_SWEEP_BYTES,
@@ -93,6 +94,7 @@ __all__ = [
     "DeviceShare",
     "ErrorOut",
     "EventOut",
+    "HiddenOut",
     "JobDetail",
     "JobEnvOut",
     "JobList",
@@ -102,6 +104,7 @@ __all__ = [
     "MetricsOut",
     "NotificationOut",
     "PortUseOut",
+    "QueueView",
     "ReservationIn",
     "ReservationList",
     "ReservationOut",

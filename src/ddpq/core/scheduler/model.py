@@ -121,6 +121,9 @@ class World:
     memory: GpuMemory = NO_MEMORY
     limits: Limits = NO_LIMITS
     reservations: Sequence[Reservation] = ()
+    # The most jobs one owner holds leases for at once (0: no cap), where no admin's limit
+    # (``limits``, which wins) names a figure for them: ``gates.running_cap``.
+    running_cap: int = 0
 
 
 @dataclass(frozen=True)
