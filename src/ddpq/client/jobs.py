@@ -68,7 +68,7 @@ def hidden_text(view: dict[str, Any]) -> str:
     """One line for the matching jobs that no row shows, by owner and state ("" if none)."""
     from ddpq.client.sweeps import counts_text
 
-    parts = [f"{safe(h['owner'])} {counts_text(h['counts'])}" for h in view["hidden"]]
+    parts = [f"{safe(h['owner'])} {safe(counts_text(h['counts']))}" for h in view["hidden"]]
     if not parts:
         return ""
     why = f"only {safe(view['only_owner'])}'s are listed; " if view.get("only_owner") else ""
