@@ -19,6 +19,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from ddpq.config_bounds import QueueBounds
 from ddpq.config_values import (
     DEFAULT_PORT_RANGE,
     EXECUTORS,
@@ -204,28 +205,6 @@ class _Jobs(BaseSettings):
         Field(ge=0, le=1000),
         Public("max_preemptions", "the policy preempts one job at most this many times"),
     ] = DEFAULT_GUARDS.max_preemptions
-    # Queue bounds (issue 23): one user's flood waits, or is refused, instead of taking
-    # the box and the queue from everyone (``server.queue_caps``, ``gates.running_cap``).
-    max_queued_per_user: Annotated[
-        int,
-        AfterValidator(at_least(0)),
-        Public(
-            "max_queued_per_user",
-            "queued and held jobs one user may have (a sweep counts each job); a submission "
-            "past it is refused (0: no cap)",
-            only="api",
-        ),
-    ] = 10_000
-    max_running_per_user: Annotated[
-        int,
-        AfterValidator(at_least(0)),
-        Public(
-            "max_running_per_user",
-            "jobs of one user holding leases at once, unless `ddpq admin limit` gives them "
-            "(or everyone) another figure; the rest wait, saying so (0: no cap)",
-            only="worker",
-        ),
-    ] = 1000
 
 
 class _Retention(BaseSettings):
@@ -380,7 +359,7 @@ class _Resources(BaseSettings):
 
 # The groups above, listed last first: pydantic orders inherited fields from the last base
 # to the first, and their order is the flags' and the docs' order.
-class Declared(_Resources, _Slurm, _Retention, _Jobs, _Trust, _Service):
+class Declared(QueueBounds, _Resources, _Slurm, _Retention, _Jobs, _Trust, _Service):
     """Every setting, each with its type, default and (if people set it) ``Public``; the
     internals, which no flag, variable or key sets, are declared here."""
 
