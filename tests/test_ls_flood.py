@@ -105,3 +105,15 @@ def test_ls_asks_for_one_screen_however_long_the_queue(
     # --json is every matching job, page after page: what a script asked for.
     out, requests, _ = run_ls(monkeypatch, capsys, d.url, "--json", "--user", "bob")
     assert requests == (2 * FOREIGN) // 1000 and len(json.loads(out)) == 2 * FOREIGN
+
+
+def test_a_limit_past_what_the_daemon_gives_is_one_line_of_usage(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DDPQ_URL", "http://127.0.0.1:9")  # never reached
+    monkeypatch.setattr(sys, "argv", ["ddpq", "ls", "--limit", "5000"])
+    with pytest.raises(SystemExit) as exc:
+        entry.main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--limit: at most 1,000 rows" in err, err

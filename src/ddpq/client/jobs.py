@@ -44,6 +44,8 @@ def ls(
     from ddpq.client.sweeps import sweeps_table
 
     states = state or (None if all_ else ACTIVE_STATES)
+    if not as_json and (limit or 0) > MAX_ROWS:
+        fail(f"--limit: at most {MAX_ROWS:,} rows a table (0: every job, page after page)", 2)
     if as_json or limit == 0:
         _ls_every(states, user, mine, expand, limit, as_json)
         return
@@ -60,8 +62,10 @@ def ls(
         typer.echo(line)
 
 
-# Rows of each table `ddpq ls` asks for unless told: more than a screen, a bounded answer.
+# Rows of each table `ddpq ls` asks for unless told (more than a screen, a bounded
+# answer), and the most the daemon gives in one (``server.routes.queue.MAX_ROWS``).
 DEFAULT_ROWS = 100
+MAX_ROWS = 1000
 
 
 def hidden_text(view: dict[str, Any]) -> str:
