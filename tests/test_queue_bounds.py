@@ -95,6 +95,16 @@ def test_queued_jobs_count_as_held_ones_do(api: TestClient) -> None:
     assert job(api, "alice", hold=False).status_code == 429
 
 
+def test_a_user_past_a_lowered_cap_is_told_so_counted_no_further(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for c in client_with_gpus(home, gpus=1, max_queued_per_user=0):
+        assert sweep(c, "alice", 40).status_code == 201
+    for c in client_with_gpus(home, gpus=1, max_queued_per_user=3):
+        r = job(c, "alice")
+        assert r.status_code == 429
+        assert r.json()["detail"].startswith("alice has more than 3 jobs queued or held;")
+
+
 def test_no_cap_when_it_is_zero(tmp_path: Path) -> None:
     for c in client_with_gpus(tmp_path / "home", gpus=1, max_queued_per_user=0):
         assert sweep(c, "alice", 20).status_code == 201

@@ -22,13 +22,15 @@ def refuse_if_over(s: Session, settings: Settings, owner: str, adding: int) -> N
     cap = settings.max_queued_per_user
     if not cap:
         return
-    waiting = queue_store.waiting_of(s, owner)
+    waiting = queue_store.waiting_of(s, owner, upto=cap + 1)
     if waiting + adding <= cap:
         return
     what = "this job" if adding == 1 else f"these {_jobs(adding)}"
+    # Past the cap already (it was lowered, or is new): counted no further than that.
+    has = _jobs(waiting) if waiting <= cap else f"more than {_jobs(cap)}"
     raise ApiError(
         429,
         "queue_cap",
-        f"{owner} has {_jobs(waiting)} queued or held; the cap is {cap:,} per user "
+        f"{owner} has {has} queued or held; the cap is {cap:,} per user "
         f"(max_queued_per_user), so {what} would pass it",
     )
