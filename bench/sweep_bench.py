@@ -71,6 +71,7 @@ def submit_figures(members: int, repeat: int) -> list[str]:
     log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
     cmd = [sys.executable, "-m", "ddpq", "serve", "--home", str(home), "--port", str(port)]
     cmd += ["--fake-gpus", "8"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    cmd += ["--max-queued-per-user", "0"]  # every repeat's members stay held: no cap here
     daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
     try:

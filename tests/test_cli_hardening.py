@@ -498,6 +498,10 @@ def hostile_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], Non
         job = job_data(text)
         if path == "/v1/jobs" and method == "GET":
             return json_answer(200, {"items": [job], "total": 1, "offset": 0, "limit": 1000})
+        if path == "/v1/queue":
+            hidden = [{"owner": text, "counts": {"held": 3, text: 1}}]
+            view = {"jobs": [job], "sweeps": [], "total": 5, "only_owner": text, "limit": 100}
+            return json_answer(200, {**view, "hidden": hidden})
         if path == "/v1/jobs/1":
             return json_answer(200, job)
         if path == "/v1/jobs/1/log":

@@ -19,6 +19,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from ddpq.config_bounds import QueueBounds
 from ddpq.config_values import (
     DEFAULT_PORT_RANGE,
     EXECUTORS,
@@ -369,7 +370,7 @@ class _Resources(BaseSettings):
 
 # The groups above, listed last first: pydantic orders inherited fields from the last base
 # to the first, and their order is the flags' and the docs' order.
-class Declared(_Resources, _Slurm, _Retention, _Jobs, _Trust, _Service):
+class Declared(QueueBounds, _Resources, _Slurm, _Retention, _Jobs, _Trust, _Service):
     """Every setting, each with its type, default and (if people set it) ``Public``; the
     internals, which no flag, variable or key sets, are declared here."""
 

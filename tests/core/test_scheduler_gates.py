@@ -53,6 +53,7 @@ def test_the_gates_are_asked_in_the_order_their_reasons_are_worth_saying() -> No
         "free_port",
         "in_line",
         "owner_limits",
+        "running_cap",
     ]
 
 

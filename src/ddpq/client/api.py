@@ -104,6 +104,28 @@ class JsonApi:
         data: Data = self._json("GET", "/v1/jobs", params=params)
         return data
 
+    def queue(
+        self,
+        states: builtins.list[str] | None = None,
+        user: str | None = None,
+        mine: bool = False,
+        limit: int = 100,
+        expand: bool = False,
+    ) -> Data:
+        """One screen of the queue in one request (``QueueView``): at most ``limit`` jobs
+        and sweeps, sweeps folded unless ``expand``, the rest counted by owner and state."""
+        params: dict[str, Any] = {"limit": limit}
+        if states:
+            params["state"] = states
+        if user:
+            params["user"] = user
+        if mine:
+            params["mine"] = "true"
+        if expand:
+            params["expand"] = "true"
+        data: Data = self._json("GET", "/v1/queue", params=params)
+        return data
+
     def list_all(
         self, states: builtins.list[str] | None = None, user: str | None = None
     ) -> builtins.list[Data]:

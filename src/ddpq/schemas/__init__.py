@@ -57,6 +57,7 @@ from ddpq.schemas.jobs import (
     NotificationOut,
     PortUseOut,
 )
+from ddpq.schemas.queue import HiddenOut, QueueView
 from ddpq.schemas.submit import JobSubmit
 from ddpq.schemas.sweeps import (
     MAX_SWEEP_BYTES,
@@ -94,6 +95,7 @@ __all__ = [
     "DeviceShare",
     "ErrorOut",
     "EventOut",
+    "HiddenOut",
     "JobDetail",
     "JobEnvOut",
     "JobList",
@@ -104,6 +106,7 @@ __all__ = [
     "MetricsOut",
     "NotificationOut",
     "PortUseOut",
+    "QueueView",
     "ReservationIn",
     "ReservationList",
     "ReservationOut",

@@ -24,6 +24,7 @@ from ddpq.server.routes import (
     logs,
     meta,
     progress,
+    queue,
     reservations,
     sweeps,
     tokens,
@@ -36,6 +37,7 @@ from ddpq.store.headroom import Reserve
 ROUTERS = (
     meta.router,
     jobs.router,
+    queue.router,
     logs.router,
     progress.router,
     sweeps.router,

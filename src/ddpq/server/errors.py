@@ -58,6 +58,14 @@ NO_ROOM: Responses = {
         "says how much is free",
     },
 }
+# Submissions: refused past the owner's cap on queued and held jobs (server.queue_caps).
+QUEUE_CAP: Responses = {
+    429: {
+        "model": ErrorOut,
+        "description": "the owner's queued and held jobs, with these, would pass "
+        "max_queued_per_user; `detail` names the cap",
+    },
+}
 CONFLICT: Responses = {
     409: {"model": ErrorOut, "description": "the job is not waiting, so it cannot be held"},
 }

@@ -189,6 +189,7 @@ def read_world(
         memory_now(cfg, measured or Measured.idle(usable_gpus), running),
         limit_store.limits(s),
         limit_store.open_reservations(s, now),
+        running_cap=cfg.max_running_per_user,
     )
 
 

@@ -125,6 +125,19 @@ def owner_limits(job: QueuedJob, p: Pass) -> str | None:
     return p.owners.blocks(job.owner, job.gpus, p.world.limits, shares=job.sharer is not None)
 
 
+def running_cap(job: QueuedJob, p: Pass) -> str | None:
+    """The daemon's cap on one owner's jobs holding leases at once (``max_running_per_user``),
+    those placed in this pass included. An admin's limit on running jobs for the owner, or
+    for everyone (``ddpq admin limit --jobs``), replaces it: ``owner_limits`` says that one."""
+    cap = p.world.running_cap
+    if not cap or p.world.limits.of(job.owner).jobs is not None:
+        return None
+    runs = p.owners.jobs.get(job.owner, 0)
+    if runs < cap:
+        return None
+    return f"{job.owner} runs {runs} job{'' if runs == 1 else 's'}, the cap per user"
+
+
 # The order the pipeline asks them in (and so the reason that is said first).
 GATES: tuple[Gate, ...] = (
     back_off,
@@ -135,4 +148,5 @@ GATES: tuple[Gate, ...] = (
     free_port,
     in_line,
     owner_limits,
+    running_cap,
 )

@@ -128,6 +128,9 @@ class World:
     reservations: Sequence[Reservation] = ()
     # How the GPUs are linked and what each is (``core.topology``), for the placer.
     hardware: Hardware = NO_HARDWARE
+    # The most jobs one owner holds leases for at once (0: no cap), where no admin's limit
+    # (``limits``, which wins) names a figure for them: ``gates.running_cap``.
+    running_cap: int = 0
 
 
 @dataclass(frozen=True)

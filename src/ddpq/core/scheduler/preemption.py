@@ -16,7 +16,9 @@ from ddpq.core.preempt import Waiting
 from ddpq.core.scheduler.model import Placement, Plan, QueuedJob, SweepCaps
 
 # Stages whose reason freed GPUs would not take away.
-HOLDS_BACK = frozenset({"back_off", "never_fits", "owner_limits", "own_gpus", "reservations"})
+HOLDS_BACK = frozenset(
+    {"back_off", "never_fits", "owner_limits", "own_gpus", "reservations", "running_cap"}
+)
 
 
 def waiting_for_gpus(

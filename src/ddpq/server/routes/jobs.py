@@ -31,7 +31,7 @@ from ddpq.schemas import (
     PortUseOut,
     derive_name,
 )
-from ddpq.server import exhaustion, paths, portuse, views
+from ddpq.server import exhaustion, paths, portuse, queue_caps, views
 from ddpq.server.deps import (
     Auth,
     Caller,
@@ -41,7 +41,7 @@ from ddpq.server.deps import (
     may_touch,
     proven_account,
 )
-from ddpq.server.errors import CONFLICT, NO_ROOM, WRITE_ERRORS, ApiError
+from ddpq.server.errors import CONFLICT, NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiError
 from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.params import JobId, Offset
 from ddpq.store import devices as device_store
@@ -55,7 +55,9 @@ from ddpq.workloads.registry import BadWorkload, resolve
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
-@router.post("", status_code=201, response_model=JobOut, responses={**WRITE_ERRORS, **NO_ROOM})
+@router.post(
+    "", status_code=201, response_model=JobOut, responses={**WRITE_ERRORS, **NO_ROOM, **QUEUE_CAP}
+)
 def submit(
     body: JobSubmit,
     who: Auth,
@@ -67,6 +69,7 @@ def submit(
     refuse_if_disk_short(db)
     with db.write() as s:
         check_gpus(s, body.gpus, body.gpu_mem_bytes, settings)
+        queue_caps.refuse_if_over(s, settings, spec.owner, 1)
         job = job_store.create_job(s, spec, time.time())
         # A new job holds no lease, and its dependencies are the ones just given.
         out = views.job_out(

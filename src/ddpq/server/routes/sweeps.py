@@ -17,9 +17,9 @@ from ddpq.config import Settings
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.states import JobState
 from ddpq.schemas import SweepAction, SweepDetail, SweepList, SweepOut, SweepSubmit
-from ddpq.server import views
+from ddpq.server import queue_caps, views
 from ddpq.server.deps import Auth, Caller, DatabaseDep, NotifyLookupsDep, SettingsDep
-from ddpq.server.errors import NO_ROOM, WRITE_ERRORS, ApiError, error_response
+from ddpq.server.errors import NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiError, error_response
 from ddpq.server.params import INT64_MAX, Offset
 from ddpq.server.routes.jobs import (
     check_gpus,
@@ -40,7 +40,9 @@ SweepId = Annotated[int, Path(ge=1, le=INT64_MAX)]
 _SORT = re.compile(r"-?[A-Za-z0-9_.:/-]{1,64}")
 
 
-@router.post("", status_code=201, response_model=SweepOut, responses={**WRITE_ERRORS, **NO_ROOM})
+@router.post(
+    "", status_code=201, response_model=SweepOut, responses={**WRITE_ERRORS, **NO_ROOM, **QUEUE_CAP}
+)
 def submit(
     body: SweepSubmit,
     who: Auth,
@@ -71,6 +73,7 @@ def submit(
     refuse_if_disk_short(db)
     with db.write() as s:
         check_gpus(s, t.gpus, t.gpu_mem_bytes, settings)
+        queue_caps.refuse_if_over(s, settings, job.owner, len(built))
         sweep = sweep_store.create_sweep(s, spec, time.time())
         out = views.sweep_out(sweep, sweep_store.counts(s, [sweep.id])[sweep.id])
     wake.nudge(settings.wake_socket)

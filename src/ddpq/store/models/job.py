@@ -110,6 +110,10 @@ class Job(Base):
             sqlite_where=text("notify_url IS NOT NULL AND notify_done_at IS NULL"),
         ),
         Index("ix_jobs_sweep", "sweep_id", "sweep_index"),
+        # ``ddpq ls`` and the per-user caps walk these, never the rows (migration 0022q,
+        # ``store.queue``).
+        Index("ix_jobs_state_owner_sweep", "state", "owner", "sweep_id"),
+        Index("ix_jobs_sweep_state", "sweep_id", "state"),
         # Ids only grow, never reused (migration 0021j, ``store.ids``).
         {"sqlite_autoincrement": True},
     )

@@ -1,0 +1,80 @@
+"""The queue as one screen shows it, and what the per-user caps count. Read only.
+
+``ddpq ls`` asks for one screen, not for every job: with 60,000 of someone else's held jobs
+in the queue it must cost what it costs on an empty one. Every statement here walks an
+index over the jobs that match (``ix_jobs_state_owner_sweep``: state, owner, sweep; its
+rows also carry the job id) and reads whole rows only for the jobs shown:
+
+1. ``groups``: the matching jobs counted by (state, owner, sweep) with the lowest id of
+   each group, from the index alone;
+2. the rows shown: the first ``limit`` of the chosen groups, oldest first, one index range
+   per group (``state = ? AND owner = ? AND sweep_id IS ?``, already in id order), asked in
+   the order of their lowest id and stopped once no further group can come earlier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, defer
+
+from ddpq.core.states import JobState
+from ddpq.store.models import Job
+
+# What a user's cap on waiting jobs counts (``max_queued_per_user``).
+WAITING = (JobState.QUEUED, JobState.HELD)
+
+
+def waiting_of(session: Session, owner: str, upto: int) -> int:
+    """How many of ``owner``'s jobs are queued or held, counted up to ``upto`` at most:
+    the cap's question costs at most the cap's index entries, however long the queue."""
+    some = select(Job.id).where(Job.state.in_(WAITING), Job.owner == owner).limit(upto)
+    return int(session.scalar(select(func.count()).select_from(some.subquery())) or 0)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Matching jobs that share a state, an owner and a sweep (None: no sweep)."""
+
+    state: JobState
+    owner: str
+    sweep_id: int | None
+    jobs: int
+    first_id: int
+
+
+def groups(session: Session, states: Sequence[JobState], owner: str | None) -> list[Group]:
+    """The matching jobs counted by state, owner and sweep (the index alone answers)."""
+    query = select(Job.state, Job.owner, Job.sweep_id, func.count(), func.min(Job.id))
+    if states:
+        query = query.where(Job.state.in_(list(states)))
+    if owner is not None:
+        query = query.where(Job.owner == owner)
+    query = query.group_by(Job.state, Job.owner, Job.sweep_id)
+    return [
+        Group(JobState(st), o, sw, int(n), int(first))
+        for st, o, sw, n, first in session.execute(query)
+    ]
+
+
+def first_jobs(session: Session, chosen: Iterable[Group], limit: int) -> list[Job]:
+    """The ``limit`` oldest jobs of these groups, oldest first, without their environment
+    (listings never show it). Each group is one index range already in id order; groups
+    are asked in the order of their oldest job, and not at all once ``limit`` jobs older
+    than a group's oldest are in hand."""
+    found: list[Job] = []
+    for g in sorted(chosen, key=lambda g: g.first_id):
+        if len(found) >= limit and found[limit - 1].id < g.first_id:
+            break
+        sweep = Job.sweep_id.is_(None) if g.sweep_id is None else Job.sweep_id == g.sweep_id
+        query = (
+            select(Job)
+            .options(defer(Job.env, raiseload=True))
+            .where(Job.state == g.state, Job.owner == g.owner, sweep)
+            .order_by(Job.id)
+            .limit(limit)
+        )
+        found = sorted([*found, *session.scalars(query)], key=lambda j: j.id)[:limit]
+    return found
