@@ -61,6 +61,8 @@ def sweep_params(specs: Sequence[str]) -> dict[str, list[str]]:
         if name in params:
             raise BadRef(f"--sweep {name}: given twice; list all its values once")
         params[name] = values.split(",")
+        if not all(v.strip() for v in params[name]):
+            raise BadRef(f"--sweep {spec!r}: an empty value; expected NAME=VALUE,VALUE,...")
     return params
 
 
