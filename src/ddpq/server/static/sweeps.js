@@ -156,10 +156,12 @@ function openSweep(sweepId) {
   for (const tr of document.querySelectorAll("#sweeps-body tr")) {
     tr.setAttribute("aria-selected", String(Number(tr.dataset.sweepId) === sweepId));
   }
+  showInAddress(`#sweep-${sweepId}`);
   pollSweep().catch(showError);
 }
 
 function closeSweep() {
+  if (sw.open) leaveAddress(`#sweep-${sw.open.id}`);
   sw.open = null;
   $("sweep-section").hidden = true;
 }

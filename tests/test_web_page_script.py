@@ -1,6 +1,7 @@
-"""The sweep plot's axes (issue 26, item 14): ticks at round numbers (0.1/0.2/0.3, 4/6/8),
-not the range cut in equal parts (0.0952/0.3214, 4.4/7.8). The page's own functions, run
-by Node where it is installed."""
+"""The web page's script (issue 26, item 14), its own functions run by Node where it is
+installed: the sweep plot's ticks at round numbers (0.1/0.2/0.3, 4/6/8), not the range cut
+in equal parts (0.0952/0.3214, 4.4/7.8); links to a job's log and to a sweep (#job-12,
+#sweep-3)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,51 @@ def test_ticks_are_round_numbers_around_the_data(
     step = steps.pop()
     mantissa = step / 10 ** math.floor(math.log10(step))
     assert round(mantissa, 6) in (1, 2, 5)
+
+
+def app_source() -> str:
+    return (Path(STATIC) / "app.js").read_text()
+
+
+def app_function(name: str) -> str:
+    found = re.search(rf"^function {name}\(.*?^}}\n", app_source(), re.S | re.M)
+    assert found, name
+    return found.group(0)
+
+
+@pytest.mark.parametrize(
+    ("address", "opened"),
+    [
+        ("#job-12", ["log", 12]),
+        ("#sweep-3", ["sweep", 3]),
+        ("#job-", None),
+        ("#job-12x", None),
+        ("#job--1", None),
+        ("#sweep-1e3", None),
+        ("#job-99999999999999999999", None),
+        ("#jobs-1", None),
+        ("", None),
+    ],
+)
+def test_an_address_opens_a_jobs_log_or_a_sweep(address: str, opened: list[object] | None) -> None:
+    """The page links what is open (#job-12, #sweep-3); opening such a link opens it, and
+    anything else in the address opens nothing."""
+    link = re.search(r"^const LINK = .*;$", app_source(), re.M)
+    assert link
+    script = (
+        link.group(0)
+        + f"const location = {{ hash: {json.dumps(address)} }}; let got = null;"
+        + "const openLog = (id) => { got = ['log', id]; };"
+        + "const openSweep = (id) => { got = ['sweep', id]; };"
+        + app_function("followAddress")
+        + "followAddress(); console.log(JSON.stringify(got));"
+    )
+    assert NODE is not None
+    out = subprocess.run([NODE, "-e", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == opened
+
+
+def test_opening_and_closing_put_the_link_in_the_address_and_take_it_out() -> None:
+    for name in ("app.js", "sweeps.js"):
+        source = (Path(STATIC) / name).read_text()
+        assert source.count("showInAddress(`#") == 1 and source.count("leaveAddress(`#") == 1
