@@ -115,18 +115,24 @@ def shell(
                 raise
             common.fail(submission.refusal(exc.detail), 2)
         say(f"job {job['id']}: a session on {_gpu_words(gpus)}; Ctrl-C cancels it while it waits")
-        # As promised even when started with SIGINT ignored: Python keeps an inherited
-        # SIG_IGN, and ^C would then do nothing while the session waits.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _start(c, job["id"], key, relay)
+
+
+def _start(c: Any, job_id: int, key: int | None, relay: Any) -> None:
+    """Wait for the new session ``job_id`` and attach to it; Ctrl-C meanwhile cancels it."""
+    # As promised even when started with SIGINT ignored: Python keeps an inherited
+    # SIG_IGN, and ^C would then do nothing while the session waits.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
         try:
-            job = _wait_to_run(c, job["id"])
-            _attach(c, job, key, relay)
+            job = _wait_to_run(c, job_id)
         except KeyboardInterrupt:
-            c.cancel(job["id"])
-            say(f"job {job['id']}: cancelled")
+            c.cancel(job_id)
+            say(f"job {job_id}: cancelled")
             raise typer.Exit(130) from None
-        except EndedFirst as ended:  # `ddpq shell -- nvidia-smi`: over before we attached
-            _as_if_attached(c, ended.job)
+        _attach(c, job, key, relay)
+    except EndedFirst as ended:  # `ddpq shell -- nvidia-smi`: over before we attached
+        _as_if_attached(c, ended.job)
 
 
 def attach(
@@ -142,10 +148,11 @@ def attach(
         if not job.get("interactive"):
             common.fail(f"job {job_id} is not an interactive session (`ddpq logs -f {job_id}`)", 2)
         try:
-            job = _wait_to_run(c, job_id)
+            try:
+                job = _wait_to_run(c, job_id)
+            except KeyboardInterrupt:
+                raise typer.Exit(130) from None
             _attach(c, job, key, relay)
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
         except EndedFirst as ended:
             job = ended.job
             reason = job.get("reason") or "no reason given"
@@ -298,7 +305,7 @@ def _as_if_attached(c: Any, job: dict[str, Any]) -> None:
         out.write(b"".join(x for x in data.splitlines(True) if not x.startswith(b"[ddpq] ")))
     out.flush()
     say(f"job {job_id} ended: {job['state']} ({reason})")
-    raise typer.Exit(code if code is not None else 128 + int(sig))
+    raise typer.Exit(int(code) if code is not None else 128 + int(sig or 0))
 
 
 def _final(c: Any, job_id: int) -> dict[str, Any] | None:
