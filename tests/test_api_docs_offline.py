@@ -76,3 +76,16 @@ def test_swagger_ui_reads_the_openapi_version_fastapi_writes(api: TestClient) ->
 def test_nothing_but_the_assets_is_served_from_there(api: TestClient, path: str) -> None:
     r = api.get(f"{apidocs.ASSETS_URL}/{path}")
     assert r.status_code == 404
+
+
+def test_without_the_package_the_pages_still_work_from_the_cdn_and_the_daemon_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(apidocs, "assets_folder", lambda: None)
+    with caplog.at_level("WARNING", logger="ddpq.server"):
+        api = make_client(tmp_path)
+    assert "fastapi-offline package is missing" in caplog.text
+    for page in ("/docs", "/redoc"):
+        r = api.get(page)
+        assert r.status_code == 200 and "https://" in r.text
+    assert api.get(f"{apidocs.ASSETS_URL}/{apidocs.SWAGGER_JS}").status_code == 404
