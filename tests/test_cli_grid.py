@@ -1,5 +1,6 @@
 """The columns `ddpq ls`, `gpus` and `watch` draw (``client.grid``): aligned by terminal
-cells, wrapped and cut to the terminal's width, never more than a Text's worth of work."""
+cells, wrapped and cut to a terminal's width (a pipe gets every column, one line a row: see
+tests/test_cli_fit.py), never more than a Text's worth of work."""
 
 from __future__ import annotations
 
@@ -12,12 +13,18 @@ from ddpq.client.format import plain
 from ddpq.client.grid import Grid
 
 
-def shown(grid: Grid, width: int = 200, terminal: bool = False) -> list[str]:
+def shown(
+    grid: Grid, width: int = 200, terminal: bool = False, colour: bool | None = None
+) -> list[str]:
+    """``grid`` as a terminal ``width`` wide shows it (in colour unless told), or a pipe."""
     buf = io.StringIO()
+    colour = terminal if colour is None else colour
     console = (
-        Console(file=buf, width=width, force_terminal=True, color_system="standard")
+        Console(
+            file=buf, width=width, force_terminal=True, color_system="standard" if colour else None
+        )
         if terminal
-        else Console(file=buf, width=width)
+        else Console(file=buf, width=width, soft_wrap=True)  # as draw.console() makes it
     )
     console.print(grid)
     return buf.getvalue().splitlines()
@@ -42,15 +49,23 @@ def test_wide_characters_count_as_two_cells() -> None:
 
 def test_the_wrapping_column_wraps_to_the_terminal_and_the_rest_is_cut() -> None:
     note = "epoch 1/40 · acc 50.0% · 1,234 img/s · ETA 1m40s"
-    lines = shown(grid(("1", "job", note)), width=30)
+    lines = shown(grid(("1", "job", note)), width=30, terminal=True, colour=False)
     assert lines[0] == "ID  NAME  NOTE"
     assert lines[1].startswith("1   job   epoch 1/40")
     assert all(len(line) <= 30 for line in lines)
     assert " ".join(line[10:].strip() for line in lines[1:]) == note  # all of it, wrapped
     tight = Grid("ID", "NAME", wrap="")
     tight.add_row(plain("1"), plain("x" * 50))
-    cut = shown(tight, width=20)[1]
+    cut = shown(tight, width=20, terminal=True, colour=False)[1]
     assert len(cut) == 20 and cut.endswith("…")
+
+
+def test_columns_with_nothing_in_them_go_before_the_ones_named_to_drop() -> None:
+    g = Grid("ID", "EMPTY", "PORT", "NOTE", wrap="", drop=("PORT",))
+    g.add_row(plain("1"), plain(""), plain("29500"), plain("x" * 10))
+    assert shown(g, width=24, terminal=True, colour=False)[0].split() == ["ID", "PORT", "NOTE"]
+    assert shown(g, width=18, terminal=True, colour=False)[0].split() == ["ID", "NOTE"]
+    assert shown(g, width=18)[0].split() == ["ID", "EMPTY", "PORT", "NOTE"]  # a pipe
 
 
 def test_the_header_is_bold_and_cells_keep_their_style() -> None:

@@ -130,7 +130,9 @@ def test_references_parse_as_jobs_or_sweeps() -> None:
     for bad in ("", "s", "-1", "s-1", "1e3", "0x1", "s٣"):
         with pytest.raises(BadRef):
             parse_ref(bad)
-    assert sweep_params(["a=1,2", "b="]) == {"a": ["1", "2"], "b": [""]}
+    assert sweep_params(["a=1,2", "b=x"]) == {"a": ["1", "2"], "b": ["x"]}
+    with pytest.raises(BadRef, match="an empty value"):  # a slip (issue 26): never a value
+        sweep_params(["a=1,2", "b="])
     jobs: list[dict[str, Any]] = [{"id": 1, "sweep_id": None}, {"id": 2, "sweep_id": 5}]
     jobs.append({"id": 3, "sweep_id": 4})
     assert fold([*jobs, {"id": 4, "sweep_id": 5}]) == ([jobs[0]], [5, 4])

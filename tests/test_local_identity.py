@@ -188,13 +188,21 @@ def test_what_only_browsers_send_is_refused_on_the_socket(
     assert c.get("/v1/whoami", headers=headers).status_code == 401
 
 
-def test_the_socket_has_no_address_and_the_guard_needs_none(make: Make) -> None:
+def test_the_socket_has_no_address_and_takes_any_host_name(make: Make) -> None:
+    """`curl --unix-socket S http://ddpq/...`: no browser reaches a socket by a name, so
+    the names that guard TCP against DNS rebinding guard nothing there (issue 26)."""
     c = make(auth=True, shared_account=True)
-    for host in ("localhost", "127.0.0.1", "[::1]"):
+    for host in ("localhost", "127.0.0.1", "[::1]", "ddpq", "evil.example", "x:1"):
         r = c.get("/v1/whoami", headers=as_uid(NOBODY.pw_uid, Host=host))
         assert r.status_code == 200, (host, r.text)
-    r = c.get("/v1/whoami", headers=as_uid(NOBODY.pw_uid, Host="evil.example"))
+    # Over TCP a name that is not this daemon's is still refused, before any token.
+    r = c.get("/v1/whoami", headers={"Host": "evil.example"})
     assert r.status_code == 403 and r.json()["code"] == "bad_host"
+    # And on the socket, a browser's request is refused whatever its Host.
+    r = c.get(
+        "/v1/whoami", headers=as_uid(NOBODY.pw_uid, Host="ddpq", **{"Sec-Fetch-Mode": "cors"})
+    )
+    assert r.status_code == 403 and r.json()["code"] == "browser"
 
 
 # ---- tokens an account makes for itself -----------------------------------------------------

@@ -19,16 +19,27 @@ def console() -> Any:
     from rich.console import Console
 
     # Rich turns colours off by itself when stdout is not a terminal (and honours NO_COLOR).
-    return Console()
+    # Into a pipe or a file nothing is wrapped or cut to an imagined 80 columns: one job,
+    # one line (``grid.Grid`` draws every column there too).
+    con = Console()
+    con.soft_wrap = not con.is_terminal
+    return con
+
+
+# `ls`'s columns; on a narrow terminal the first of DROP go first (``grid.Grid``), then
+# PROGRESS and REASON wrap. REASON comes last, as squeue's NODELIST(REASON) does.
+JOB_COLUMNS = ("ID", "NAME", "OWNER", "STATE", "GPUS", "MEM", "PORT", "PROGRESS", "AGE", "REASON")
+JOB_DROP = ("MEM", "PORT", "AGE", "OWNER")
+JOB_WRAP = ("PROGRESS", "REASON")
 
 
 def jobs_table(jobs: Iterable[Data | Dumps]) -> Any:
-    """The queue as a Rich table. Names, owners and progress are the users' and jobs' own
-    text: ``plain`` cells, never markup, with control characters made visible."""
+    """The queue as columns. Names, owners, progress and reasons are the users', jobs' and
+    daemon's own text: ``plain`` cells, never markup, with control characters made visible."""
     from ddpq.client.format import age, plain, progress_line
     from ddpq.client.sharing import mem_text
 
-    table = new_table("ID", "NAME", "OWNER", "STATE", "GPUS", "MEM", "PORT", "PROGRESS", "AGE")
+    table = new_table(*JOB_COLUMNS, wrap=JOB_WRAP, drop=JOB_DROP)
     for job in jobs:
         j = as_data(job)
         table.add_row(
@@ -41,22 +52,41 @@ def jobs_table(jobs: Iterable[Data | Dumps]) -> Any:
             plain(str(j["leases"]["port"] or "")),
             plain(progress_line(j["progress"])),
             plain(age(j["submitted_at"])),
+            plain(reason_text(j)),
         )
     return table
 
 
-def new_table(*columns: str, title: str | None = None, wrap: str = "PROGRESS") -> Any:
+def reason_text(job: Data) -> str:
+    """Why a job waits, as the daemon says it: the scheduler's reason for a queued job (the
+    gate that stopped it), "held by user" or the dependencies a held job waits for; how a
+    finished job ended. A starting or running job has none to show."""
+    if job["state"] in (JobState.STARTING.value, JobState.RUNNING.value):
+        return ""
+    return text(job.get("reason"))
+
+
+def new_table(
+    *columns: str,
+    title: str | None = None,
+    wrap: str | tuple[str, ...] = "PROGRESS",
+    drop: tuple[str, ...] = (),
+) -> Any:
     """A table of these columns (``grid.Grid``: Rich's Table costs ~0.4 ms a row); only
-    the ``wrap`` one may wrap. Every cell is a ``Text`` (``plain``), never markup."""
+    the ``wrap`` ones may wrap, the ``drop`` ones go first on a narrow terminal. Every cell
+    is a ``Text`` (``plain``), never markup."""
     from ddpq.client.grid import Grid
 
-    return Grid(*columns, wrap=wrap, title=title)
+    return Grid(*columns, wrap=wrap, title=title, drop=drop)
 
 
 def gpu_text(job: Data) -> str:
-    """The GPUs a job holds ("0,1"), or how many it asked for while it holds none."""
+    """The GPUs of a job, one way for every row: "2:0,1" (how many: which) once it holds
+    them, "2" while it waits for them, "-" for a job that asked for none."""
     leased = job["leases"]["gpus"]
-    return ",".join(map(str, leased)) if leased else str(job["gpus"])
+    if leased:
+        return f"{len(leased)}:" + ",".join(map(str, leased))
+    return str(job["gpus"]) if job["gpus"] else "-"
 
 
 STATE_STYLE = {
@@ -194,8 +224,9 @@ def attempt_lines(j: Data) -> list[str]:
         state = safe(a["state"] or "running")
         handle = a.get("handle")
         where = f"  ({safe(a.get('executor') or '?')} {safe(handle)})" if handle else ""
+        port = f" port {a['port']}" if a.get("port") is not None else ""  # none leased
         lines.append(
-            f"  #{a['number']} GPUs {a['gpus']} port {a['port']}  {state}  "
+            f"  #{a['number']} GPUs {a['gpus']}{port}  {state}  "
             f"{safe(a['reason'])}{where}{attempt_memory(a)}"
         )
     return lines
@@ -216,6 +247,9 @@ def render_env(env: Data) -> None:
         con.print(Text(f"{sanitize(text(key))}={sanitize(text(env['env'][key]))}"))
 
 
+GPU_DROP = ("NAME", "PORT", "SINCE", "IDLE", "OWNER")
+
+
 def gpu_table(devices: Data | Dumps) -> Any:
     from ddpq.client.format import age, plain
     from ddpq.client.sharing import reserved_on, share_text
@@ -225,8 +259,9 @@ def gpu_table(devices: Data | Dumps) -> Any:
     # JSON object keys are strings: "29600" -> job 1.
     port_of = {job: port for port, job in devs["ports_leased"].items()}
     columns = ("GPU", "NAME", "STATUS", "JOB", "OWNER", "PORT", "SINCE", "IDLE", "MEMORY")
-    # Who is on a GPU outside the queue wraps rather than being cut off.
-    table = new_table(*columns, "OUTSIDE", wrap="OUTSIDE")
+    # Who is on a GPU outside the queue wraps rather than being cut off; a narrow terminal
+    # loses the GPU's model name and the port first.
+    table = new_table(*columns, "OUTSIDE", wrap="OUTSIDE", drop=GPU_DROP)
     colour = {"free": "green", "leased": "cyan", "shared": "blue", "external": "red"}
     for d in devs["items"]:
         outside = outside_text(d.get("external_processes") or [])

@@ -119,6 +119,14 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def number_text(value: Any) -> str:
+    """A metric as people read it: a float to 4 significant digits (0.9983, 1.235e-05),
+    anything else as text (a job writes what it likes)."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.4g}"
+    return text(value)
+
+
 def progress_line(p: dict[str, Any] | None) -> str:
     """'epoch 3/5 · acc 71.2% · 2,400 img/s · ETA 1m10s' from a metrics.jsonl record.
 
@@ -128,9 +136,11 @@ def progress_line(p: dict[str, Any] | None) -> str:
         return ""
     parts = []
     if "epoch" in p:
-        parts.append(f"epoch {p['epoch']}" + (f"/{p['epochs']}" if "epochs" in p else ""))
+        epochs = f"/{number_text(p['epochs'])}" if "epochs" in p else ""
+        parts.append(f"epoch {number_text(p['epoch'])}{epochs}")
     elif "step" in p:
-        parts.append(f"step {p['step']}" + (f"/{p['steps']}" if "steps" in p else ""))
+        steps = f"/{number_text(p['steps'])}" if "steps" in p else ""
+        parts.append(f"step {number_text(p['step'])}{steps}")
     acc = _number(p.get("test_acc", p.get("train_acc")))
     loss = _number(p.get("train_loss"))
     if acc is not None:

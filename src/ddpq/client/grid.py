@@ -4,32 +4,50 @@
 renderable of its own: ~0.4 ms a row on this kind of machine, 15 ms for a queue of 40 jobs,
 more than the whole HTTP round trip. The queue needs only left-aligned columns two spaces
 apart under a bold header, as ``Table(box=None, pad_edge=False)`` draws them; this lays them
-out from the cells' widths on the terminal (``rich.cells.cell_len``: wide characters count
-two) and draws the lines as one ``Text``. When the lines are wider than the terminal, the
-column that may wrap (PROGRESS) gets what is left and wraps, as in Rich's table; what is
-still too wide is cut with an ellipsis.
+out from the cells' widths (``rich.cells.cell_len``: wide characters count two) and draws
+the lines as one ``Text``.
+
+On a terminal the lines fit its width: first whole columns are dropped, those with nothing
+in them, then those named in ``drop`` in that order (a header is never cut to ``PROGR…``),
+while the columns that may wrap (``wrap``: PROGRESS, REASON) cannot take the rest by
+wrapping to ``COMFORTABLE_WRAP``; then those columns wrap, down to ``NARROWEST_WRAP``; what
+is still too wide is cut with an ellipsis. Into a pipe or a file (not a terminal) every
+column is drawn and every row is one line, however long: ``grep`` and ``awk`` see one job a
+line.
 
 Cells are ``Text`` (``format.plain``): never markup, control characters made visible.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from rich.cells import cell_len
 from rich.text import Text
 
 GAP = 2  # spaces between columns
-NARROWEST_WRAP = 10  # the wrapping column keeps at least this width
+NARROWEST_WRAP = 10  # a wrapping column keeps at least this width
+# Before a column is dropped, the wrapping ones wrap down to this width (a few lines each);
+# narrower than this, losing PORT or AGE reads better than a reason over eight lines.
+COMFORTABLE_WRAP = 30
 
 
 class Grid:
-    """Rows of ``Text`` cells under a header; ``wrap`` names the column that may wrap."""
+    """Rows of ``Text`` cells under a header; ``wrap`` names the columns that may wrap,
+    ``drop`` those a narrow terminal may go without, the first to go first."""
 
-    def __init__(self, *columns: str, wrap: str = "", title: str | None = None) -> None:
+    def __init__(
+        self,
+        *columns: str,
+        wrap: str | Iterable[str] = "",
+        title: str | None = None,
+        drop: Iterable[str] = (),
+    ) -> None:
         self.columns = columns
-        self.wrap = columns.index(wrap) if wrap in columns else None
+        wrapping = {wrap} if isinstance(wrap, str) else set(wrap)
+        self.wrap = {i for i, c in enumerate(columns) if c in wrapping}
+        self.drop = [columns.index(c) for c in drop if c in columns]
         self.title = title
         self.rows: list[Sequence[Text]] = []
 
@@ -37,43 +55,72 @@ class Grid:
         assert len(cells) == len(self.columns), (cells, self.columns)
         self.rows.append(cells)
 
-    def widths(self, room: int) -> list[int]:
+    def natural(self) -> list[int]:
+        """Each column's width with nothing cut: its widest cell or its header."""
         widths = [cell_len(c) for c in self.columns]
         for row in self.rows:
             for i, cell in enumerate(row):
                 widths[i] = max(widths[i], cell_len(cell.plain))
-        over = sum(widths) + GAP * (len(widths) - 1) - room
-        if over > 0 and self.wrap is not None:
-            widths[self.wrap] = max(NARROWEST_WRAP, widths[self.wrap] - over)
         return widths
 
+    def layout(self, room: int) -> tuple[list[int], list[int]]:
+        """The columns shown (their indices) and each one's width, to fit ``room`` cells."""
+        widths = self.natural()
+        shown = list(range(len(widths)))
+
+        def over() -> int:
+            return sum(widths[i] for i in shown) + GAP * (len(shown) - 1) - room
+
+        def slack() -> int:  # what the wrapping columns shown could give up comfortably
+            return sum(max(0, widths[i] - COMFORTABLE_WRAP) for i in shown if i in self.wrap)
+
+        empty = [i for i in shown if not any(row[i].plain for row in self.rows)]
+        for i in [*empty, *(i for i in self.drop if i not in empty)]:
+            if over() <= slack():
+                break
+            shown.remove(i)
+        # The widest wrapping column gives up a cell at a time, down to NARROWEST_WRAP.
+        while over() > 0:
+            wrapping = [i for i in shown if i in self.wrap and widths[i] > NARROWEST_WRAP]
+            if not wrapping:
+                break
+            widths[max(wrapping, key=lambda i: widths[i])] -= 1
+        return shown, [widths[i] for i in shown]
+
     def __rich_console__(self, console: Any, options: Any) -> Iterator[Text]:
-        widths = self.widths(options.max_width)
-        out = Text(no_wrap=True, overflow="ellipsis", end="")
+        terminal = console.is_terminal
+        if terminal:
+            shown, widths = self.layout(options.max_width)
+        else:  # a pipe or a file: every column, one line a row, nothing cut
+            shown, widths = list(range(len(self.columns))), self.natural()
+        out = Text(no_wrap=True, overflow="ellipsis" if terminal else "ignore", end="")
         if self.title:
             out.append(self.title + "\n", style="italic")
         header = [Text(c, style="bold") for c in self.columns]
         for row in [header, *self.rows]:
-            for line in self._lines(row, widths, console):
+            cells = [row[i] for i in shown]
+            wrap = {n for n, i in enumerate(shown) if i in self.wrap} if terminal else set()
+            for line in _lines(cells, widths, wrap, console):
                 out.append_text(line)
                 out.append("\n")
         yield out
 
-    def _lines(self, row: Sequence[Text], widths: list[int], console: Any) -> Iterator[Text]:
-        """One row as lines: more than one when its wrapping cell wraps."""
-        cells: list[list[Text]] = []
-        for i, cell in enumerate(row):
-            if i == self.wrap and cell_len(cell.plain) > widths[i]:
-                cells.append(list(cell.wrap(console, widths[i])))
-            else:
-                cells.append([cell])
-        for n in range(max(len(parts) for parts in cells)):
-            line = Text()
-            last = len(row) - 1
-            for i, parts in enumerate(cells):
-                part = parts[n] if n < len(parts) else Text()
-                line.append_text(part)
-                if i < last:  # no spaces after the last column
-                    line.append(" " * (widths[i] - cell_len(part.plain) + GAP))
-            line.rstrip()
-            yield line
+
+def _lines(row: Sequence[Text], widths: list[int], wrap: set[int], console: Any) -> Iterator[Text]:
+    """One row as lines: more than one when a wrapping cell wraps."""
+    cells: list[list[Text]] = []
+    for i, cell in enumerate(row):
+        if i in wrap and cell_len(cell.plain) > widths[i]:
+            cells.append(list(cell.wrap(console, widths[i])))
+        else:
+            cells.append([cell])
+    last = len(row) - 1
+    for n in range(max(len(parts) for parts in cells)):
+        line = Text()
+        for i, parts in enumerate(cells):
+            part = parts[n] if n < len(parts) else Text()
+            line.append_text(part)
+            if i < last:  # no spaces after the last column
+                line.append(" " * (widths[i] - cell_len(part.plain) + GAP))
+        line.rstrip()
+        yield line

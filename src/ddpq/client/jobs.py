@@ -43,7 +43,7 @@ def ls(
     from ddpq.client.draw import console, jobs_table
     from ddpq.client.sweeps import sweeps_table
 
-    states = state or (None if all_ else ACTIVE_STATES)
+    states = known_states(state) or (None if all_ else ACTIVE_STATES)
     if not as_json and (limit or 0) > MAX_ROWS:
         fail(f"--limit: at most {MAX_ROWS:,} rows a table (0: every job, page after page)", 2)
     if as_json or limit == 0:
@@ -141,6 +141,19 @@ def show(
         _show_env(target.id, as_json)
     else:
         _show_job(target.id, as_json)
+
+
+def known_states(given: list[str] | None) -> list[str]:
+    """``--state`` values as the API names them; one that is no state is bad usage (exit 2),
+    said in one line before any request."""
+    from ddpq.core.states import ATTEMPT_ONLY, JobState
+
+    names = [s.value for s in JobState if s not in ATTEMPT_ONLY]
+    wanted = [s.strip().lower() for s in given or []]
+    for name in wanted:
+        if name not in names:
+            fail(f"--state: {safe(name)!r} is not one of {', '.join(names)}", 2)
+    return wanted
 
 
 def _show_job(job_id: int, as_json: bool) -> None:
@@ -247,6 +260,9 @@ def cancel(
             me = c.whoami()["name"]
             targets += [str(j["id"]) for j in c.list_all(states=ACTIVE_STATES, user=me)]
     if not targets:
+        if mine:  # asked right, and nothing of theirs is left to cancel: not an error
+            typer.echo("nothing to cancel")
+            return
         fail("no job to cancel: give job IDs or --mine", 2)
     act(targets, lambda c, i: c.cancel(i), "cancel")
 

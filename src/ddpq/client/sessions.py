@@ -115,16 +115,24 @@ def shell(
                 raise
             common.fail(submission.refusal(exc.detail), 2)
         say(f"job {job['id']}: a session on {_gpu_words(gpus)}; Ctrl-C cancels it while it waits")
-        # As promised even when started with SIGINT ignored: Python keeps an inherited
-        # SIG_IGN, and ^C would then do nothing while the session waits.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _start(c, job["id"], key, relay)
+
+
+def _start(c: Any, job_id: int, key: int | None, relay: Any) -> None:
+    """Wait for the new session ``job_id`` and attach to it; Ctrl-C meanwhile cancels it."""
+    # As promised even when started with SIGINT ignored: Python keeps an inherited
+    # SIG_IGN, and ^C would then do nothing while the session waits.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
         try:
-            job = _wait_to_run(c, job["id"])
+            job = _wait_to_run(c, job_id)
         except KeyboardInterrupt:
-            c.cancel(job["id"])
-            say(f"job {job['id']}: cancelled")
+            c.cancel(job_id)
+            say(f"job {job_id}: cancelled")
             raise typer.Exit(130) from None
         _attach(c, job, key, relay)
+    except EndedFirst as ended:  # `ddpq shell -- nvidia-smi`: over before we attached
+        _as_if_attached(c, ended.job)
 
 
 def attach(
@@ -140,10 +148,15 @@ def attach(
         if not job.get("interactive"):
             common.fail(f"job {job_id} is not an interactive session (`ddpq logs -f {job_id}`)", 2)
         try:
-            job = _wait_to_run(c, job_id)
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
-        _attach(c, job, key, relay)
+            try:
+                job = _wait_to_run(c, job_id)
+            except KeyboardInterrupt:
+                raise typer.Exit(130) from None
+            _attach(c, job, key, relay)
+        except EndedFirst as ended:
+            job = ended.job
+            reason = job.get("reason") or "no reason given"
+            common.fail(f"job {job_id} has ended: {job['state']} ({reason})", 1)
 
 
 def register(app: typer.Typer) -> None:
@@ -154,6 +167,14 @@ def register(app: typer.Typer) -> None:
 
 
 # ---- the steps -------------------------------------------------------------------------
+
+
+class EndedFirst(Exception):
+    """The session ended before its terminal was attached (``job``: its record then)."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        super().__init__(job["id"])
+        self.job = job
 
 
 def say(line: str) -> None:
@@ -198,7 +219,7 @@ def _wait_to_run(c: Any, job_id: int) -> dict[str, Any]:
         if state == "running" and job.get("attach"):
             return job
         if state not in WAITING and state != "running":
-            common.fail(f"job {job_id} has ended: {state} ({reason or 'no reason given'})", 1)
+            raise EndedFirst(job)
         # Said when it changes; a job that starts at once has nothing to say.
         quiet = not reason and time.monotonic() - since < QUIET_S
         now = f"{state}: {reason or 'waiting for the scheduler'}"
@@ -255,8 +276,36 @@ def _connect(c: Any, job: dict[str, Any], relay: Any) -> Any:
             last = exc
         time.sleep(0.1)
         job = c.show(job["id"])
+        if job["state"] not in (*WAITING, "running"):
+            raise EndedFirst(job)
         if job["state"] != "running" or not job.get("attach"):
             common.fail(f"job {job['id']} ended before its terminal could be attached ({last})", 1)
+
+
+def _as_if_attached(c: Any, job: dict[str, Any]) -> None:
+    """A session over before its terminal could be attached (a command that ends at once,
+    `ddpq shell -- nvidia-smi`): what it wrote, from its log, and its exit status, as an
+    attached session would have ended. One that never ran (cancelled while it waited, or
+    refused at its start) has no output: that is said, exit 1."""
+    job_id = job["id"]
+    if job["state"] not in (*WAITING, "running"):
+        job = _final(c, job_id) or job
+    code, sig = job.get("exit_code"), job.get("exit_signal")
+    reason = job.get("reason") or "no reason given"
+    if code is None and sig is None:
+        common.fail(f"job {job_id} has ended: {job['state']} ({reason})", 1)
+    out = sys.stdout.buffer
+    offset = 0
+    while True:
+        data, offset = c.log(job_id, offset)
+        if not data:
+            break
+        # The log's own lines ("[ddpq] attempt started ...") are ddpq's, not the command's:
+        # an attached terminal never shows them either.
+        out.write(b"".join(x for x in data.splitlines(True) if not x.startswith(b"[ddpq] ")))
+    out.flush()
+    say(f"job {job_id} ended: {job['state']} ({reason})")
+    raise typer.Exit(int(code) if code is not None else 128 + int(sig or 0))
 
 
 def _final(c: Any, job_id: int) -> dict[str, Any] | None:

@@ -61,6 +61,8 @@ def sweep_params(specs: Sequence[str]) -> dict[str, list[str]]:
         if name in params:
             raise BadRef(f"--sweep {name}: given twice; list all its values once")
         params[name] = values.split(",")
+        if not all(v.strip() for v in params[name]):
+            raise BadRef(f"--sweep {spec!r}: an empty value; expected NAME=VALUE,VALUE,...")
     return params
 
 
@@ -137,7 +139,7 @@ def render_sweep(sw: Data) -> None:
     from rich.text import Text
 
     from ddpq.client.draw import console, new_table, styled_state
-    from ddpq.client.format import plain
+    from ddpq.client.format import number_text, plain
 
     con = console()
     con.print(
@@ -166,16 +168,16 @@ def render_sweep(sw: Data) -> None:
         row.append(plain("" if m["exit_code"] is None else str(m["exit_code"])))
         metrics = m.get("metrics") or {}
         if metric:
-            row.append(plain(text(metrics.get(metric, ""))))
+            row.append(plain(number_text(metrics.get(metric, ""))))
         row.append(plain(_metrics_text(metrics)))
         table.add_row(*row)
     con.print(table)
 
 
 def _metrics_text(metrics: dict[str, Any]) -> str:
-    from ddpq.client.format import progress_line
+    from ddpq.client.format import number_text, progress_line
 
     shown = {k: v for k, v in metrics.items() if k in ("test_loss", "test_acc")}
     line = progress_line(metrics)
-    extra = [f"{k} {text(v)}" for k, v in shown.items() if k != "test_acc"]
+    extra = [f"{k} {number_text(v)}" for k, v in shown.items() if k != "test_acc"]
     return sanitize(" · ".join([p for p in [line, *extra] if p]))

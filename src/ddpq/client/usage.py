@@ -158,8 +158,17 @@ def usage_table(report: Data, since: str, by: str) -> Any:
         "counts towards fair share" if counts else "is shown, not counted"
     )
     columns = [by.upper(), "JOBS GPU-H", "OUTSIDE GPU-H", *(s.upper() for s in FINAL)]
+    # A narrow terminal loses whole columns, the least asked-for first (never a cut header).
+    drop = ("MEM GIB-H RES/USED", "WAIT P90", "OUTSIDE GPU-H", "TIMED_OUT", "CANCELLED", "STARTED")
     table = new_table(
-        *columns, "STARTED", "WAIT P50", "WAIT P90", "MEM GIB-H RES/USED", title=title, wrap=""
+        *columns,
+        "STARTED",
+        "WAIT P50",
+        "WAIT P90",
+        "MEM GIB-H RES/USED",
+        title=title,
+        wrap="",
+        drop=drop,
     )
     for row in _rows(report):
         jobs = _jobs(row)

@@ -21,6 +21,7 @@ from ddpq.client.format import (
     progress_line,
     text,
 )
+from ddpq.client.sharing import share_text
 
 
 def bar(fraction: float | None, width: int = 20) -> str:
@@ -34,7 +35,7 @@ def render(jobs: Iterable[Data | Dumps], devices: Data | Dumps) -> Any:
     from rich.console import Group
 
     columns = ("ID", "NAME", "OWNER", "STATE", "GPUS", "PORT", "PROGRESS", "", "AGE")
-    queue = new_table(*columns, title="queue", wrap="")
+    queue = new_table(*columns, title="queue", wrap="", drop=("PORT", "AGE", "OWNER"))
     listed = [as_data(j) for j in jobs]
     for j in listed:
         queue.add_row(
@@ -54,12 +55,17 @@ def render(jobs: Iterable[Data | Dumps], devices: Data | Dumps) -> Any:
     gpus = new_table("GPU", "STATUS", "JOB", "OWNER", "PORT", "MEMORY", title="GPUs", wrap="")
     for d in devs["items"]:
         job_id = d.get("job_id")
+        holders, owners = str(job_id or ""), text(d.get("owner") or owner_of.get(job_id, ""))
+        ports = [port_of[job_id]] if job_id in port_of else []
+        if d.get("shares"):  # a GPU jobs share by memory: each of them, as `ddpq gpus` says
+            holders, owners = share_text(d)
+            ports = [port_of[s["job_id"]] for s in d["shares"] if s["job_id"] in port_of]
         gpus.add_row(
             plain(str(d["index"])),
             plain(text(d["status"])),
-            plain(str(job_id or "")),
-            plain(text(d.get("owner") or owner_of.get(job_id, ""))),
-            plain(str(port_of.get(job_id, "")) if job_id else ""),
+            plain(holders),
+            plain(owners),
+            plain(",".join(map(str, ports))),
             plain(f"{d['memory_used_mb']}/{d['memory_total_mb']} MiB"),
         )
     return Group(queue, gpus)

@@ -135,6 +135,8 @@ def check_params(params: Mapping[str, Sequence[str]]) -> int:
         for value in values:
             if len(value) > MAX_VALUE_CHARS:
                 raise SweepError(f"params.{name}: a value is longer than {MAX_VALUE_CHARS}")
+            if not value.strip():  # `--sweep lr=` or `lr=0.1,,0.2`: a slip, never a value
+                raise SweepError(f"params.{name}: an empty value; give NAME=VALUE,VALUE,...")
             if "\x00" in value:
                 raise SweepError(f"params.{name}: a value contains a NUL byte")
             if value in seen:

@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from ddpq import __version__
 from ddpq.config import Settings
+from ddpq.server import apidocs
 from ddpq.server.errors import ERRORS, HANDLERS
 from ddpq.server.faults import StorageFaults
 from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
@@ -72,7 +73,9 @@ def create_app(
         description="GPU job queue for a shared training server: leases disjoint GPUs and a "
         "rendezvous port to each PyTorch DDP job.",
         lifespan=lifespan,
-        docs_url="/docs",
+        # /docs and /redoc: apidocs's, with their assets served from here, not a CDN.
+        docs_url=None,
+        redoc_url=None,
         responses=ERRORS,
         exception_handlers={**HANDLERS, **sweeps.HANDLERS},
     )
@@ -84,6 +87,7 @@ def create_app(
     # No token needed: the page's script and style sheet hold no data, and the API calls
     # they make send the user's token.
     app.mount("/static", StaticFiles(directory=meta.STATIC), name="static")
+    apidocs.add_docs(app)
     # Every route, for the Allow header of a 405. Not app.router.routes alone: since
     # FastAPI 0.137 it holds an included router as one entry, not the router's routes.
     app.state.routes = [*app.router.routes, *(route for r in ROUTERS for route in r.routes)]

@@ -19,9 +19,11 @@ shows may send requests to ``127.0.0.1``. Three checks, on every request:
   ``multipart/form-data``, ``text/plain``) without asking the server first; those get 415.
   The ``ddpq`` CLI's POSTs without a body carry no content type and pass.
 
-On the Unix socket the same checks apply, and a request that carries what only a browser
-sends (``Origin``, ``Sec-Fetch-*``) is refused: a browser cannot connect to a socket, but a
-local proxy could carry its requests there, as the proxy's account. Such a request has no
+On the Unix socket the same checks apply but ``Host``'s (any name will do there, as in
+``curl --unix-socket S http://ddpq/v1/jobs``: no browser reaches a socket by a name), and a
+request that carries what only a browser sends (``Origin``, ``Sec-Fetch-*``) is refused: a
+browser cannot connect to a socket, but a local proxy could carry its requests there, as the
+proxy's account. Such a request has no
 TCP peer and no server address in its scope; nothing here needs one (``_host_ok`` falls
 back to names).
 
@@ -117,7 +119,8 @@ class RequestGuard:
             # Latin-1, as HTTP defines header bytes; a repeated header keeps its first value
             # here, and a repeated Host is refused below.
             headers.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
-        if peer_of(scope) is not None:
+        on_socket = peer_of(scope) is not None
+        if on_socket:
             # The Unix socket: no browser connects to one, but a local proxy or tunnel
             # (socat, ssh -L) can carry a page's request there, which would then act as
             # whoever runs the proxy. What only browsers send is refused outright.
@@ -134,7 +137,10 @@ class RequestGuard:
             return 400, "bad_host", "more than one Host header"
         host = headers.get("host")
         # HTTP/1.0 may omit Host; no browser does, and h11 refuses HTTP/1.1 without one.
-        if host is not None:
+        # On the Unix socket any name will do (`curl --unix-socket S http://ddpq/v1/jobs`):
+        # the names guard against DNS rebinding, and no browser reaches a socket by a name
+        # (what a proxy carries there from one is refused above, by its browser headers).
+        if host is not None and not on_socket:
             parsed = split_host(host)
             if parsed is None or not self._host_ok(parsed[0], scope):
                 return (

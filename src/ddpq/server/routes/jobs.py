@@ -44,6 +44,7 @@ from ddpq.server.deps import (
 from ddpq.server.errors import CONFLICT, NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiError
 from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.params import JobId, Offset
+from ddpq.server.workload_data import check_workload_data
 from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
@@ -103,6 +104,7 @@ def job_spec(
             "forbidden",
             f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
         )
+    swept = command is not None
     if command is None:
         command = body.command
         if body.workload is not None:
@@ -114,6 +116,8 @@ def job_spec(
     spec = replace(spec, slurm_options=cluster_options(spec, settings))
     if body.cwd is not None:
         check_cwd(settings, db, body.cwd, owner, run_as)
+    if not swept:  # a workload's data, where it will look (a sweep's members: not yet)
+        check_workload_data(settings, db, body, spec.cwd, owner, run_as)
     if body.notify is not None:
         check_notify(body.notify, settings, lookups, who.name)
     return spec

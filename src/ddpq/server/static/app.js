@@ -328,10 +328,12 @@ function openLog(jobId) {
   for (const tr of document.querySelectorAll("#queue-body tr")) {
     tr.setAttribute("aria-selected", String(Number(tr.dataset.jobId) === jobId));
   }
+  showInAddress(`#job-${jobId}`);
   pollLog().catch(showError);
 }
 
 function closeLog() {
+  if (ui.selected) leaveAddress(`#job-${ui.selected.id}`);
   ui.selected = null;
   $("log-section").hidden = true;
   for (const tr of document.querySelectorAll("#queue-body tr[aria-selected=true]")) {
@@ -355,6 +357,35 @@ function describeSelected() {
     if (job.reason) meta.push(job.reason);
   }
   $("log-meta").textContent = meta.join(" — ");
+  // A sweep's member links its sweep, as the address links this log.
+  const link = $("log-sweep");
+  link.hidden = !(job && job.sweep_id !== null && job.sweep_id !== undefined);
+  if (!link.hidden) {
+    link.href = `#sweep-${job.sweep_id}`;
+    link.textContent = `sweep s${job.sweep_id}`;
+  }
+}
+
+// ---------------------------------------------------------------- links
+// The address says what is open: #job-12 (its log) or #sweep-3, to bookmark or send;
+// opening such an address opens it.
+
+const LINK = /^#(job|sweep)-(\d{1,15})$/;
+
+function showInAddress(hash) {
+  if (location.hash !== hash) history.replaceState(null, "", hash);
+}
+
+function leaveAddress(hash) {
+  if (location.hash === hash) history.replaceState(null, "", location.pathname + location.search);
+}
+
+function followAddress() {
+  const found = LINK.exec(location.hash);
+  if (!found) return;
+  const id = Number(found[2]);
+  if (found[1] === "job") openLog(id);
+  else openSweep(id);
 }
 
 function appendLog(text) {
@@ -502,6 +533,8 @@ window.addEventListener("DOMContentLoaded", () => {
   setupToken();
   setupSweeps();
   $("log-close").addEventListener("click", closeLog);
+  window.addEventListener("hashchange", followAddress);
+  followAddress();
   showWhoami();
   tick();
 });

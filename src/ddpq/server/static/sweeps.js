@@ -156,10 +156,12 @@ function openSweep(sweepId) {
   for (const tr of document.querySelectorAll("#sweeps-body tr")) {
     tr.setAttribute("aria-selected", String(Number(tr.dataset.sweepId) === sweepId));
   }
+  showInAddress(`#sweep-${sweepId}`);
   pollSweep().catch(showError);
 }
 
 function closeSweep() {
+  if (sw.open) leaveAddress(`#sweep-${sw.open.id}`);
   sw.open = null;
   $("sweep-section").hidden = true;
 }
@@ -312,9 +314,22 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
+// About `count` ticks at round numbers (1, 2 or 5 times a power of ten: 0.1/0.2/0.3, 4/6/8),
+// and the axis widened to the ticks around [lo, hi]; `digits`: the decimals they need.
 function niceTicks(lo, hi, count) {
-  const step = (hi - lo) / count;
-  return Array.from({ length: count + 1 }, (_, i) => lo + i * step);
+  const rough = (hi - lo) / count;
+  const power = 10 ** Math.floor(Math.log10(rough));
+  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= rough);
+  const digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  const first = Math.floor(lo / step + 1e-9);
+  const last = Math.ceil(hi / step - 1e-9);
+  const ticks = [];
+  for (let i = first; i <= last; i++) ticks.push(Number((i * step).toFixed(digits)));
+  return { lo: ticks[0], hi: ticks[ticks.length - 1], ticks, digits };
+}
+
+function tickText(v, digits) {
+  return Math.abs(v) >= 1e6 || (v !== 0 && Math.abs(v) < 1e-4) ? v.toExponential(1) : v.toFixed(digits);
 }
 
 function renderPlot(o) {
@@ -343,19 +358,23 @@ function renderPlot(o) {
   let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
   if (x0 === x1) [x0, x1] = [x0 - 1, x1 + 1];
   if (y0 === y1) [y0, y1] = [y0 - Math.abs(y0 || 1) * 0.05, y1 + Math.abs(y1 || 1) * 0.05];
+  const yAxis = niceTicks(y0, y1, 4);
+  const xAxis = niceTicks(x0, x1, 5);
+  [y0, y1, x0, x1] = [yAxis.lo, yAxis.hi, xAxis.lo, xAxis.hi];
   const sx = (x) => PLOT.left + ((x - x0) / (x1 - x0)) * (PLOT.w - PLOT.left - PLOT.right);
   const sy = (y) => PLOT.h - PLOT.bottom - ((y - y0) / (y1 - y0)) * (PLOT.h - PLOT.top - PLOT.bottom);
   const nodes = [
     svg("line", { x1: PLOT.left, y1: PLOT.h - PLOT.bottom, x2: PLOT.w - PLOT.right, y2: PLOT.h - PLOT.bottom, class: "axis" }),
     svg("line", { x1: PLOT.left, y1: PLOT.top, x2: PLOT.left, y2: PLOT.h - PLOT.bottom, class: "axis" }),
   ];
-  for (const y of niceTicks(y0, y1, 4)) {
+  for (const y of yAxis.ticks) {
     nodes.push(svg("line", { x1: PLOT.left, x2: PLOT.w - PLOT.right, y1: sy(y), y2: sy(y), class: "grid" }));
-    nodes.push(svg("text", { x: PLOT.left - 6, y: sy(y) + 4, "text-anchor": "end", class: "tick" }, formatValue(y)));
+    nodes.push(svg("text", { x: PLOT.left - 6, y: sy(y) + 4, "text-anchor": "end", class: "tick" },
+      tickText(y, yAxis.digits)));
   }
-  for (const x of niceTicks(x0, x1, 5)) {
+  for (const x of xAxis.ticks) {
     nodes.push(svg("text", { x: sx(x), y: PLOT.h - PLOT.bottom + 16, "text-anchor": "middle", class: "tick" },
-      Number.isInteger(x) ? String(x) : x.toFixed(1)));
+      tickText(x, xAxis.digits)));
   }
   const xLabel = all.length && o.series.size && hasEpochs(o) ? "epoch" : "record";
   nodes.push(svg("text", { x: PLOT.w - PLOT.right, y: PLOT.h - 4, "text-anchor": "end", class: "tick" }, xLabel));

@@ -1,0 +1,103 @@
+"""What a new user trips on (issue 26, item 14): bad usage is one line and exit 2, asking
+for nothing is not an error, and a slip in a sweep is refused at submission."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from ddpq import entry
+from ddpq.client.sweeps import BadRef, sweep_params
+from ddpq.core.sweeps import SweepError, check_params
+from tests.stub_api import Answer, Request, StubApi, json_answer
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Request]]:
+    """A daemon with no job of alice's; the requests it got."""
+    seen: list[Request] = []
+
+    def answer(request: Request) -> Answer:
+        seen.append(request)
+        if request.path == "/v1/whoami":
+            return json_answer(200, {"name": "alice", "admin": False})
+        if request.path == "/v1/jobs" and request.method == "GET":
+            return json_answer(200, {"items": [], "total": 0, "offset": 0, "limit": 1000})
+        return json_answer(404, {"detail": "not here"})
+
+    with StubApi(answer) as stub:
+        monkeypatch.setenv("DDPQ_URL", stub.url)
+        monkeypatch.delenv("DDPQ_TOKEN", raising=False)
+        yield seen
+
+
+def run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["ddpq", *args])
+    with pytest.raises(SystemExit) as exc:
+        entry.main()
+        raise SystemExit(0)
+    captured = capsys.readouterr()
+    return int(exc.value.code or 0), captured.out, captured.err
+
+
+def one_line(err: str) -> bool:
+    return len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cancel_mine_with_nothing_to_cancel_is_not_an_error(
+    api: list[Request], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(monkeypatch, capsys, "cancel", "--mine")
+    assert (code, out.strip(), err) == (0, "nothing to cancel", "")
+    assert not [r for r in api if r.method != "GET"]  # nothing was cancelled
+
+
+def test_cancel_with_neither_ids_nor_mine_is_still_bad_usage(
+    api: list[Request], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(monkeypatch, capsys, "cancel")
+    assert code == 2 and one_line(err) and "--mine" in err
+
+
+@pytest.mark.parametrize(
+    "states",
+    [("bogus",), ("running", "RUNNNING"), ("",), ("preempted",), ("queued\x1b[31m",)],
+    ids=["unknown", "typo-among-good", "empty", "an-attempts-state", "escape"],
+)
+def test_ls_with_a_state_that_is_none_is_one_line_and_exit_2_before_any_request(
+    states: tuple[str, ...],
+    api: list[Request],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [arg for s in states for arg in ("--state", s)]
+    code, out, err = run(monkeypatch, capsys, "ls", *args)
+    assert code == 2 and out == "" and one_line(err), err
+    assert "not one of queued, held" in err and "\x1b" not in err
+    assert not api  # refused before asking
+
+
+def test_ls_takes_a_state_in_any_case(
+    api: list[Request], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(monkeypatch, capsys, "ls", "--state", "Running", "-s", "queued")
+    assert code == 0 and out.split()[0] == "ID"
+    assert [r.query.get("state") for r in api if r.path == "/v1/jobs"] == [["running", "queued"]]
+
+
+@pytest.mark.parametrize("spec", ["lr=", "lr= ", "lr=0.1,", "lr=,0.1", "lr=0.1,,0.2", "lr=0.1, ,2"])
+def test_an_empty_sweep_value_is_refused_by_the_cli_and_the_daemon(spec: str) -> None:
+    with pytest.raises(BadRef, match="an empty value"):
+        sweep_params([spec])
+    values = spec.partition("=")[2].split(",")
+    with pytest.raises(SweepError, match="an empty value"):
+        check_params({"lr": values})
+
+
+def test_sweep_values_that_are_there_are_taken() -> None:
+    assert sweep_params(["lr=0.1,0.2", "bs= 64"]) == {"lr": ["0.1", "0.2"], "bs": [" 64"]}
+    assert check_params({"lr": ["0.1", "0.2"], "bs": ["64"]}) == 2
