@@ -25,6 +25,8 @@ def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Request]]:
             return json_answer(200, {"name": "alice", "admin": False})
         if request.path == "/v1/jobs" and request.method == "GET":
             return json_answer(200, {"items": [], "total": 0, "offset": 0, "limit": 1000})
+        if request.path == "/v1/queue" and request.method == "GET":  # ls's one screen
+            return json_answer(200, {"jobs": [], "sweeps": [], "hidden": [], "only_owner": None})
         return json_answer(404, {"detail": "not here"})
 
     with StubApi(answer) as stub:
@@ -86,7 +88,7 @@ def test_ls_takes_a_state_in_any_case(
 ) -> None:
     code, out, _ = run(monkeypatch, capsys, "ls", "--state", "Running", "-s", "queued")
     assert code == 0 and out.split()[0] == "ID"
-    assert [r.query.get("state") for r in api if r.path == "/v1/jobs"] == [["running", "queued"]]
+    assert [r.query.get("state") for r in api if r.path == "/v1/queue"] == [["running", "queued"]]
 
 
 @pytest.mark.parametrize("spec", ["lr=", "lr= ", "lr=0.1,", "lr=,0.1", "lr=0.1,,0.2", "lr=0.1, ,2"])
