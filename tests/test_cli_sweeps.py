@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ddpq.client.sweeps import BadRef, fold, parse_ref, sweep_params
+from tests.cli_inprocess import ddpq_in_process
 from tests.helpers import Daemon, wait_done, wait_for
 
 # Each member writes its own metric, then waits for its gate file (the test holds it).
@@ -107,9 +108,15 @@ BAD_SUBMISSIONS = [
 
 @pytest.mark.parametrize(("options", "shown"), BAD_SUBMISSIONS, ids=lambda x: str(x)[:30])
 def test_bad_sweep_submissions_are_one_line_and_queue_nothing(
-    shared_daemon: Daemon, options: list[str], shown: str
+    shared_daemon: Daemon,
+    options: list[str],
+    shown: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    r = shared_daemon.cli("submit", *options, "--", "echo", "x", check=False)
+    # In this process: what is checked is what the command says, not the process.
+    args = ("submit", *options, "--", "echo", "x")
+    r = ddpq_in_process(monkeypatch, capsys, shared_daemon.url, *args)
     assert r.returncode != 0 and shown in r.stderr, r
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert shared_daemon.client().list().total == 0  # none of the module's uses queues a job
@@ -118,9 +125,13 @@ def test_bad_sweep_submissions_are_one_line_and_queue_nothing(
 @pytest.mark.parametrize("command", [["show"], ["cancel"], ["hold"], ["release"]])
 @pytest.mark.parametrize("ref", ["x", "s", "s-1", "1.5", "ss2", "s 2", "0", "9" * 19])
 def test_bad_references_are_usage_errors(
-    shared_daemon: Daemon, command: list[str], ref: str
+    shared_daemon: Daemon,
+    command: list[str],
+    ref: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    r = shared_daemon.cli(*command, ref, check=False)
+    r = ddpq_in_process(monkeypatch, capsys, shared_daemon.url, *command, ref)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r
 
 
