@@ -108,15 +108,10 @@ BAD_SUBMISSIONS = [
 
 @pytest.mark.parametrize(("options", "shown"), BAD_SUBMISSIONS, ids=lambda x: str(x)[:30])
 def test_bad_sweep_submissions_are_one_line_and_queue_nothing(
-    shared_daemon: Daemon,
-    options: list[str],
-    shown: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    shared_daemon: Daemon, options: list[str], shown: str
 ) -> None:
     # In this process: what is checked is what the command says, not the process.
-    args = ("submit", *options, "--", "echo", "x")
-    r = ddpq_in_process(monkeypatch, capsys, shared_daemon.url, *args)
+    r = ddpq_in_process(shared_daemon.url, "submit", *options, "--", "echo", "x")
     assert r.returncode != 0 and shown in r.stderr, r
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert shared_daemon.client().list().total == 0  # none of the module's uses queues a job
@@ -125,13 +120,9 @@ def test_bad_sweep_submissions_are_one_line_and_queue_nothing(
 @pytest.mark.parametrize("command", [["show"], ["cancel"], ["hold"], ["release"]])
 @pytest.mark.parametrize("ref", ["x", "s", "s-1", "1.5", "ss2", "s 2", "0", "9" * 19])
 def test_bad_references_are_usage_errors(
-    shared_daemon: Daemon,
-    command: list[str],
-    ref: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    shared_daemon: Daemon, command: list[str], ref: str
 ) -> None:
-    r = ddpq_in_process(monkeypatch, capsys, shared_daemon.url, *command, ref)
+    r = ddpq_in_process(shared_daemon.url, *command, ref)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r
 
 
