@@ -21,10 +21,7 @@ pytest.importorskip("torch")
 # tests are about ddpq (progress, retries, preemption), not the model.
 TINY = ["--synthetic", "192", "--batch-size", "16", "--stem", "imagenet"]
 TINY += ["--max-steps-per-epoch", "3"]
-# The CIFAR stem's slower steps (~1 s of CPU each per rank): the urgent job's submission
-# through the CLI lands while the job runs. Six steps an epoch: after the second, ten more
-# (two ranks on two cores: ~10 s) leave the preemption room, at half the training (the job
-# and its reference run: ~50 s of CPU fewer) that twelve took.
+# The CIFAR stem's slower steps: the urgent job's submission through the CLI lands mid-epoch.
 SLOW_STEPS = ["--stem", "cifar"]
 
 
@@ -87,7 +84,7 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
     retry, resumes at the step it saved, and ends with the loss of an uninterrupted run."""
     d = make_daemon("--fake-gpus", "2", "--preempt-grace", "30s", "--preempt-min-run", "0s")
     c = d.client()
-    args = [*TINY, *SLOW_STEPS, "--max-steps-per-epoch", "6", "--epochs", "2", "--deterministic"]
+    args = [*TINY, *SLOW_STEPS, "--max-steps-per-epoch", "12", "--epochs", "2", "--deterministic"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, preemptible=True))
     running = wait_state(c, job.id, "running", timeout=60)
     metrics = Path(str(running.job_dir)) / "metrics.jsonl"
