@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import compileall
+import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +26,25 @@ SERIAL_PATHS = (
     "tests/test_resources.py",
     "tests/test_soak.py",
 )
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# Test modules are rewritten by pytest and cached under their own name: not compiled here.
+NOT_COMPILED = re.compile(r"(^|/)(test_[^/]*|conftest)\.py$")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep bytecode as an installed package does, even where PYTHONDONTWRITEBYTECODE is set
+    (some shells and CI images): else every xdist worker rewrites and compiles all the test
+    modules again (a third of its 20 s of CPU to collect) and every ddpq process the suite
+    starts (daemons, CLI calls, workers) compiles ddpq again (~0.25 s of CPU each, hundreds
+    of times). The controller compiles before any worker starts; those processes only read
+    the bytecode."""
+    sys.dont_write_bytecode = False  # before the test modules are collected
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller has compiled them
+    for folder in (ROOT / "src" / "ddpq", ROOT / "tests"):
+        compileall.compile_dir(folder, quiet=1, rx=NOT_COMPILED)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its own modifyitems hook)
@@ -60,18 +82,33 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 
 
 @pytest.fixture(scope="module")
-def shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+def module_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Daemon]]:
+    """Start daemons that live as long as the module's tests (as ``make_daemon`` starts
+    them), for tests that share one (see ``shared_daemon``): a daemon start is ~3 s of
+    CPU; all are stopped, their jobs too, when the module ends."""
+    root = tmp_path_factory.mktemp("module-daemons")
+    started: list[Daemon] = []
+
+    def make(*args: str, **env: str) -> Daemon:
+        d = Daemon(root / f"home{len(started)}", free_port(), list(args), dict(env))
+        d.home.mkdir(parents=True)
+        started.append(d)
+        return d.start()
+
+    try:
+        yield make
+    finally:
+        _stop_and_clean_up(started, root)
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(module_daemons: Callable[..., Daemon]) -> Daemon:
     """One daemon as ``daemon`` starts it (4 fake GPUs, a 1 s grace), shared by a module's
     tests that only submit and read and never expect an empty queue: usage errors refused
-    before anything is queued, jobs looked at by their own ids. A test that stops the
-    daemon, changes its settings or counts the queue's jobs takes ``daemon``."""
-    root = tmp_path_factory.mktemp("shared-daemon")
-    d = Daemon(root / "home", free_port(), ["--fake-gpus", "4", "--grace", "1s"])
-    d.home.mkdir(parents=True)
-    try:
-        yield d.start()
-    finally:
-        _stop_and_clean_up([d], root)
+    before anything is queued (an unchanged count of jobs), jobs looked at by their own
+    ids. A test that stops the daemon, changes its settings or counts the queue's jobs
+    takes ``daemon``."""
+    return module_daemons("--fake-gpus", "4", "--grace", "1s")
 
 
 def _stop_and_clean_up(started: list[Daemon], root: Path) -> None:

@@ -281,12 +281,12 @@ def test_a_declared_length_over_the_limit_is_refused_before_any_byte_of_it(
     assert b"too_large" in reply
 
 
-def test_the_cli_still_works_through_the_checks(daemon: Daemon) -> None:
-    job = int(daemon.cli("submit", "--hold", "--", "true").stdout)
-    assert f"{job}: held" in daemon.cli("hold", str(job)).stdout
-    assert f"{job}: queued" in daemon.cli("release", str(job)).stdout
-    assert wait_done(daemon.client(), job).state == "succeeded"
-    assert f"{job}: succeeded (already succeeded" in daemon.cli("cancel", str(job)).stdout
+def test_the_cli_still_works_through_the_checks(shared_daemon: Daemon) -> None:
+    job = int(shared_daemon.cli("submit", "--hold", "--", "true").stdout)
+    assert f"{job}: held" in shared_daemon.cli("hold", str(job)).stdout
+    assert f"{job}: queued" in shared_daemon.cli("release", str(job)).stdout
+    assert wait_done(shared_daemon.client(), job).state == "succeeded"
+    assert f"{job}: succeeded (already succeeded" in shared_daemon.cli("cancel", str(job)).stdout
 
 
 # ---- item 14: integers in the query and the path ----------------------------------
@@ -345,13 +345,17 @@ def test_the_largest_integers_are_valid(api: TestClient) -> None:
     assert api.get(f"/v1/jobs/{INT64_MAX}").status_code == 404
 
 
-def test_huge_offsets_on_a_real_daemon(daemon: Daemon) -> None:
+def test_huge_offsets_on_a_real_daemon(shared_daemon: Daemon) -> None:
     """On the real server (h11, SQLite), where 10**30 once reset the connection."""
-    job = daemon.client().submit(JobSubmit(command=["true"]))
+    job = shared_daemon.client().submit(JobSubmit(command=["true"]))
     for value in (str(INT64_MAX + 1), str(10**30), "9" * 4000, "-1"):
         for path in ("/v1/jobs", f"/v1/jobs/{job.id}/log"):
-            assert_error(httpx.get(daemon.url + path, params={"offset": value}), 422, "invalid")
-    assert httpx.get(daemon.url + "/v1/jobs", params={"offset": INT64_MAX}).status_code == 200
+            assert_error(
+                httpx.get(shared_daemon.url + path, params={"offset": value}), 422, "invalid"
+            )
+    assert (
+        httpx.get(shared_daemon.url + "/v1/jobs", params={"offset": INT64_MAX}).status_code == 200
+    )
 
 
 # ---- item 15: cancelling a job that has ended ----------------------------------------

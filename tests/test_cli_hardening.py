@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import stat
 import subprocess
@@ -30,6 +29,7 @@ from ddpq.client.format import progress_fraction, progress_line, sanitize
 from ddpq.client.watchview import render
 from ddpq.core.units import parse_duration
 from ddpq.schemas import DeviceList, JobDetail
+from tests.cli_inprocess import run_in_process
 from tests.helpers import Daemon, free_port, root_flags, wait_for
 from tests.stub_api import Answer, Request, StubApi, json_answer
 
@@ -347,15 +347,10 @@ def test_parse_duration_reads_durations(text: str, seconds: float) -> None:
 
 def run_ddpq(*args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """`ddpq` as a user runs it, pointed at a port where nothing listens (exit 3 if it
-    ever gets that far)."""
-    return subprocess.run(
-        [sys.executable, "-m", "ddpq", *args],
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DDPQ_URL": f"http://127.0.0.1:{free_port()}", **env},
-        timeout=60,
-    )
+    ever gets that far); in this process: these tests are of what it says, not of the
+    process (tests/cli_inprocess.py)."""
+    url = f"http://127.0.0.1:{free_port()}"
+    return run_in_process(*args, env={"DDPQ_URL": url, **env}, stdin=stdin or "")
 
 
 def assert_usage_error(r: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -374,12 +369,13 @@ def test_submit_refuses_a_bad_time_limit_naming_the_option(value: str) -> None:
     assert_usage_error(r, "--time-limit")
 
 
-def test_submit_refuses_a_time_limit_over_the_bound_in_days(daemon: Daemon) -> None:
+def test_submit_refuses_a_time_limit_over_the_bound_in_days(shared_daemon: Daemon) -> None:
     # The bound is the wire schema's, which the daemon checks (the CLI imports no pydantic):
     # this one needs a daemon to say no.
-    r = daemon.cli("submit", "--time-limit=400d", "--", "true", check=False)
+    queued = shared_daemon.client().list().total
+    r = shared_daemon.cli("submit", "--time-limit=400d", "--", "true", check=False)
     assert_usage_error(r, "--time-limit: at most 365d")
-    assert daemon.client().list().total == 0
+    assert shared_daemon.client().list().total == queued  # nothing queued
 
 
 @pytest.mark.parametrize("value", ["", "nan", "inf", "-1s", "1e400"])
@@ -614,16 +610,16 @@ time.sleep(600)
 """
 
 
-def test_a_jobs_escapes_and_markup_come_out_inert_from_ls_and_show(daemon: Daemon) -> None:
+def test_a_jobs_escapes_and_markup_come_out_inert_from_ls_and_show(shared_daemon: Daemon) -> None:
     evil = "\x1b]0;pwned\x07\x1b[2J[/bold][red]x[/red]"
-    job_id = int(daemon.cli("submit", "--", sys.executable, "-c", JOB, evil).stdout)
-    c = daemon.client()
+    job_id = int(shared_daemon.cli("submit", "--", sys.executable, "-c", JOB, evil).stdout)
+    c = shared_daemon.client()
     wait_for(lambda: c.show(job_id).progress, what="the job's progress")
     wait_for(lambda: b"out" in c.log_tail(job_id), what="the job's output")
     for args in (("ls",), ("show", str(job_id))):
-        out = daemon.cli(*args, COLUMNS="500").stdout
+        out = shared_daemon.cli(*args, COLUMNS="500").stdout
         assert_inert(out)
         assert "\\x1b]0;pwned\\x07\\x1b[2J[/bold][red]x[/red]" in out, out
     # `ddpq logs` is the job's own bytes, on purpose (they may be piped to a file).
-    assert f"out {evil}" in daemon.cli("logs", str(job_id)).stdout
-    assert_inert(daemon.cli("cancel", str(job_id)).stdout)
+    assert f"out {evil}" in shared_daemon.cli("logs", str(job_id)).stdout
+    assert_inert(shared_daemon.cli("cancel", str(job_id)).stdout)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ddpq.client.sweeps import BadRef, fold, parse_ref, sweep_params
+from tests.cli_inprocess import ddpq_in_process
 from tests.helpers import Daemon, wait_done, wait_for
 
 # Each member writes its own metric, then waits for its gate file (the test holds it).
@@ -109,7 +110,8 @@ BAD_SUBMISSIONS = [
 def test_bad_sweep_submissions_are_one_line_and_queue_nothing(
     shared_daemon: Daemon, options: list[str], shown: str
 ) -> None:
-    r = shared_daemon.cli("submit", *options, "--", "echo", "x", check=False)
+    # In this process: what is checked is what the command says, not the process.
+    r = ddpq_in_process(shared_daemon.url, "submit", *options, "--", "echo", "x")
     assert r.returncode != 0 and shown in r.stderr, r
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert shared_daemon.client().list().total == 0  # none of the module's uses queues a job
@@ -120,7 +122,7 @@ def test_bad_sweep_submissions_are_one_line_and_queue_nothing(
 def test_bad_references_are_usage_errors(
     shared_daemon: Daemon, command: list[str], ref: str
 ) -> None:
-    r = shared_daemon.cli(*command, ref, check=False)
+    r = ddpq_in_process(shared_daemon.url, *command, ref)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -54,13 +55,18 @@ def test_clean_helpers() -> None:
     assert len(clean_record({f"k{i}": i for i in range(1000)}) or {}) == 64
 
 
-@pytest.fixture
-def one_gpu(make_daemon: object) -> Daemon:
-    return make_daemon("--fake-gpus", "1", "--grace", "1s")  # type: ignore[operator, no-any-return]
+@pytest.fixture(scope="module")
+def one_gpu(module_daemons: Callable[..., Daemon]) -> Daemon:
+    """The module's daemon, for tests that look only at their own jobs (each waits for its
+    own to end)."""
+    return module_daemons("--fake-gpus", "1", "--grace", "1s")
 
 
-def test_hostile_progress_lines_never_hold_the_queue(one_gpu: Daemon, tmp_path: Path) -> None:
+def test_hostile_progress_lines_never_hold_the_queue(
+    make_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
     """Every hostile line, one job each, on the only GPU: each must end and hand it on."""
+    one_gpu = make_daemon("--fake-gpus", "1", "--grace", "1s")  # it counts every job listed
     c = one_gpu.client()
     jobs = []
     for i, line in enumerate(HOSTILE_PROGRESS.values()):

@@ -58,10 +58,12 @@ def environment_of(d: Daemon, job_id: int, token: str | None = None) -> dict[str
     return printed
 
 
-@pytest.fixture
-def one_gpu(make_daemon: Callable[..., Daemon]) -> Daemon:
+@pytest.fixture(scope="module")
+def one_gpu(module_daemons: Callable[..., Daemon]) -> Daemon:
+    """The module's daemon: its tests submit and read their own jobs, each waits for its
+    own to end, and "nothing queued" is an unchanged count of jobs."""
     # A variable of the daemon's own: a job that exported its submitter's must not see it.
-    return make_daemon("--fake-gpus", "1", "--grace", "1s", DAEMON_ONLY="the-daemon's")
+    return module_daemons("--fake-gpus", "1", "--grace", "1s", DAEMON_ONLY="the-daemon's")
 
 
 def test_a_job_from_an_activated_venv_runs_its_python_and_sees_the_shells_variable(
@@ -160,12 +162,13 @@ def test_an_api_client_that_exports_nothing_gets_the_daemons_environment(
 
 
 def test_an_explicit_env_may_not_set_ddpqs_variables(one_gpu: Daemon) -> None:
+    queued = one_gpu.client().list().total
     r = one_gpu.cli("submit", "--env", "MASTER_PORT=1", "--", "true", check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip() == (
         "ddpq: --env: MASTER_PORT is set by ddpq for every job and cannot be overridden"
     )
-    assert one_gpu.client().list().total == 0
+    assert one_gpu.client().list().total == queued  # nothing queued
 
 
 # ---- sizes -------------------------------------------------------------------------------
@@ -206,12 +209,13 @@ def post(d: Daemon, body: dict[str, Any]) -> httpx.Response:
 def test_an_environment_too_large_or_malformed_is_refused_with_422(
     one_gpu: Daemon, exported: dict[str, str], words: str
 ) -> None:
+    queued = one_gpu.client().list().total
     r = post(one_gpu, {"exported_env": exported})
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
     assert "exported_env" in detail and words in detail, detail
     assert "s3cr3t" not in detail  # names in messages, never values
-    assert one_gpu.client().list().total == 0
+    assert one_gpu.client().list().total == queued  # nothing queued
 
 
 def test_the_cli_says_a_too_large_environment_in_its_own_words(one_gpu: Daemon) -> None:

@@ -45,10 +45,10 @@ def job_id_of(t: Terminal) -> int:
 
 
 def test_a_shell_runs_what_is_typed_detaches_and_is_reattached(
-    daemon: Daemon, terminals: Callable[..., Terminal]
+    shared_daemon: Daemon, terminals: Callable[..., Terminal]
 ) -> None:
-    c = daemon.client()
-    t = terminals(daemon, "shell", "--gpus", "2")  # the login shell, as a user gets it
+    c = shared_daemon.client()
+    t = terminals(shared_daemon, "shell", "--gpus", "2")  # the login shell, as a user gets it
     job = job_id_of(t)
     t.expect(r"attached \(Ctrl-\\ detaches")
     t.type("echo got-$((6*7))-$DDPQ_JOB_ID-$CUDA_VISIBLE_DEVICES-$MASTER_PORT\r")
@@ -62,7 +62,7 @@ def test_a_shell_runs_what_is_typed_detaches_and_is_reattached(
     assert t.wait() == 0
     assert c.show(job).state == "running"  # detached, not ended
 
-    back = terminals(daemon, "attach", str(job))
+    back = terminals(shared_daemon, "attach", str(job))
     back.expect(r"got-42")  # what it showed before, replayed
     back.type("echo again-$((2+3))\r")
     back.expect(r"again-5")
@@ -75,18 +75,18 @@ def test_a_shell_runs_what_is_typed_detaches_and_is_reattached(
 
 
 def test_a_cancel_ends_an_attached_session(
-    daemon: Daemon, terminals: Callable[..., Terminal]
+    shared_daemon: Daemon, terminals: Callable[..., Terminal]
 ) -> None:
-    t = terminals(daemon, "shell", *QUIET_SHELL)
+    t = terminals(shared_daemon, "shell", *QUIET_SHELL)
     job = job_id_of(t)
     t.expect(r"attached")
     t.type("echo ready-$((1+1))\r")
     t.expect(r"ready-2")
-    daemon.client().cancel(job)
+    shared_daemon.client().cancel(job)
     t.expect(r"stopping the session")
     t.expect(rf"job {job} ended: cancelled")
     assert t.wait() != 0
-    assert wait_done(daemon.client(), job).state == "cancelled"
+    assert wait_done(shared_daemon.client(), job).state == "cancelled"
 
 
 def test_a_session_outlives_its_daemon_and_its_end_is_recorded(
@@ -108,9 +108,9 @@ def test_a_session_outlives_its_daemon_and_its_end_is_recorded(
 
 
 def test_the_window_size_follows_the_users_terminal(
-    daemon: Daemon, terminals: Callable[..., Terminal]
+    shared_daemon: Daemon, terminals: Callable[..., Terminal]
 ) -> None:
-    t = terminals(daemon, "shell", *QUIET_SHELL)
+    t = terminals(shared_daemon, "shell", *QUIET_SHELL)
     t.expect(r"attached")
     t.type("stty size\r")
     t.expect(r"\b24 80\r\n")
@@ -122,40 +122,40 @@ def test_the_window_size_follows_the_users_terminal(
 
 
 def test_a_server_on_the_leased_port_and_how_to_reach_it(
-    daemon: Daemon, terminals: Callable[..., Terminal]
+    shared_daemon: Daemon, terminals: Callable[..., Terminal]
 ) -> None:
     server = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "{port}"]
-    t = terminals(daemon, "shell", "--gpus", "1", "--", *server)
+    t = terminals(shared_daemon, "shell", "--gpus", "1", "--", *server)
     job = job_id_of(t)
     port = int(t.expect(r"ssh -N -L (\d+):127\.0\.0\.1:\1 ").group(1))
-    assert port == daemon.client().show(job).leases.port
+    assert port == shared_daemon.client().show(job).leases.port
     t.expect(r"Serving HTTP on 127\.0\.0\.1 port (\d+)")
     assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 200
-    use = httpx.get(f"{daemon.url}/v1/jobs/{job}/port", timeout=10).json()
+    use = httpx.get(f"{shared_daemon.url}/v1/jobs/{job}/port", timeout=10).json()
     assert (use["port"], use["listener"], use["uid"]) == (port, "job", os.getuid())
     assert use["pid"] != os.getpid() and use["command"]
     t.type("\x03")  # Ctrl-C reaches the server, which stops: the session ends
     t.wait()
-    assert wait_done(daemon.client(), job).state in ("succeeded", "failed")
+    assert wait_done(shared_daemon.client(), job).state in ("succeeded", "failed")
 
 
 def test_a_port_someone_else_listens_on_gets_a_warning_not_a_tunnel(
-    daemon: Daemon, terminals: Callable[..., Terminal]
+    shared_daemon: Daemon, terminals: Callable[..., Terminal]
 ) -> None:
     """Issue 21: another process bound the session's leased port before its server did;
     `ddpq shell` printed an ssh line to it all the same. Here the test itself takes the
     port (a process of no job) once the session runs, while the session waits."""
     waiting = ["sh", "-c", "echo 'server would be on {port}'; exec sleep 60"]
-    t = terminals(daemon, "shell", "--gpus", "1", "--", *waiting)
+    t = terminals(shared_daemon, "shell", "--gpus", "1", "--", *waiting)
     job = job_id_of(t)
-    c = daemon.client()
+    c = shared_daemon.client()
     port = wait_state(c, job, "running").leases.port
     assert port is not None
     with socket.socket() as taker:
         taker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
         taker.bind(("127.0.0.1", port))
         taker.listen()
-        use = httpx.get(f"{daemon.url}/v1/jobs/{job}/port", timeout=10).json()
+        use = httpx.get(f"{shared_daemon.url}/v1/jobs/{job}/port", timeout=10).json()
         assert (use["listener"], use["pid"], use["uid"]) == ("other", os.getpid(), os.getuid())
         said = t.expect(rf"warning: port {port} of \S+ is not job {job}'s: (.*) listens on it")
         assert f"pid {os.getpid()}".encode() in said.group(1)
@@ -190,13 +190,13 @@ def test_ctrl_c_while_waiting_cancels_the_session(
     c.cancel(holder.id)
 
 
-def test_attach_is_for_sessions(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_attach_is_for_sessions(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     batch = c.submit(JobSubmit(command=["sleep", "30"]))
-    r = daemon.cli("attach", str(batch.id), check=False)
+    r = shared_daemon.cli("attach", str(batch.id), check=False)
     assert r.returncode == 2 and "not an interactive session" in r.stderr
-    assert daemon.cli("attach", "999", check=False).returncode == 4
-    r = daemon.cli("shell", "--detach-key", "x", check=False)
+    assert shared_daemon.cli("attach", "999", check=False).returncode == 4
+    r = shared_daemon.cli("shell", "--detach-key", "x", check=False)
     assert r.returncode == 2 and "--detach-key" in r.stderr
     c.cancel(batch.id)
 
@@ -211,12 +211,13 @@ REFUSED = [
 ]
 
 
-def test_a_session_the_daemon_refuses_is_bad_usage(daemon: Daemon) -> None:
+def test_a_session_the_daemon_refuses_is_bad_usage(shared_daemon: Daemon) -> None:
+    queued = shared_daemon.client().list().total
     for args, says in REFUSED:
-        r = daemon.cli("shell", *args, check=False)
+        r = shared_daemon.cli("shell", *args, check=False)
         assert r.returncode == 2, (args, r.stderr)
         assert says in r.stderr, (args, r.stderr)
-    assert daemon.client().list().total == 0
+    assert shared_daemon.client().list().total == queued  # nothing queued
 
 
 # ---- idle reclaim, through NVML (the fake libnvidia-ml) ----------------------------------

@@ -6,10 +6,8 @@ the machine's /etc/ddpq/ddpq.toml.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from ddpq.config import ConfigError, Settings
 from ddpq.daemon import settings as daemon_settings
 from ddpq.daemon.settings import PUBLIC_NAMES, load_settings, written_defaults
 from ddpq.schemas import JobSubmit
+from tests.cli_inprocess import run_in_process
 from tests.helpers import Daemon, free_port, wait_state
 
 PUBLIC_VARIABLES = [f"DDPQ_{name.upper()}" for name in PUBLIC_NAMES]
@@ -156,14 +155,10 @@ def test_the_worker_is_not_refused_for_the_apis_address(tmp_path: Path) -> None:
 
 
 def ddpq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in PUBLIC_VARIABLES}
-    return subprocess.run(
-        [sys.executable, "-m", "ddpq", *args],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=60,
-    )
+    """In this process (tests/cli_inprocess.py): these tests are of what the command line
+    says; a refused ``ddpq serve`` process costs ~1.5 s of CPU, and there are ~50."""
+    unset: dict[str, str | None] = {k: None for k in PUBLIC_VARIABLES}
+    return run_in_process(*args, env={**unset, **env})
 
 
 def assert_one_line(r: subprocess.CompletedProcess[str], *words: str) -> None:

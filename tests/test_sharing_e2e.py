@@ -319,7 +319,8 @@ def test_only_an_admin_makes_or_removes_a_reservation_through_the_api(
     assert again.status_code == 404
 
 
-def test_bad_memory_requests_are_refused_at_the_door(daemon: Daemon) -> None:
+def test_bad_memory_requests_are_refused_at_the_door(shared_daemon: Daemon) -> None:
+    queued = shared_daemon.client().list().total
     for args, says in (
         (["--gpu-mem", "lots"], "--gpu-mem: 'lots' is not a size"),
         (["--gpu-mem", "64M"], "--gpu-mem: must be between 128M and 1P"),
@@ -331,7 +332,7 @@ def test_bad_memory_requests_are_refused_at_the_door(daemon: Daemon) -> None:
         (["--gpu-mem", "1G", "--gpu-share", "0"], "--gpu-share"),
         (["--gpu-mem", "1G", "--gpus", "5"], "--gpus: asked for 5 GPUs but this server has 4"),
     ):
-        r = daemon.cli("submit", *args, "--", "true", check=False)
+        r = shared_daemon.cli("submit", *args, "--", "true", check=False)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (
             args,
             r.stderr,
@@ -341,15 +342,17 @@ def test_bad_memory_requests_are_refused_at_the_door(daemon: Daemon) -> None:
         ({"command": ["true"], "gpu_mem": -5}, "gpu_mem"),
         ({"command": ["true"], "gpu_mem": "5G", "gpu_share": 1000}, "gpu_share"),
     ):
-        answer = httpx.post(daemon.url + "/v1/jobs", json=body, timeout=10)
+        answer = httpx.post(shared_daemon.url + "/v1/jobs", json=body, timeout=10)
         assert answer.status_code == 422 and says in answer.json()["detail"], answer.text
-    assert daemon.client().list().total == 0
+    assert shared_daemon.client().list().total == queued  # nothing queued
 
 
-def test_a_sharing_job_gets_its_share_in_its_environment(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_sharing_job_gets_its_share_in_its_environment(
+    shared_daemon: Daemon, tmp_path: Path
+) -> None:
     out = tmp_path / "env"
     code = f"import os; open({str(out)!r}, 'w').write(os.environ.get('DDPQ_GPU_MEM', ''))"
-    c = daemon.client()
+    c = shared_daemon.client()
     job = c.submit(JobSubmit(command=[sys.executable, "-c", code], gpu_mem="2G"))
     assert wait_done(c, job.id).state == "succeeded"
     assert out.read_text() == str(2 * G)

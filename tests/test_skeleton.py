@@ -11,22 +11,23 @@ from typing import Any
 import httpx
 
 from ddpq.schemas import JobSubmit
+from tests.cli_inprocess import run_in_process
 from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_state
 
 
-def test_cli_submit_show_true_false_and_cancelled(daemon: Daemon) -> None:
-    ok = int(daemon.cli("submit", "--name", "ok", "--", "true").stdout)
-    bad = int(daemon.cli("submit", "--", "false").stdout)
-    sleeper = int(daemon.cli("submit", "--", "sleep", "60").stdout)
-    c = daemon.client()
+def test_cli_submit_show_true_false_and_cancelled(shared_daemon: Daemon) -> None:
+    ok = int(shared_daemon.cli("submit", "--name", "ok", "--", "true").stdout)
+    bad = int(shared_daemon.cli("submit", "--", "false").stdout)
+    sleeper = int(shared_daemon.cli("submit", "--", "sleep", "60").stdout)
+    c = shared_daemon.client()
     wait_done(c, ok)
     wait_done(c, bad)
     wait_state(c, sleeper, "running")
-    assert "stopping" in daemon.cli("cancel", str(sleeper)).stdout
+    assert "stopping" in shared_daemon.cli("cancel", str(sleeper)).stdout
     wait_done(c, sleeper)
 
     def shown(job_id: int) -> dict[str, Any]:
-        return dict(json.loads(daemon.cli("show", str(job_id), "--json").stdout))
+        return dict(json.loads(shared_daemon.cli("show", str(job_id), "--json").stdout))
 
     assert (shown(ok)["state"], shown(ok)["exit_code"]) == ("succeeded", 0)
     assert (shown(bad)["state"], shown(bad)["exit_code"]) == ("failed", 1)
@@ -48,12 +49,12 @@ def test_output_goes_to_the_log_and_ls_lists_jobs(daemon: Daemon) -> None:
     assert json.loads(daemon.cli("ls", "--json").stdout) == []  # finished jobs hidden by default
 
 
-def test_logs_follow_ends_with_the_job(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_logs_follow_ends_with_the_job(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     job = c.submit(
         JobSubmit(command=["sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.2; done"])
     )
-    out = daemon.cli("logs", "-f", str(job.id)).stdout
+    out = shared_daemon.cli("logs", "-f", str(job.id)).stdout
     assert [ln for ln in out.splitlines() if ln.startswith("tick")] == [
         "tick 1",
         "tick 2",
@@ -62,19 +63,19 @@ def test_logs_follow_ends_with_the_job(daemon: Daemon) -> None:
     assert c.show(job.id).state == "succeeded"
 
 
-def test_bad_input_gets_clear_answers(daemon: Daemon) -> None:
-    r = httpx.post(daemon.url + "/v1/jobs", json={"command": []})
+def test_bad_input_gets_clear_answers(shared_daemon: Daemon) -> None:
+    r = httpx.post(shared_daemon.url + "/v1/jobs", json={"command": []})
     assert r.status_code == 422
     assert "command" in r.json()["detail"]
-    r = httpx.post(daemon.url + "/v1/jobs", json={"command": ["true"], "gpus": "two"})
+    r = httpx.post(shared_daemon.url + "/v1/jobs", json={"command": ["true"], "gpus": "two"})
     assert r.status_code == 422 and "gpus" in r.json()["detail"]
-    r = httpx.post(daemon.url + "/v1/jobs", json={"command": ["true"], "gpus": 99})
+    r = httpx.post(shared_daemon.url + "/v1/jobs", json={"command": ["true"], "gpus": 99})
     assert r.status_code == 422 and "has 4" in r.json()["detail"]
-    r = httpx.get(daemon.url + "/v1/jobs/12345")
+    r = httpx.get(shared_daemon.url + "/v1/jobs/12345")
     assert r.status_code == 404 and r.json() == {"detail": "no job 12345", "code": "not_found"}
-    empty = daemon.cli("submit", "--", check=False)
+    empty = shared_daemon.cli("submit", "--", check=False)
     assert empty.returncode == 2 and "nothing to run" in empty.stderr
-    missing = daemon.cli("show", "999", check=False)
+    missing = shared_daemon.cli("show", "999", check=False)
     assert missing.returncode == 4
     assert missing.stderr.strip().count("\n") == 0 and "Traceback" not in missing.stderr
 
@@ -93,8 +94,8 @@ def test_cli_without_daemon_prints_one_line(tmp_path: object) -> None:
     assert r.stderr.count("\n") == 1 and url in r.stderr and "Traceback" not in r.stderr
 
 
-def test_missing_program_fails_with_reason(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_missing_program_fails_with_reason(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     job = c.submit(JobSubmit(command=["/nonexistent/prog"]))
     done = wait_done(c, job.id)
     assert done.state == "failed" and done.exit_code == 127
@@ -127,16 +128,15 @@ def test_serve_without_gpus_or_with_bad_flags_says_why(tmp_path: Path) -> None:
     if shutil.which("nvidia-smi") is None:
         r = serve()
         assert r.returncode == 2 and "--fake-gpus" in r.stderr and "Traceback" not in r.stderr
+    # The refusals before the daemon sets itself up, in this process (a refused `ddpq
+    # serve` process is ~1.5 s of CPU); the one above comes after, in a process.
     if os.geteuid() == 0:  # root without tokens: every local user could run as root
-        r = subprocess.run(
-            [sys.executable, "-m", "ddpq", "serve", "--home", str(tmp_path), "--fake-gpus", "1"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        r = run_in_process("serve", "--home", str(tmp_path), "--fake-gpus", "1")
         assert r.returncode == 2 and "--allow-root" in r.stderr and "Traceback" not in r.stderr
     for bad in (["--grace", "soon"], ["--port-range", "30000"], ["--fake-gpus", "-1"]):
-        r = serve("--fake-gpus", "1", *bad) if bad[0] != "--fake-gpus" else serve(*bad)
+        args = ["--fake-gpus", "1", *bad] if bad[0] != "--fake-gpus" else bad
+        where = ["--home", str(tmp_path), "--port", str(free_port())]
+        r = run_in_process("serve", *where, *args, *root_flags(args))
         assert r.returncode == 2, (bad, r.stderr)
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (bad, r.stderr)
 

@@ -35,8 +35,8 @@ def job_pids(job_dir: str) -> list[int]:
     return [int(x) for x in text.split()]
 
 
-def test_cancel_kills_a_sigterm_ignoring_job_and_all_its_children(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_cancel_kills_a_sigterm_ignoring_job_and_all_its_children(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     job = c.submit(JobSubmit(command=[sys.executable, str(JOBS / "stubborn.py")], gpus=1))
     running = wait_state(c, job.id, "running")
     assert running.job_dir is not None
@@ -51,8 +51,8 @@ def test_cancel_kills_a_sigterm_ignoring_job_and_all_its_children(daemon: Daemon
     assert done.leases.gpus == [] and done.leases.port is None
 
 
-def test_stragglers_are_killed_when_the_main_process_exits(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_stragglers_are_killed_when_the_main_process_exits(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     job = c.submit(JobSubmit(command=[sys.executable, str(JOBS / "stubborn.py"), "exit"]))
     done = wait_done(c, job.id)
     assert done.state == "succeeded"
@@ -60,8 +60,8 @@ def test_stragglers_are_killed_when_the_main_process_exits(daemon: Daemon) -> No
     assert [p for p in job_pids(done.job_dir) if alive(p)] == []
 
 
-def test_time_limit_stops_the_job_as_timed_out(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_time_limit_stops_the_job_as_timed_out(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     job = c.submit(JobSubmit(command=["sleep", "60"], time_limit_s=1))
     done = wait_done(c, job.id, timeout=30)
     assert done.state == "timed_out"
@@ -70,9 +70,9 @@ def test_time_limit_stops_the_job_as_timed_out(daemon: Daemon) -> None:
     assert 1 <= (done.ended_at - done.started_at).total_seconds() < 10
 
 
-def test_retry_then_success_records_every_attempt(daemon: Daemon) -> None:
+def test_retry_then_success_records_every_attempt(shared_daemon: Daemon) -> None:
     script = 'test "$DDPQ_ATTEMPT" -ge 2 || { echo "attempt $DDPQ_ATTEMPT fails"; exit 3; }'
-    c = daemon.client()
+    c = shared_daemon.client()
     job = c.submit(JobSubmit(command=["sh", "-c", script], retries=2, gpus=1))
     done = wait_done(c, job.id, timeout=60)
     assert done.state == "succeeded"
@@ -88,8 +88,8 @@ def test_retry_then_success_records_every_attempt(daemon: Daemon) -> None:
     assert (done.attempts[1].started_at - first_end).total_seconds() >= 1.9
 
 
-def test_retries_run_out(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_retries_run_out(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     job = c.submit(JobSubmit(command=["false"], retries=1))
     done = wait_done(c, job.id, timeout=60)
     assert done.state == "failed" and len(done.attempts) == 2
@@ -262,7 +262,7 @@ def test_malformed_or_linked_exit_records_count_as_none(tmp_path: Path) -> None:
     assert read_exit_record(tmp_path, 1) is None  # a link is never followed
 
 
-def test_a_job_forging_its_exit_record_cannot_stall_the_queue(daemon: Daemon) -> None:
+def test_a_job_forging_its_exit_record_cannot_stall_the_queue(shared_daemon: Daemon) -> None:
     forger = (
         "import json, os, signal, time\n"
         "d = os.environ['DDPQ_JOB_DIR']\n"
@@ -270,7 +270,7 @@ def test_a_job_forging_its_exit_record_cannot_stall_the_queue(daemon: Daemon) ->
         "os.kill(os.getppid(), signal.SIGKILL)\n"
         "time.sleep(60)\n"
     )
-    c = daemon.client()
+    c = shared_daemon.client()
     bad = c.submit(JobSubmit(command=[sys.executable, "-c", forger], gpus=4))
     done = wait_done(c, bad.id)
     assert done.state == "failed" and "lost" in done.reason
