@@ -36,6 +36,10 @@ class QueuedJob:
     # and the most jobs it lets a GPU it is on take (``--gpu-share``).
     mem_bytes: int | None = None
     share_cap: int | None = None
+    # The host's CPU cores it leases (0: none, it shares the cores) and the host memory
+    # it holds (None: none); resolved from the admin's defaults (``core.hostres``).
+    cpus: int = 0
+    ram_bytes: int | None = None
 
     @property
     def sharer(self) -> Sharer | None:
@@ -66,6 +70,8 @@ class Placement:
     gpus: tuple[int, ...]
     port: int | None
     mem_bytes: int | None = None  # sharing: what it reserves on each GPU
+    cores: tuple[int, ...] = ()  # the core slots it leases (``core.hostres``)
+    ram_bytes: int | None = None  # the host memory it holds
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,22 @@ NO_SWEEP_CAPS = SweepCaps(cap={}, running={})
 
 
 @dataclass(frozen=True)
+class HostUse:
+    """The host as a pass starts. ``capacity``: core slots there are (None: cores are not
+    counted, as where jobs run elsewhere); ``held``: the slots running jobs lease;
+    ``job_ram``: the memory jobs may hold in all (None: not counted); ``ram_held``: what
+    running jobs hold of it."""
+
+    capacity: int | None = None
+    held: frozenset[int] = field(default_factory=frozenset)
+    job_ram: int | None = None
+    ram_held: int = 0
+
+
+NO_HOST = HostUse()
+
+
+@dataclass(frozen=True)
 class World:
     """What one scheduling pass decides in: a snapshot, never changed by the pass.
 
@@ -110,6 +132,7 @@ class World:
     ``memory``: every GPU's memory, for jobs that share GPUs (``core.sharing``); they may
     use any GPU there, external ones too (what outside processes hold is counted).
     ``limits``, ``reservations``: see ``core.limits``.
+    ``host``: the host's CPU cores and memory, and what running jobs hold of them.
     """
 
     usable_gpus: Sequence[int]
@@ -121,6 +144,7 @@ class World:
     memory: GpuMemory = NO_MEMORY
     limits: Limits = NO_LIMITS
     reservations: Sequence[Reservation] = ()
+    host: HostUse = NO_HOST
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,10 @@
 holds already; where none has room, that limit is why it waits. ``reservations``: a job
 may take no GPU a reservation needs (``core.limits``); a sharing job refused idle GPUs
 tries GPUs shared already, which a reservation counts as taken anyway.
+
+Before any of that, the host's CPU cores and memory (``host.HostPool``): a job that waits
+for them (``cpu_cores``, ``host_memory``) holds nothing and is never the head that
+backfill protects; one that could never fit here says so (``never_fits``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ class Choice:
 
 
 def choose(job: QueuedJob, p: Pass) -> Choice:
+    host = p.host.blocks(job)
+    if host is not None:
+        return Choice(None, *host)
     placer = placer_for(job)
     limits = p.world.limits
     only = p.owners.only_own(job.owner, job.gpus, limits) if job.sharer else None
