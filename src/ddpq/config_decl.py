@@ -26,10 +26,14 @@ from ddpq.config_values import (
     AnySize,
     Budget,
     Bytes,
+    CpuCapacity,
+    CpusPerGpu,
     FolderMax,
     Fraction,
     IdleLimit,
+    JobRam,
     KeepFor,
+    OptionalSize,
     Period,
     PortRange,
     Public,
@@ -354,6 +358,50 @@ class _Resources(BaseSettings):
             only="worker",
         ),
     ] = 0.5
+    # The host's CPU cores and memory as jobs' resources (core.hostres).
+    cpu_capacity: Annotated[
+        CpuCapacity,
+        Public(
+            "cpu_capacity",
+            "CPU cores running jobs may lease in all (more than the host has oversubscribes them)",
+            default_is="auto: the cores the daemon may run on",
+        ),
+    ] = None
+    cpus_per_gpu: Annotated[
+        CpusPerGpu,
+        Public(
+            "cpus_per_gpu",
+            "cores a GPU job that names no --cpus leases per GPU (0: none, it shares the "
+            "cores unconfined)",
+            only="worker",
+            default_is="auto: cpu_capacity divided among the GPUs, rounded down",
+        ),
+    ] = None
+    job_ram: Annotated[
+        JobRam,
+        Public(
+            "job_ram",
+            "host memory running jobs may hold in all (64G, 90% of the host's, or 'unlimited')",
+        ),
+    ] = 0.9
+    default_mem: Annotated[
+        OptionalSize,
+        Public(
+            "default_mem",
+            "host memory a CPU-only job that names no --mem holds and is limited to "
+            "('none': none, no limit)",
+            only="worker",
+        ),
+    ] = None
+    default_mem_per_gpu: Annotated[
+        OptionalSize,
+        Public(
+            "default_mem_per_gpu",
+            "host memory per GPU a GPU job that names no --mem holds and is limited to "
+            "('none': default_mem)",
+            only="worker",
+        ),
+    ] = None
 
 
 # The groups above, listed last first: pydantic orders inherited fields from the last base

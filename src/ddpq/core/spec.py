@@ -47,3 +47,7 @@ class JobSpec:
     gpu_mem_auto: bool = False  # reserve what earlier runs of it were measured to use
     gpu_share: int | None = None
     mem_key: str | None = None  # which earlier jobs are the same job (``auto``)
+    # The host's CPU cores and memory it asks for (``--cpus``, ``--mem``); None: the
+    # daemon's defaults when it is placed (``core.hostres``).
+    cpus: int | None = None
+    ram_bytes: int | None = None

@@ -9,6 +9,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session, defer
 
+from ddpq.core.hostres import NO_DEFAULTS, HostDefaults, cores_wanted, ram_wanted
 from ddpq.core.rules import Run, StopRequest
 from ddpq.core.scheduler import QueuedJob, needs_port
 from ddpq.core.spec import JobSpec
@@ -119,9 +120,12 @@ def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
     return list(session.scalars(query.where(Job.state.in_(list(states))).order_by(Job.id)))
 
 
-def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
+def queued_for_planning(
+    session: Session, host: HostDefaults = NO_DEFAULTS
+) -> list[tuple[QueuedJob, str]]:
     """The queue as the planner's plain records, with each job's current reason (a job
-    whose reservation is ``auto`` is whole-GPU here: ``auto_memory_jobs``).
+    whose reservation is ``auto`` is whole-GPU here: ``auto_memory_jobs``), its cores and
+    host memory as asked, or the admin's defaults (``host``, ``core.hostres``).
 
     Columns only, no ORM objects: read on every scheduling pass, so it stays cheap when
     hundreds of jobs wait. A job requeued after running out of memory sharing asks for
@@ -142,6 +146,8 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
             Job.gpu_mem_bytes,
             Job.gpu_share,
             Job.oom_requeues,
+            Job.cpus,
+            Job.ram_bytes,
         ).where(Job.state == JobState.QUEUED)
     )
     return [
@@ -152,6 +158,8 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
                 sweep_id=row.sweep_id,
                 mem_bytes=None if row.oom_requeues else row.gpu_mem_bytes,
                 share_cap=None if row.oom_requeues else row.gpu_share,
+                cpus=cores_wanted(row.gpus, row.cpus, host),
+                ram_bytes=ram_wanted(row.gpus, row.ram_bytes, host),
             ),
             row.reason,
         )

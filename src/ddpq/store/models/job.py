@@ -96,6 +96,10 @@ class Job(Base):
     idle_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     idle_since: Mapped[float | None] = mapped_column(Float, nullable=True)
     idle_warned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The host's CPU cores and memory (bytes) it asked for (--cpus, --mem); None: the
+    # daemon's defaults, applied when it is placed (core.hostres).
+    cpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),
