@@ -79,6 +79,21 @@ SlurmOpt = Annotated[
     typer.Option(metavar="--NAME=VALUE", help="Slurm: an extra #SBATCH option (repeatable)"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the job as JSON")]
+CpusOpt = Annotated[
+    int | None,
+    typer.Option(
+        metavar="N",
+        help="CPU cores it leases and runs confined to (default: 1 without GPUs, the "
+        "daemon's share per GPU with them)",
+    ),
+]
+MemOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="SIZE",
+        help="host memory it holds and is limited to, as 4G or 512M (default: the daemon's)",
+    ),
+]
 
 
 def submit(
@@ -107,6 +122,8 @@ def submit(
     as_json: JsonOpt = False,
     gpu_mem: sharing.GpuMemOpt = None,
     gpu_share: sharing.GpuShareOpt = None,
+    cpus: CpusOpt = None,
+    mem: MemOpt = None,
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
 
@@ -118,6 +135,11 @@ def submit(
     """
     argv = command_words(ctx)
     checked = check_options(env or [], export, after or [], gpu_mem, gpu_share)
+    # Left out when not given, as every option; a 0 or an empty size would be too.
+    if cpus is not None and cpus < 1:
+        fail(f"--cpus: {cpus} is not a number of cores (1 or more)", 2)
+    if mem is not None and not mem.strip():
+        fail("--mem: give a size, as 4G or 512M", 2)
     plain = {
         "gpus": gpus,
         "name": name,
@@ -132,6 +154,8 @@ def submit(
         "gpus_per_node": gpus_per_node,
         "partition": partition,
         "slurm_options": slurm_opt or [],
+        "cpus": cpus,
+        "mem": mem,
     }
     fields = job_fields(argv, plain, checked, cwd, time_limit)
     many = bool(sweep) or array is not None

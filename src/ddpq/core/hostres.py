@@ -8,7 +8,8 @@ oversubscribe them: slot ``i`` is CPU ``cpus[i % len(cpus)]``.
 
 What a job holds when it names nothing:
 
-- ``--cpus``: a CPU-only job takes one core; a GPU job ``cpus_per_gpu`` per GPU, which by
+- ``--cpus``: a CPU-only job takes one core; a GPU job ``cpus_per_gpu`` per GPU (none
+  for a job that shares its GPUs by memory), which by
   default (``auto``) is the capacity divided among the host's GPUs, rounded down. On a
   host with fewer cores than GPUs that is 0: a GPU job then leases no core and *shares
   the cores* (it is not confined), so as many GPU jobs run at once as before cores were
@@ -49,12 +50,18 @@ def auto_cpus_per_gpu(capacity: int, gpu_count: int) -> int:
     return capacity // gpu_count if gpu_count > 0 else 0
 
 
-def cores_wanted(gpus: int, cpus: int | None, defaults: HostDefaults) -> int:
+def cores_wanted(
+    gpus: int, cpus: int | None, defaults: HostDefaults, shares_gpus: bool = False
+) -> int:
     """The cores a job leases: its own ``--cpus``, else one for a CPU-only job, else its
-    GPUs' default share (0: it leases none and shares the cores)."""
+    GPUs' default share (0: it leases none and shares the cores). A job that shares its
+    GPUs by memory (``--gpu-mem``) holds a part of a GPU, so no default share of cores:
+    as many of them fit on a GPU as its memory allows, and they share the cores."""
     if cpus is not None:
         return cpus
-    return 1 if gpus == 0 else gpus * defaults.cpus_per_gpu
+    if gpus == 0:
+        return 1
+    return 0 if shares_gpus else gpus * defaults.cpus_per_gpu
 
 
 def ram_wanted(gpus: int, ram_bytes: int | None, defaults: HostDefaults) -> int | None:

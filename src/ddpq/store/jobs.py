@@ -148,6 +148,7 @@ def queued_for_planning(
             Job.oom_requeues,
             Job.cpus,
             Job.ram_bytes,
+            Job.gpu_mem_auto,
         ).where(Job.state == JobState.QUEUED)
     )
     return [
@@ -158,13 +159,19 @@ def queued_for_planning(
                 sweep_id=row.sweep_id,
                 mem_bytes=None if row.oom_requeues else row.gpu_mem_bytes,
                 share_cap=None if row.oom_requeues else row.gpu_share,
-                cpus=cores_wanted(row.gpus, row.cpus, host),
+                cpus=cores_wanted(row.gpus, row.cpus, host, _shares(row)),
                 ram_bytes=ram_wanted(row.gpus, row.ram_bytes, host),
             ),
             row.reason,
         )
         for row in rows
     ]
+
+
+def _shares(row: Any) -> bool:
+    """Whether a queued row shares its GPUs by memory (asked for, and not sent to whole
+    GPUs after running out of memory)."""
+    return not row.oom_requeues and (row.gpu_mem_bytes is not None or bool(row.gpu_mem_auto))
 
 
 def auto_memory_jobs(session: Session) -> list[int]:

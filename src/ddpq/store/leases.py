@@ -1,6 +1,7 @@
-"""GPU, port and CPU core leases. The partial unique index on live rows, and the triggers of migration
-0012m, are the real guard: no two live jobs hold one whole GPU or one port, and no GPU is
-held whole and shared at once (nor shared past its memory or a share cap)."""
+"""GPU, port and CPU core leases. The partial unique index on live rows, and the triggers
+of migration 0012m, are the real guard: no two live jobs hold one whole GPU, one port or
+one core slot, and no GPU is held whole and shared at once (nor shared past its memory or
+a share cap)."""
 
 from __future__ import annotations
 

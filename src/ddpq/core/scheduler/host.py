@@ -2,9 +2,10 @@
 free, how much of the memory given to jobs is held, and whether a job fits in what is left
 (``core.hostres`` says what a job holds and which CPUs its slots are).
 
-Asked by the placement stage before any GPU is chosen: a job that waits for cores or
-memory holds nothing and delays nobody (it is never the head that backfill protects), so
-a flood of CPU jobs queues without holding back the GPU jobs behind it.
+Asked by the placement stage once a job's GPUs are found (a job that waits for GPUs says
+so, and backfill and preemption treat it as before): a job that waits for cores or memory
+holds nothing and delays nobody (it is never the head that backfill protects), so a flood
+of CPU jobs queues without holding back the GPU jobs behind it.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ class HostPool:
         self.free = [slot for slot in range(capacity) if slot not in use.held]
         self.ram_held = use.ram_held
 
-    def blocks(self, job: QueuedJob) -> tuple[str, str] | None:
-        """The stage that stops ``job`` for the host's cores or memory, and why (None: it
-        fits now)."""
+    def never(self, job: QueuedJob) -> str | None:
+        """Why ``job`` can never fit in the host's cores or memory (None: it can)."""
         use = self.use
-        never = hostres.never_fits(job.cpus, job.ram_bytes, use.capacity, use.job_ram)
-        if never is not None:
-            return "never_fits", never
+        return hostres.never_fits(job.cpus, job.ram_bytes, use.capacity, use.job_ram)
+
+    def blocks(self, job: QueuedJob) -> tuple[str, str] | None:
+        """The stage that stops ``job`` for the host's cores or memory now, and why (None:
+        it fits now)."""
+        use = self.use
         if use.capacity is not None and job.cpus > len(self.free):
             held = use.capacity - len(self.free)
             return "cpu_cores", hostres.waiting_for_cores(job.cpus, held, use.capacity)

@@ -42,6 +42,7 @@ from ddpq.server.deps import (
     proven_account,
 )
 from ddpq.server.errors import CONFLICT, NO_ROOM, WRITE_ERRORS, ApiError
+from ddpq.server.host_limits import refuse_beyond_host
 from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.params import JobId, Offset
 from ddpq.store import devices as device_store
@@ -109,6 +110,7 @@ def job_spec(
     if why is not None:
         raise ApiError(422, "invalid", why)
     spec = replace(spec, slurm_options=cluster_options(spec, settings))
+    refuse_beyond_host(spec, settings)
     if body.cwd is not None:
         check_cwd(settings, db, body.cwd, owner, run_as)
     if body.notify is not None:
@@ -157,6 +159,8 @@ def submitted_spec(
         gpus_per_node=body.gpus_per_node,
         partition=body.partition,
         slurm_options=tuple(body.slurm_options),
+        cpus=body.cpus,
+        ram_bytes=body.ram_bytes,
     )
 
 
