@@ -1,5 +1,5 @@
 """CPU cores and host memory: what a job asks for (jobs.cpus, jobs.ram_bytes), what each
-attempt held (attempts.cores, attempts.ram_bytes), and core slots as leases (kind 'cpu')
+attempt held and used (attempts.cores, attempts.ram_bytes, attempts.peak_ram_bytes), and core slots as leases (kind 'cpu')
 
 The wider lease kind makes batch mode copy the leases table, which drops its triggers:
 they are made again here as migration 0012m made them (the same guards, unchanged).
@@ -82,6 +82,7 @@ def upgrade() -> None:
     with op.batch_alter_table("attempts", schema=None) as batch_op:
         batch_op.add_column(sa.Column("cores", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("ram_bytes", sa.Integer(), nullable=True))
+        batch_op.add_column(sa.Column("peak_ram_bytes", sa.Integer(), nullable=True))
     _leases_check(NEW_CHECK)
 
 
@@ -98,6 +99,7 @@ def downgrade() -> None:
     op.execute("DELETE FROM leases WHERE kind = 'cpu'")
     _leases_check(OLD_CHECK)
     with op.batch_alter_table("attempts", schema=None) as batch_op:
+        batch_op.drop_column("peak_ram_bytes")
         batch_op.drop_column("ram_bytes")
         batch_op.drop_column("cores")
     with op.batch_alter_table("jobs", schema=None) as batch_op:

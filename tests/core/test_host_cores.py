@@ -146,3 +146,20 @@ def test_slots_are_the_host_s_cpus_wrapping_round_when_oversubscribed() -> None:
 )
 def test_threads_per_rank(cores: int, ranks: int, threads: int) -> None:
     assert hostres.threads_per_rank(cores, ranks) == threads
+
+
+def test_usage_counts_core_hours_beside_gpu_hours() -> None:
+    from ddpq.core.usage import By, JobSpan, report
+
+    spans = [
+        JobSpan("alice", 0, 0.0, 3600.0, cores=2),  # a CPU job: 2 core-hours, no GPU-hours
+        JobSpan("alice", 1, 0.0, 1800.0, cores=4),
+        JobSpan("bob", 2, 0.0, 3600.0),  # shared the cores: none counted
+    ]
+    r = report(spans, [], [], [], {}, 0.0, 7200.0, By.USER)
+    rows = {row.key: row for row in r.rows}
+    assert (rows["alice"].core_hours, rows["alice"].gpu_hours_jobs) == (4.0, 0.5)
+    assert (rows["bob"].core_hours, rows["bob"].gpu_hours_jobs) == (0.0, 2.0)
+    assert r.total.core_hours == 4.0
+    by_day = report(spans, [], [], [], {}, 0.0, 7200.0, By.DAY)
+    assert by_day.total.core_hours == 4.0

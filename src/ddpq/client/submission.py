@@ -42,6 +42,8 @@ OPTION_OF = {
     "max_running": "--max-running",
     "gpu_mem": "--gpu-mem",
     "gpu_share": "--gpu-share",
+    "cpus": "--cpus",
+    "mem": "--mem",
 }
 # Fields whose problems name a variable (``env.KEY: ...``): the name is kept.
 KEYED = {"env", "exported_env"}

@@ -125,6 +125,9 @@ class UsageRow(BaseModel):
         default=None,
         description="the highest measured peak of any attempt on one GPU, GiB; null: none",
     )
+    core_hours: float = Field(
+        default=0.0, description="core-hours of the CPU cores jobs' attempts leased (--cpus)"
+    )
 
 
 class UsageReport(BaseModel):

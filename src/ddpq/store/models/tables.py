@@ -132,6 +132,8 @@ class Attempt(Base):
     # memory it held and was limited to (None: none). Bytes.
     cores: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
     ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The most host memory its cgroup held (memory.peak; None: not read, store.host).
+    peak_ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Notification(Base):
