@@ -13,15 +13,21 @@ from ddpq.client.common import ACTIVE_STATES, client, print_json
 
 
 def gpus(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Every GPU: who holds it (job, owner, since when), memory, outside processes."""
+    """Every GPU: who holds it (job, owner, since when), memory, outside processes; the
+    host's CPU cores and memory, and the jobs holding them."""
     from ddpq.client.draw import console, gpu_table
+    from ddpq.client.format import as_data, plain
+    from ddpq.client.host import host_summary
 
     with client() as c:
         devs = c.devices()
     if as_json:
         print_json(devs)
         return
-    console().print(gpu_table(devs))
+    con = console()
+    con.print(gpu_table(devs))
+    for line in host_summary(as_data(devs)):
+        con.print(plain(line))
 
 
 def watch(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpq.client.format import Data
+from ddpq.client.format import Data, sanitize
 
 
 def _size(n: int | None) -> str:
@@ -52,3 +52,23 @@ def attempt_host(attempt: Data) -> str:
     if attempt.get("peak_ram") is not None:
         parts.append(f"peak {_size(attempt['peak_ram'])}")
     return f"  ({', '.join(parts)})" if parts else ""
+
+
+def host_summary(devices: Data) -> list[str]:
+    """`ddpq gpus`'s lines on the host: "cpu cores  1 of 2 held", "memory  1G of 21G held",
+    then each job that holds cores or memory."""
+    host = devices.get("host")
+    if not host:
+        return []
+    capacity, job_ram = host.get("cpu_capacity"), host.get("job_ram")
+    cores = f"{host.get('cores_held', 0)} of {capacity} held" if capacity else "not counted"
+    held = _size(host.get("ram_held", 0)) or "0"
+    memory = f"{held} of {_size(job_ram)} held" if job_ram else f"{held} held, not bounded"
+    lines = [f"cpu cores  {cores}", f"memory     {memory}"]
+    for job in host.get("jobs") or []:
+        parts = [f"cpus {cores_text(job['cores'])}" if job.get("cores") else "cores shared"]
+        if job.get("mem") is not None:
+            parts.append(f"memory {_size(job['mem'])}")
+        owner = sanitize(str(job.get("owner") or "?"))
+        lines.append(f"  job {int(job['job_id'])} ({owner}): {', '.join(parts)}")
+    return lines

@@ -46,11 +46,31 @@ class DeviceOut(BaseModel):
     )
 
 
+class HostJob(BaseModel):
+    """A job holding the host's CPU cores or memory."""
+
+    job_id: int
+    owner: str | None = None
+    cores: list[int] = Field(default_factory=list, description="the CPUs it is confined to")
+    mem: int | None = Field(default=None, description="the host memory in bytes it holds")
+
+
+class HostOut(BaseModel):
+    """The host's CPU cores and memory as jobs lease them (``core.hostres``)."""
+
+    cpu_capacity: int | None = Field(description="core slots jobs may lease (null: not counted)")
+    cores_held: int = Field(description="core slots running jobs lease")
+    job_ram: int | None = Field(description="bytes jobs may hold in all (null: not counted)")
+    ram_held: int = Field(description="bytes running jobs hold")
+    jobs: list[HostJob] = Field(default_factory=list)
+
+
 class DeviceList(BaseModel):
     items: list[DeviceOut]
     ports_leased: dict[int, int] = Field(
         default_factory=dict, description="rendezvous port -> job id"
     )
+    host: HostOut | None = Field(default=None, description="the host's CPU cores and memory")
 
 
 class ReservationIn(BaseModel):

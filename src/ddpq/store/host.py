@@ -9,7 +9,7 @@ from sqlalchemy import and_, func, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core.states import ACTIVE
-from ddpq.store.models import Attempt, Job
+from ddpq.store.models import Attempt, Job, Lease
 
 
 def ram_held(session: Session) -> int:
@@ -20,6 +20,14 @@ def ram_held(session: Session) -> int:
         .where(Job.state.in_(list(ACTIVE)))
     )
     return int(total or 0)
+
+
+def slots_held(session: Session) -> int:
+    """CPU core slots leased now."""
+    return int(
+        session.scalar(select(func.count()).where(Lease.kind == "cpu", Lease.released_at.is_(None)))
+        or 0
+    )
 
 
 def held_by(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[list[int], int | None]]:
