@@ -414,3 +414,55 @@ def test_sweep_notify_upgrade_hands_a_sweeps_owed_url_over_and_downgrade_gives_i
             conn.execute("INSERT INTO notifications (attempt, at, error) VALUES (1, 1.0, '')")
         assert "CHECK" in _table_sql(conn, "jobs")
     migrate(path)  # and up again
+
+
+def test_cpu_and_ram_upgrade_keeps_jobs_and_leases_and_downgrade_refuses_live_cores(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0021j")
+    with sqlite3.connect(path) as conn:
+        job = _insert_job(conn, "running")
+        conn.execute(
+            "INSERT INTO leases (job_id, kind, resource, acquired_at) VALUES (?, 'gpu', 0, 1.0)",
+            (job,),
+        )
+    _at(path, "0022c")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT cpus, ram_bytes FROM jobs").fetchall() == [(None, None)]
+        assert conn.execute("SELECT cores, ram_bytes, peak_ram_bytes FROM attempts").fetchall() == [
+            (None, None, None)
+        ]
+        conn.execute(
+            "INSERT INTO leases (job_id, kind, resource, acquired_at) VALUES (?, 'cpu', 0, 2.0)",
+            (job,),
+        )
+        # Core slots are disjoint between live leases, as GPUs are; the triggers are back.
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            conn.execute(
+                "INSERT INTO leases (job_id, kind, resource, acquired_at) "
+                "VALUES (?, 'cpu', 0, 3.0)",
+                (job,),
+            )
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute(
+                "INSERT INTO leases (job_id, kind, resource, acquired_at) "
+                "VALUES (?, 'ram', 0, 3.0)",
+                (job,),
+            )
+        with pytest.raises(sqlite3.IntegrityError, match="never changes"):
+            conn.execute("UPDATE leases SET resource = 5 WHERE kind = 'gpu'")
+    with pytest.raises(RuntimeError, match="CPU core leases are live"):
+        command.downgrade(alembic_config(path), "0021j")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE leases SET released_at = 9.0 WHERE kind = 'cpu'")
+    command.downgrade(alembic_config(path), "0021j")
+    with sqlite3.connect(path) as conn:
+        kinds = conn.execute("SELECT kind FROM leases").fetchall()
+        assert kinds == [("gpu",)]
+        assert "cpus" not in {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+        triggers = {
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")
+        }
+        assert "tr_leases_only_released" in triggers
+    migrate(path)  # and up again
