@@ -131,7 +131,8 @@ def test_csv_has_a_header_every_row_and_the_total_last(
     rows = list(csv.reader(io.StringIO(out)))
     assert rows[0] == CSV_COLUMNS
     assert rows[1] == [
-        "2026-11-30", "day", "24.25", "1.5", "3", "1", "0", "2", "4", "90", "7200", "", "", "", "6.5",
+        "2026-11-30", "day", "24.25", "1.5", "3", "1", "0", "2", "4", "90", "7200", "", "", "",
+        "6.5",
     ]  # fmt: skip
     assert rows[2][:3] == ["total", "total", "48.5"] and len(rows) == 3
     assert stub.requests[0].query["by"] == ["day"]

@@ -1,5 +1,6 @@
 """CPU cores and host memory: what a job asks for (jobs.cpus, jobs.ram_bytes), what each
-attempt held and used (attempts.cores, attempts.ram_bytes, attempts.peak_ram_bytes), and core slots as leases (kind 'cpu')
+attempt held and used (attempts.cores, attempts.ram_bytes, attempts.peak_ram_bytes), and
+core slots as leases (kind 'cpu')
 
 The wider lease kind makes batch mode copy the leases table, which drops its triggers:
 they are made again here as migration 0012m made them (the same guards, unchanged).

@@ -19,6 +19,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from ddpq.config_host import HostSettings
 from ddpq.config_values import (
     DEFAULT_PORT_RANGE,
     EXECUTORS,
@@ -26,14 +27,10 @@ from ddpq.config_values import (
     AnySize,
     Budget,
     Bytes,
-    CpuCapacity,
-    CpusPerGpu,
     FolderMax,
     Fraction,
     IdleLimit,
-    JobRam,
     KeepFor,
-    OptionalSize,
     Period,
     PortRange,
     Public,
@@ -358,55 +355,11 @@ class _Resources(BaseSettings):
             only="worker",
         ),
     ] = 0.5
-    # The host's CPU cores and memory as jobs' resources (core.hostres).
-    cpu_capacity: Annotated[
-        CpuCapacity,
-        Public(
-            "cpu_capacity",
-            "CPU cores running jobs may lease in all (more than the host has oversubscribes them)",
-            default_is="auto: the cores the daemon may run on",
-        ),
-    ] = None
-    cpus_per_gpu: Annotated[
-        CpusPerGpu,
-        Public(
-            "cpus_per_gpu",
-            "cores a GPU job that names no --cpus leases per GPU (0: none, it shares the "
-            "cores unconfined)",
-            only="worker",
-            default_is="auto: cpu_capacity divided among the GPUs, rounded down",
-        ),
-    ] = None
-    job_ram: Annotated[
-        JobRam,
-        Public(
-            "job_ram",
-            "host memory running jobs may hold in all (64G, 90% of the host's, or 'unlimited')",
-        ),
-    ] = 0.9
-    default_mem: Annotated[
-        OptionalSize,
-        Public(
-            "default_mem",
-            "host memory a CPU-only job that names no --mem holds and is limited to "
-            "('none': none, no limit)",
-            only="worker",
-        ),
-    ] = None
-    default_mem_per_gpu: Annotated[
-        OptionalSize,
-        Public(
-            "default_mem_per_gpu",
-            "host memory per GPU a GPU job that names no --mem holds and is limited to "
-            "('none': default_mem)",
-            only="worker",
-        ),
-    ] = None
 
 
 # The groups above, listed last first: pydantic orders inherited fields from the last base
 # to the first, and their order is the flags' and the docs' order.
-class Declared(_Resources, _Slurm, _Retention, _Jobs, _Trust, _Service):
+class Declared(HostSettings, _Resources, _Slurm, _Retention, _Jobs, _Trust, _Service):
     """Every setting, each with its type, default and (if people set it) ``Public``; the
     internals, which no flag, variable or key sets, are declared here."""
 

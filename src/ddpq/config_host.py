@@ -1,0 +1,59 @@
+"""The host's CPU cores and memory as jobs' resources (``core.hostres``): one group of
+``ddpq.config_decl.Declared``'s settings, declared as every other is."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic_settings import BaseSettings
+
+from ddpq.config_values import CpuCapacity, CpusPerGpu, JobRam, OptionalSize, Public
+
+
+class HostSettings(BaseSettings):
+    """What jobs may lease of the host's cores and memory, and what a job that names
+    none holds."""
+
+    cpu_capacity: Annotated[
+        CpuCapacity,
+        Public(
+            "cpu_capacity",
+            "CPU cores running jobs may lease in all (more than the host has oversubscribes them)",
+            default_is="auto: the cores the daemon may run on",
+        ),
+    ] = None
+    cpus_per_gpu: Annotated[
+        CpusPerGpu,
+        Public(
+            "cpus_per_gpu",
+            "cores a GPU job that names no --cpus leases per GPU (0: none, it shares the "
+            "cores unconfined)",
+            only="worker",
+            default_is="auto: cpu_capacity divided among the GPUs, rounded down",
+        ),
+    ] = None
+    job_ram: Annotated[
+        JobRam,
+        Public(
+            "job_ram",
+            "host memory running jobs may hold in all (64G, 90% of the host's, or 'unlimited')",
+        ),
+    ] = 0.9
+    default_mem: Annotated[
+        OptionalSize,
+        Public(
+            "default_mem",
+            "host memory a CPU-only job that names no --mem holds and is limited to "
+            "('none': none, no limit)",
+            only="worker",
+        ),
+    ] = None
+    default_mem_per_gpu: Annotated[
+        OptionalSize,
+        Public(
+            "default_mem_per_gpu",
+            "host memory per GPU a GPU job that names no --mem holds and is limited to "
+            "('none': default_mem)",
+            only="worker",
+        ),
+    ] = None
