@@ -91,7 +91,7 @@ def test_memory_held_by_running_jobs_stays_within_what_jobs_are_given() -> None:
     placed = {p.job_id: p.ram_bytes for p in plan.placements}
     assert placed == {1: 300 * M, 3: None, 4: 50 * M}  # 600 + 300 + 50 <= 1000
     assert plan.stopped_by[2] == "host_memory"
-    assert plan.reasons[2] == "waiting for 200M of free memory (900M of 1000M held)"
+    assert plan.reasons[2] == "waiting for 200M of free memory (1000M given to jobs)"
 
 
 def test_memory_beyond_what_jobs_are_given_never_fits() -> None:

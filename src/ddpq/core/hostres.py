@@ -101,11 +101,11 @@ def waiting_for_cores(wanted: int, held: int, capacity: int) -> str:
     return f"waiting for {wanted} free CPU core{plural} ({held} of {capacity} held)"
 
 
-def waiting_for_ram(wanted: int, held: int, total: int) -> str:
-    return (
-        f"waiting for {size_for_people(wanted)} of free memory "
-        f"({size_for_people(held)} of {size_for_people(total)} held)"
-    )
+def waiting_for_ram(wanted: int, total: int) -> str:
+    """The reason a job waits for memory. Without what is held: that changes with every
+    start and end, and a reason that changed would be a write per waiting job."""
+    given = size_for_people(total)
+    return f"waiting for {size_for_people(wanted)} of free memory ({given} given to jobs)"
 
 
 def never_fits(

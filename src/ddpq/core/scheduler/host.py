@@ -37,7 +37,7 @@ class HostPool:
             return "cpu_cores", hostres.waiting_for_cores(job.cpus, held, use.capacity)
         ram = job.ram_bytes
         if ram is not None and use.job_ram is not None and self.ram_held + ram > use.job_ram:
-            return "host_memory", hostres.waiting_for_ram(ram, self.ram_held, use.job_ram)
+            return "host_memory", hostres.waiting_for_ram(ram, use.job_ram)
         return None
 
     def take(self, job: QueuedJob) -> tuple[int, ...]:
