@@ -54,6 +54,18 @@ def reserve_flags(args: list[str]) -> list[str]:
     return [] if any(a.startswith("--state-reserve") for a in args) else ["--state-reserve", "1M"]
 
 
+def cpu_flags(args: list[str], env: dict[str, str]) -> list[str]:
+    """A test daemon leases CPU-only jobs one core each out of 64, as on a lab box, and GPU
+    jobs none (they share the cores, as before cores were leased), unless the test sets
+    either: on this 2-core machine the default (the host's 2 cores) would run two of a
+    test's CPU jobs at once. tests/test_cores.py and tests/core/test_host_cores.py hold
+    the defaults."""
+    chose = any(a.startswith(("--cpu-capacity", "--cpus-per-gpu", "--config")) for a in args)
+    if chose or "DDPQ_CPU_CAPACITY" in env or "DDPQ_CPUS_PER_GPU" in env:
+        return []
+    return ["--cpu-capacity", "64", "--cpus-per-gpu", "0"]
+
+
 def port_range_flags(args: list[str], env: dict[str, str]) -> list[str]:
     """Under pytest-xdist, the daemons of one worker lease rendezvous ports from a range of
     that worker's own (30000 + 100 per worker, below the ephemeral ports), unless the test
@@ -124,6 +136,7 @@ class Daemon:
                 *root_flags(self.args),
                 *reserve_flags(self.args),
                 *port_range_flags(self.args, env),
+                *cpu_flags(self.args, env),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

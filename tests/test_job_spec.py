@@ -127,7 +127,7 @@ def test_columns_of_copies_what_a_row_could_share(db: Database) -> None:
 def test_the_worker_launches_the_spec_it_read_back(tmp_path: Path) -> None:
     rig = make_rig(tmp_path)
     # What the fake GPUs can run, every other field as the full sample has it.
-    runnable = dict(gpus=1, nodes=1, gpus_per_node=None, hold=False, interactive=False)
+    runnable = dict(gpus=1, nodes=1, gpus_per_node=None, hold=False, interactive=False, cpus=1)
     shared = dict(gpu_mem_bytes=None, gpu_mem_auto=False, gpu_share=None, idle_s=None)
     hardware = dict(gpu_link=None, gpu_type="FAK")  # fake GPUs' model is "fake"
     spec = full_spec(**runnable, **shared, **hardware, after=(), after_sweeps=())
@@ -136,4 +136,6 @@ def test_the_worker_launches_the_spec_it_read_back(tmp_path: Path) -> None:
     rig.step()
     launch = rig.host.attempt_of(job_id).launch
     assert launch.spec == spec
+    # What it was leased of the host: one core (a host has one), the memory it asked for.
+    assert len(launch.cores) == 1 and launch.ram_bytes == spec.ram_bytes
     assert launch.preempt_with == spec.preempt_signal  # the sample is preemptible

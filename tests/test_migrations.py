@@ -233,6 +233,7 @@ def test_tokens_upgrade_keeps_jobs_and_downgrade_drops_tokens_and_run_as(tmp_pat
             conn.execute(row + "VALUES ('bob', 1002, 'h2', NULL, 1.0, NULL)")
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
             conn.execute("UPDATE jobs SET state = 'runing'")
+    migrate(path)  # later revisions add job columns the head's model reads
     db = Database(path)  # the head's model reads the row
     with db.read() as s:
         assert get_job(s, queued).run_as == "alice"
@@ -439,3 +440,55 @@ def test_gpu_topology_upgrade_keeps_jobs_and_downgrade_drops_its_columns(tmp_pat
         assert conn.execute("SELECT id, state FROM jobs").fetchall() == [(queued, "queued")]
         assert "AUTOINCREMENT" in _table_sql(conn, "jobs")  # 0021j's, kept
     assert not {"gpu_link", "gpu_type"} & jobs and "hardware" not in devices
+
+
+def test_cpu_and_ram_upgrade_keeps_jobs_and_leases_and_downgrade_refuses_live_cores(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0021j")
+    with sqlite3.connect(path) as conn:
+        job = _insert_job(conn, "running")
+        conn.execute(
+            "INSERT INTO leases (job_id, kind, resource, acquired_at) VALUES (?, 'gpu', 0, 1.0)",
+            (job,),
+        )
+    _at(path, "0022c")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT cpus, ram_bytes FROM jobs").fetchall() == [(None, None)]
+        assert conn.execute("SELECT cores, ram_bytes, peak_ram_bytes FROM attempts").fetchall() == [
+            (None, None, None)
+        ]
+        conn.execute(
+            "INSERT INTO leases (job_id, kind, resource, acquired_at) VALUES (?, 'cpu', 0, 2.0)",
+            (job,),
+        )
+        # Core slots are disjoint between live leases, as GPUs are; the triggers are back.
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            conn.execute(
+                "INSERT INTO leases (job_id, kind, resource, acquired_at) "
+                "VALUES (?, 'cpu', 0, 3.0)",
+                (job,),
+            )
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute(
+                "INSERT INTO leases (job_id, kind, resource, acquired_at) "
+                "VALUES (?, 'ram', 0, 3.0)",
+                (job,),
+            )
+        with pytest.raises(sqlite3.IntegrityError, match="never changes"):
+            conn.execute("UPDATE leases SET resource = 5 WHERE kind = 'gpu'")
+    with pytest.raises(RuntimeError, match="CPU core leases are live"):
+        command.downgrade(alembic_config(path), "0021j")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE leases SET released_at = 9.0 WHERE kind = 'cpu'")
+    command.downgrade(alembic_config(path), "0021j")
+    with sqlite3.connect(path) as conn:
+        kinds = conn.execute("SELECT kind FROM leases").fetchall()
+        assert kinds == [("gpu",)]
+        assert "cpus" not in {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+        triggers = {
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")
+        }
+        assert "tr_leases_only_released" in triggers
+    migrate(path)  # and up again

@@ -104,7 +104,7 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
     cwd = tmp_path / "work"
     cwd.mkdir()
-    for name in ("train.py", "flaky.py", "evaluate.py", "later.py", "big.py", "seed.py"):
+    for name in ("train.py", "flaky.py", "evaluate.py", "later.py", "big.py", "seed.py", "prep.py"):
         (cwd / name).write_text(SCRIPT)
     (cwd / "report.py").write_text(SCRIPT)
     # The README's batch script, as it shows it, with a stand-in for its torchrun line.
@@ -121,8 +121,14 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 def run_line(
     line: str, cwd: Path, d: Daemon, ids: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
-    for placeholder, real in ids.items():
-        line = re.sub(rf"(?<!\S){placeholder}(?!\S)", real, line)
+    def replaced(m: re.Match[str]) -> str:  # 7, 8, s1 where a command names a job
+        return " ".join(ids.get(word, word) for word in m[0].split(" "))
+
+    line = re.sub(
+        r"(?<!\S)(?:show|cancel|attach|preempt|release|hold|--after|-f)(?: (?:\d+|s\d+))+",
+        replaced,
+        line,
+    )
     admin = line.startswith("sudo ")
     if admin:  # the test runs as the daemon's own account: straight to its state folder
         line = line.removeprefix("sudo ")

@@ -21,7 +21,7 @@ from pydantic.fields import FieldInfo
 
 from ddpq import entry
 from ddpq.config import Public, Settings, public_fields
-from ddpq.config_values import DURATION, FOLDER_LIMIT, RANGE, SHARE, SIZE, Written
+from ddpq.config_values import CORES, DURATION, FOLDER_LIMIT, JOB_RAM, RANGE, SHARE, SIZE, Written
 from ddpq.config_values import NAMES as NAMES_UNIT
 from ddpq.daemon import options
 from ddpq.daemon import settings as daemon_settings
@@ -39,6 +39,8 @@ BY_UNIT = {
     RANGE.unit: ("29700-29799", (29700, 29799)),
     NAMES_UNIT.unit: ("qos,mem", ("qos", "mem")),
     FOLDER_LIMIT.unit: ("10G", 10 << 30),
+    CORES.unit: ("7", 7),
+    JOB_RAM.unit: ("50%", 0.5),
 }
 # ... and for each setting of free text, which no unit describes.
 TEXT = {
@@ -75,6 +77,8 @@ BAD_BY_UNIT = {
     RANGE.unit: ("30000", "LOW-HIGH"),
     NAMES_UNIT.unit: ("tasks-per", "in full"),
     FOLDER_LIMIT.unit: ("10Q", "size"),
+    CORES.unit: ("many", "not a whole number of cores"),
+    JOB_RAM.unit: ("150%", "at most 100%"),
 }
 
 

@@ -155,6 +155,7 @@ def row(key: str, kind: str, jobs_h: float, outside_h: float, **rest: Any) -> di
         "mem_reserved_gib_h": None,
         "mem_used_gib_h": None,
         "mem_used_peak_gib": None,
+        "core_hours": 0.0,  # these attempts leased no CPU cores
         **rest,
     }
 

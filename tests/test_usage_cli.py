@@ -36,6 +36,7 @@ def a_row(key: str, kind: str, **over: Any) -> dict[str, Any]:
         "mem_reserved_gib_h": None,
         "mem_used_gib_h": None,
         "mem_used_peak_gib": None,
+        "core_hours": 6.5,
         **over,
     }
 
@@ -108,11 +109,11 @@ def test_the_table_shows_each_group_and_the_total(
     lines = out.splitlines()
     assert "since 30d ago; outside use counts towards fair share" in lines[0]
     assert lines[1].split() == [
-        "USER", "JOBS", "GPU-H", "OUTSIDE", "GPU-H", "SUCCEEDED", "FAILED", "CANCELLED",
+        "USER", "JOBS", "GPU-H", "OUTSIDE", "GPU-H", "CORE-H", "SUCCEEDED", "FAILED", "CANCELLED",
         "TIMED_OUT", "STARTED", "WAIT", "P50", "WAIT", "P90", "MEM", "GIB-H", "RES/USED",
     ]  # fmt: skip
     assert lines[2].split() == [
-        "alice", "24.2", "1.5", "3", "1", "0", "2", "4", "1m30s", "2h00m", "12.5/7.2",
+        "alice", "24.2", "1.5", "6.5", "3", "1", "0", "2", "4", "1m30s", "2h00m", "12.5/7.2",
     ]  # fmt: skip
     assert lines[3].split()[:3] == ["account", "robert", "0.0"]
     assert lines[3].split()[-1] == "-"  # nothing shared by memory
@@ -131,6 +132,7 @@ def test_csv_has_a_header_every_row_and_the_total_last(
     assert rows[0] == CSV_COLUMNS
     assert rows[1] == [
         "2026-11-30", "day", "24.25", "1.5", "3", "1", "0", "2", "4", "90", "7200", "", "", "",
+        "6.5",
     ]  # fmt: skip
     assert rows[2][:3] == ["total", "total", "48.5"] and len(rows) == 3
     assert stub.requests[0].query["by"] == ["day"]

@@ -191,8 +191,10 @@ def test_page_asks_for_a_token_and_keeps_it(make_daemon: Callable[..., Daemon], 
 
 
 def test_page_shows_a_sweep_as_a_table_and_a_plot_that_follows_its_members(
-    daemon: Daemon, page: Page, tmp_path: Path
+    make_daemon: Callable[..., Daemon], page: Page, tmp_path: Path
 ) -> None:
+    # Its three members run at once, each holding one CPU core: three, whatever the host.
+    daemon = make_daemon("--fake-gpus", "4", "--grace", "1s", "--cpu-capacity", "3")
     # Each member writes two epochs of metrics, waits for the test, then writes a third.
     go = shlex.quote(str(tmp_path / "go"))
     line = '{"epoch": %s, "test_acc": 0.{k}%s, "loss": %s.5}'

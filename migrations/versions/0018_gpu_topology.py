@@ -7,7 +7,7 @@ them) and ``jobs.gpu_type`` (a model name or MIG profile its GPUs' names must co
 All nullable: existing jobs ask for neither, existing rows are rewritten by the worker.
 
 Revision ID: 0022t
-Revises: 0022q
+Revises: 0022c
 Create Date: 2026-12-02 12:50:00
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0022t"
-down_revision = "0022q"
+down_revision = "0022c"
 branch_labels = None
 depends_on = None
 

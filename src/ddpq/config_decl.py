@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ddpq.config_bounds import QueueBounds
+from ddpq.config_host import HostSettings
 from ddpq.config_values import (
     DEFAULT_PORT_RANGE,
     EXECUTORS,
@@ -49,7 +50,6 @@ from ddpq.core import notify, slurm
 from ddpq.core.names import DEFAULT_API_ADDRESS
 from ddpq.core.policy import DEFAULT_POLICY, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS
-from ddpq.core.topology import FAKE_TOPOLOGY_HELP
 
 _HOST, _PORT = DEFAULT_API_ADDRESS
 
@@ -361,16 +361,11 @@ class _Resources(BaseSettings):
         Field(ge=0, le=4_194_304),  # the kernel's own pid_max at most
         Public("job_pids_max", "processes and threads one job may have (0: no cap)", "worker"),
     ] = 4096
-    fake_topology: Annotated[
-        Path | None,
-        AfterValidator(lambda p: None if p is None else absolute(p)),
-        Public("fake_topology", FAKE_TOPOLOGY_HELP, only="worker"),
-    ] = None
 
 
 # The groups above, listed last first: pydantic orders inherited fields from the last base
 # to the first, and their order is the flags' and the docs' order.
-class Declared(QueueBounds, _Resources, _Slurm, _Retention, _Jobs, _Trust, _Service):
+class Declared(QueueBounds, HostSettings, _Resources, _Slurm, _Retention, _Jobs, _Trust, _Service):
     """Every setting, each with its type, default and (if people set it) ``Public``; the
     internals, which no flag, variable or key sets, are declared here."""
 

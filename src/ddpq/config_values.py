@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from ddpq.core import notify, quota, slurm
+from ddpq.core import hostres, notify, quota, slurm
 from ddpq.core.names import state_folder
 from ddpq.core.units import human_duration, human_size, parse_duration, parse_size
 
@@ -277,3 +277,37 @@ Fraction = Annotated[
 ]
 # A job folder's limit (core.quota): bytes, a share of the disk (a float), or None.
 FolderMax = Annotated[int | float | None, BeforeValidator(quota.read_limit), FOLDER_LIMIT]
+
+
+# The host's CPU cores and memory given to jobs (core.hostres).
+def _count(value: object) -> object:
+    """A number of cores, or "auto" (None: the rule the setting's help names)."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return None
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise ValueError(f"{value!r} is not a whole number of cores (or 'auto')") from None
+    return _not_a_bool(value)
+
+
+CORES = Written("number of cores, or auto", str)
+# Cores in all (None: auto, the daemon's), and each GPU's default share (None: auto).
+CpuCapacity = Annotated[
+    Annotated[int, Field(ge=1, le=1_000_000)] | None,
+    BeforeValidator(_or_never(CORES, _count)),
+    CORES,
+]
+CpusPerGpu = Annotated[Annotated[int, Field(ge=0, le=4096)] | None, BeforeValidator(_count), CORES]
+JOB_RAM = Written(
+    "size (64G), share of the host's memory (90%) or unlimited",
+    lambda v: human_size(v) if isinstance(v, int) else _share(v),
+).or_word("unlimited")
+JobRam = Annotated[int | float | None, BeforeValidator(hostres.read_job_ram), JOB_RAM]
+_NO_SIZE = SIZE.or_word("none")
+OptionalSize = Annotated[
+    Annotated[int, Field(ge=hostres.MIN_RAM)] | None,
+    BeforeValidator(_or_never(_NO_SIZE, parse_size)),
+    _NO_SIZE,
+]

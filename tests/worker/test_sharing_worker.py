@@ -61,7 +61,7 @@ def live_leases(rig: Rig) -> list[tuple[int, str, int, int | None]]:
         return list(
             conn.execute(
                 "SELECT job_id, kind, resource, mem_bytes FROM leases "
-                "WHERE released_at IS NULL AND kind != 'port' ORDER BY job_id"
+                "WHERE released_at IS NULL AND kind IN ('gpu', 'gpu_share') ORDER BY job_id"
             )
         )
 
@@ -210,7 +210,7 @@ def check_leases(rig: Rig) -> None:
         rows = list(
             conn.execute(
                 "SELECT resource, kind, mem_bytes FROM leases "
-                "WHERE released_at IS NULL AND kind != 'port'"
+                "WHERE released_at IS NULL AND kind IN ('gpu', 'gpu_share')"
             )
         )
     for gpu in {r[0] for r in rows}:

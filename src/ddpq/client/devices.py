@@ -18,8 +18,11 @@ def gpus(
         bool, typer.Option("--topology", help="how the GPUs are linked, as nvidia-smi topo -m")
     ] = False,
 ) -> None:
-    """Every GPU: who holds it (job, owner, since when), memory, outside processes."""
+    """Every GPU: who holds it (job, owner, since when), memory, outside processes; the
+    host's CPU cores and memory, and the jobs holding them."""
     from ddpq.client.draw import console, gpu_table
+    from ddpq.client.format import as_data, plain
+    from ddpq.client.host import host_summary
 
     with client() as c:
         devs = c.devices()
@@ -32,14 +35,17 @@ def gpus(
 
         typer.echo(topology_text(as_data(devs)["items"]))
         return
-    console().print(gpu_table(devs))
-    from ddpq.client.format import as_data, plain
+    from ddpq.client.format import as_data
 
+    con = console()
+    con.print(gpu_table(devs))
+    for line in host_summary(as_data(devs)):
+        con.print(plain(line))
     # What holds jobs to their cores, memory and processes here; a kind nothing enforces
     # is said so (the daemon never pretends).
     for limit in as_data(devs).get("limits") or []:
         style = "" if limit.get("enforced") else "yellow"
-        console().print(plain(str(limit.get("said", "")), style))
+        con.print(plain(str(limit.get("said", "")), style))
 
 
 def watch(

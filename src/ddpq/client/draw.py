@@ -151,6 +151,7 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
 def job_lines(j: Data) -> list[str]:
     """`show`'s lines under the job's title: what it asked for, holds, and has done."""
     from ddpq.client.format import notify_lines, progress_line, sanitize
+    from ddpq.client.host import host_lines
     from ddpq.client.sharing import memory_lines
     from ddpq.core.units import human_duration
 
@@ -162,6 +163,7 @@ def job_lines(j: Data) -> list[str]:
         f"  gpus       {j['gpus']} requested"
         + (f", leased {leases['gpus']}" if leases["gpus"] else ""),
         *memory_lines(j),
+        *host_lines(j),
     ]
     if j.get("gpu_link") or j.get("gpu_type"):  # what hardware it asked for (docs/topology.md)
         link = f"link {safe(j['gpu_link'])} or better" if j.get("gpu_link") else ""
@@ -217,6 +219,7 @@ def history_lines(j: Data) -> list[str]:
 
 def attempt_lines(j: Data) -> list[str]:
     """Each attempt: its GPUs and port, how it ended, where it ran, its memory."""
+    from ddpq.client.host import attempt_host
     from ddpq.client.sharing import attempt_memory
 
     lines = []
@@ -227,7 +230,7 @@ def attempt_lines(j: Data) -> list[str]:
         port = f" port {a['port']}" if a.get("port") is not None else ""  # none leased
         lines.append(
             f"  #{a['number']} GPUs {a['gpus']}{port}  {state}  "
-            f"{safe(a['reason'])}{where}{attempt_memory(a)}"
+            f"{safe(a['reason'])}{where}{attempt_memory(a)}{attempt_host(a)}"
         )
     return lines
 

@@ -44,6 +44,8 @@ OPTION_OF = {
     "gpu_share": "--gpu-share",
     "gpu_link": "--gpu-link",
     "gpu_type": "--gpu-type",
+    "cpus": "--cpus",
+    "mem": "--mem",
 }
 # Fields whose problems name a variable (``env.KEY: ...``): the name is kept.
 KEYED = {"env", "exported_env"}

@@ -93,6 +93,21 @@ GpuTypeOpt = Annotated[
         metavar="NAME", help="GPUs whose model contains NAME (A100), or MIG instances (1g.10gb)"
     ),
 ]
+CpusOpt = Annotated[
+    int | None,
+    typer.Option(
+        metavar="N",
+        help="CPU cores it leases and runs confined to (default: 1 without GPUs, the "
+        "daemon's share per GPU with them)",
+    ),
+]
+MemOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="SIZE",
+        help="host memory it holds and is limited to, as 4G or 512M (default: the daemon's)",
+    ),
+]
 
 
 def submit(
@@ -123,6 +138,8 @@ def submit(
     gpu_share: sharing.GpuShareOpt = None,
     gpu_link: GpuLinkOpt = None,
     gpu_type: GpuTypeOpt = None,
+    cpus: CpusOpt = None,
+    mem: MemOpt = None,
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
 
@@ -147,6 +164,11 @@ def submit_with(argv: list[str], o: dict[str, Any]) -> None:
     checked = check_options(
         o["env"] or [], o["export"], o["after"] or [], o["gpu_mem"], o["gpu_share"]
     )
+    # Left out when not given, as every option; a 0 or an empty size would be too.
+    if o["cpus"] is not None and o["cpus"] < 1:
+        fail(f"--cpus: {o['cpus']} is not a number of cores (1 or more)", 2)
+    if o["mem"] is not None and not o["mem"].strip():
+        fail("--mem: give a size, as 4G or 512M", 2)
     plain = {
         name: o[name]
         for name in (
@@ -164,6 +186,8 @@ def submit_with(argv: list[str], o: dict[str, Any]) -> None:
             "partition",
             "gpu_link",
             "gpu_type",
+            "cpus",
+            "mem",
         )
     }
     plain["slurm_options"] = o["slurm_opt"] or []

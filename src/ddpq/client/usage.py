@@ -32,6 +32,7 @@ CSV_COLUMNS = [
     "mem_reserved_gib_h",
     "mem_used_gib_h",
     "mem_used_peak_gib",
+    "core_hours",
 ]
 # A cell a spreadsheet would read as a formula (CSV injection): written as text.
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -52,7 +53,8 @@ def usage(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="the API's answer")] = False,
 ) -> None:
-    """GPU-hours used (jobs, and processes in no job), jobs ended by state, queue waits."""
+    """GPU-hours used (jobs, and processes in no job), core-hours, jobs ended by state,
+    queue waits."""
     from ddpq.client.api import DdpqError
     from ddpq.core.usage import parse_since
 
@@ -157,9 +159,17 @@ def usage_table(report: Data, since: str, by: str) -> Any:
     title = f"since {sanitize(since)} ago; outside use " + (
         "counts towards fair share" if counts else "is shown, not counted"
     )
-    columns = [by.upper(), "JOBS GPU-H", "OUTSIDE GPU-H", *(s.upper() for s in FINAL)]
+    columns = [by.upper(), "JOBS GPU-H", "OUTSIDE GPU-H", "CORE-H", *(s.upper() for s in FINAL)]
     # A narrow terminal loses whole columns, the least asked-for first (never a cut header).
-    drop = ("MEM GIB-H RES/USED", "WAIT P90", "OUTSIDE GPU-H", "TIMED_OUT", "CANCELLED", "STARTED")
+    drop = (
+        "MEM GIB-H RES/USED",
+        "WAIT P90",
+        "CORE-H",
+        "OUTSIDE GPU-H",
+        "TIMED_OUT",
+        "CANCELLED",
+        "STARTED",
+    )
     table = new_table(
         *columns,
         "STARTED",
@@ -176,6 +186,7 @@ def usage_table(report: Data, since: str, by: str) -> Any:
             _key(row),
             _hours(row.get("gpu_hours_jobs")),
             _hours(row.get("gpu_hours_outside")),
+            _hours(row.get("core_hours")),
             *(text(jobs.get(state, 0)) for state in FINAL),
             text(row.get("jobs_started")),
             _wait(row.get("wait_p50_s")),

@@ -52,3 +52,7 @@ class JobSpec:
     # its GPUs' names must contain (``--gpu-type``, case-insensitive).
     gpu_link: str | None = None
     gpu_type: str | None = None
+    # The host's CPU cores and memory it asks for (``--cpus``, ``--mem``); None: the
+    # daemon's defaults when it is placed (``core.hostres``).
+    cpus: int | None = None
+    ram_bytes: int | None = None

@@ -138,6 +138,7 @@ class JobSpan:
     ended_at: float | None
     mem_bytes: int | None = None
     peak_bytes: int | None = None
+    cores: int = 0  # the host's CPU cores it leased (core.hostres)
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ class FirstStart:
 class _Sums:
     jobs_s: float = 0.0
     outside_s: float = 0.0
+    core_s: float = 0.0  # core-seconds of the CPU cores its attempts leased
     ended: dict[JobState, int] = field(default_factory=dict)
     waits: list[float] = field(default_factory=list)
     # Attempts that shared GPUs by memory: byte-seconds reserved, and of those with a
@@ -183,6 +185,7 @@ class _Sums:
     def add(self, other: _Sums) -> None:
         self.jobs_s += other.jobs_s
         self.outside_s += other.outside_s
+        self.core_s += other.core_s
         self.reserved_bs = _plus(self.reserved_bs, other.reserved_bs)
         self.peak_bs = _plus(self.peak_bs, other.peak_bs)
         self.peak_max = _most(self.peak_max, other.peak_max)
@@ -226,6 +229,7 @@ class Row:
     mem_reserved_gib_h: float | None = None
     mem_used_gib_h: float | None = None
     mem_used_peak_gib: float | None = None
+    core_hours: float = 0.0  # of the CPU cores jobs' attempts leased
 
 
 @dataclass(frozen=True)
@@ -292,11 +296,11 @@ def report(
     """The usage in [since, now], grouped ``by`` user (outside use under the user its
     account maps to in ``people``, else under the account) or by UTC day or month.
 
-    GPU time counts only its part inside the window (a running attempt up to ``now``);
-    a 0-GPU job uses no GPU time. Ended jobs count in the group of their end, waits in the
-    group of the job's first start, both only inside the window. Rows by user: users, then
-    accounts of no user (at most ``MAX_ACCOUNT_ROWS``), each the most used first; by day or
-    month: in time order, only those with something in them.
+    GPU time (and core time) counts only its part inside the window (a running attempt up
+    to ``now``); a 0-GPU job uses no GPU time. Ended jobs count in the group of their end,
+    waits in the group of the job's first start, both only inside the window. Rows by
+    user: users, then accounts of no user (at most ``MAX_ACCOUNT_ROWS``), each the most
+    used first; by day or month: in time order, only those with something in them.
     """
     groups: dict[tuple[str, str], _Sums] = {}
 
@@ -308,16 +312,14 @@ def report(
 
     for span in jobs:
         start, end = clip(span.started_at, span.ended_at)
-        if end <= start or span.gpus <= 0:
+        if end <= start or (span.gpus <= 0 and span.cores <= 0):
             continue
-        if by is By.USER:
-            group = sums("user", span.owner)
-            group.jobs_s += span.gpus * (end - start)
-            _memory(group, span, end - start)
-        else:
-            for key, seconds in _pieces(start, end, by):
-                sums(by.value, key).jobs_s += span.gpus * seconds
-                _memory(sums(by.value, key), span, seconds)
+        pieces = [(span.owner, end - start)] if by is By.USER else _pieces(start, end, by)
+        for key, seconds in pieces:
+            group = sums("user" if by is By.USER else by.value, key)
+            group.jobs_s += span.gpus * seconds
+            group.core_s += span.cores * seconds
+            _memory(group, span, seconds)
     for o in outside:
         start, end = clip(o.started_at, o.ended_at)
         if end <= start:
@@ -388,4 +390,5 @@ def _row(key: str, kind: str, s: _Sums) -> Row:
         mem_reserved_gib_h=None if s.reserved_bs is None else s.reserved_bs / GIB_HOUR,
         mem_used_gib_h=None if s.peak_bs is None else s.peak_bs / GIB_HOUR,
         mem_used_peak_gib=None if s.peak_max is None else s.peak_max / GIB,
+        core_hours=s.core_s / 3600.0,
     )

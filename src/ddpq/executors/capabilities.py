@@ -63,6 +63,14 @@ class Capabilities:
                 "gpu_link, gpu_type: this daemon runs jobs on Slurm, which chooses the GPUs "
                 "(ask it with --slurm-option --gres=gpu:TYPE:N)"
             )
+        if not self.on_this_host and (spec.cpus is not None or spec.ram_bytes is not None):
+            # This host's cores and memory are not the nodes': Slurm's own options ask
+            # for those, and Slurm enforces them.
+            field = "cpus" if spec.cpus is not None else "mem"
+            return (
+                f"{field}: this daemon runs jobs on Slurm; ask it for cores and memory with "
+                "--slurm-opt cpus-per-task=N / mem=SIZE"
+            )
         return None
 
 

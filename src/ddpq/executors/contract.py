@@ -7,7 +7,9 @@ A job's environment, from first to last (a later one wins):
    with ``PATH`` (``/usr/local/bin:/usr/bin:/bin``), ``HOME``, ``USER`` and ``LOGNAME``
    filled in where it lacks them (the last three of the daemon's account, which runs the
    job unless the executor switches to another: it then sets that account's);
-2. ``OMP_NUM_THREADS`` (cores divided among the GPUs), unless the job already has one;
+2. ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``, unless the job already has them: its
+   leased cores (``Launch.cores``) split among its ranks (torchrun's, one per GPU), or,
+   for a job that leased none, the host's cores divided among the GPUs;
 3. the submission's ``env``;
 4. the contract itself: ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``MASTER_ADDR``,
    ``MASTER_PORT``, ``DDPQ_JOB_ID``, ``DDPQ_JOB_DIR``, ``DDPQ_ATTEMPT``,
@@ -25,13 +27,15 @@ import os
 import pwd
 from collections.abc import Mapping
 
-from ddpq.core import jobenv
+from ddpq.core import hostres, jobenv
 from ddpq.core.disposition import REQUEUE_EXIT
 from ddpq.core.interactive import fill_port
 from ddpq.core.sweeps import MEMBER_ENV_NAMES
 from ddpq.executors.base import Launch
 
 SESSION_TERM = "xterm-256color"
+# The thread pools sized to the job's cores (OpenMP, and MKL where it does not read OMP's).
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def threads_per_rank(cpu_count: int, total_gpus: int) -> int:
@@ -68,8 +72,11 @@ def job_env(
 ) -> dict[str, str]:
     """The whole environment of one attempt; ``base`` is the daemon's environment."""
     env = starting_env(launch.spec.env, base)
-    if "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(omp_threads)
+    threads = str(omp_threads)
+    if launch.cores:
+        threads = str(hostres.threads_per_rank(len(launch.cores), ranks(launch)))
+    for name in THREAD_VARS:
+        env.setdefault(name, threads)
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": ",".join(launch.visible or (str(g) for g in launch.gpus)),
@@ -102,6 +109,11 @@ def job_env(
     return env
 
 
+def ranks(launch: Launch) -> int:
+    """The processes the job's command is run as: one per GPU under torchrun, else one."""
+    return max(1, len(launch.gpus)) if launch.spec.launcher == "torchrun" else 1
+
+
 def job_argv(launch: Launch, python: str) -> list[str]:
     """The job's command line: as submitted (a session's with its leased port for
     ``{port}``), or under torchrun on its leased GPUs and port."""
@@ -117,7 +129,7 @@ def job_argv(launch: Launch, python: str) -> list[str]:
         "--nnodes",
         "1",
         "--nproc-per-node",
-        str(max(1, len(launch.gpus))),
+        str(ranks(launch)),
         "--master-addr",
         "127.0.0.1",
         "--master-port",

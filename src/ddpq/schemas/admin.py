@@ -69,6 +69,25 @@ class LimitOut(BaseModel):
     said: str = Field(description='in words: "memory limits: not enforced (no memory controller)"')
 
 
+class HostJob(BaseModel):
+    """A job holding the host's CPU cores or memory."""
+
+    job_id: int
+    owner: str | None = None
+    cores: list[int] = Field(default_factory=list, description="the CPUs it is confined to")
+    mem: int | None = Field(default=None, description="the host memory in bytes it holds")
+
+
+class HostOut(BaseModel):
+    """The host's CPU cores and memory as jobs lease them (``core.hostres``)."""
+
+    cpu_capacity: int | None = Field(description="core slots jobs may lease (null: not counted)")
+    cores_held: int = Field(description="core slots running jobs lease")
+    job_ram: int | None = Field(description="bytes jobs may hold in all (null: not counted)")
+    ram_held: int = Field(description="bytes running jobs hold")
+    jobs: list[HostJob] = Field(default_factory=list)
+
+
 class DeviceList(BaseModel):
     items: list[DeviceOut]
     ports_leased: dict[int, int] = Field(
@@ -79,6 +98,7 @@ class DeviceList(BaseModel):
         description="what enforces jobs' cores, memory and processes (empty: the executor "
         "does not, e.g. Slurm's own limits)",
     )
+    host: HostOut | None = Field(default=None, description="the host's CPU cores and memory")
 
 
 class ReservationIn(BaseModel):
@@ -152,6 +172,9 @@ class UsageRow(BaseModel):
     mem_used_peak_gib: float | None = Field(
         default=None,
         description="the highest measured peak of any attempt on one GPU, GiB; null: none",
+    )
+    core_hours: float = Field(
+        default=0.0, description="core-hours of the CPU cores jobs' attempts leased (--cpus)"
     )
 
 

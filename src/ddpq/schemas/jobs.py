@@ -38,6 +38,10 @@ class LeaseOut(BaseModel):
     gpu_mem: int | None = Field(
         default=None, description="sharing its GPUs: the bytes reserved on each (else null)"
     )
+    cores: list[int] = Field(
+        default_factory=list, description="the host's CPUs it runs confined to (none: shared)"
+    )
+    mem: int | None = Field(default=None, description="the host memory in bytes it holds")
 
 
 class EventOut(BaseModel):
@@ -69,6 +73,13 @@ class AttemptOut(BaseModel):
         default=None,
         description="the most its processes held on any one of its GPUs, in bytes, as "
         "sampled through NVML while it ran (null: never sampled, e.g. fake GPUs)",
+    )
+    cores: list[int] | None = Field(
+        default=None, description="the host's CPUs it ran confined to (null: not confined)"
+    )
+    mem: int | None = Field(default=None, description="the host memory in bytes it held")
+    peak_ram: int | None = Field(
+        default=None, description="the most host memory its cgroup held (null: not read)"
     )
 
 
@@ -123,6 +134,10 @@ class JobOut(BaseModel):
         default=None,
         description="a running session: the Unix socket its terminal is relayed on (on the "
         "daemon's host; its owner's account alone may open it)",
+    )
+    cpus: int | None = Field(default=None, description="CPU cores asked for (null: default)")
+    mem: int | None = Field(
+        default=None, description="host memory in bytes asked for (null: the default)"
     )
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ddpq.core import sharing
+from ddpq.core import hostres, sharing
 from ddpq.core.notify import check_url
 from ddpq.schemas import submit_rules as rules
 from ddpq.schemas.common import (
@@ -151,6 +151,19 @@ class JobSubmit(BaseModel):
         description="a session whose GPUs stay unused this long is warned, then ended "
         "(reason idle); default: the daemon's --idle, at most its --idle-max",
     )
+    cpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=hostres.MAX_CPUS,
+        description="CPU cores it leases and runs confined to; default: one for a job "
+        "without GPUs, the daemon's cpus_per_gpu for each GPU",
+    )
+    mem: int | Text | None = Field(
+        default=None,
+        description='host memory it holds and is limited to, in bytes or as "4G"; '
+        "default: the daemon's default_mem (per GPU: default_mem_per_gpu), none if unset",
+        json_schema_extra={"examples": ["4G", 4294967296]},
+    )
     # Only where the daemon runs jobs on Slurm (`--executor slurm`, docs/slurm.md).
     nodes: int = Field(
         default=1, ge=1, le=MAX_NODES, description="hosts it spans (with gpus_per_node)"
@@ -202,6 +215,16 @@ class JobSubmit(BaseModel):
     def gpu_mem_bytes(self) -> int | None:
         """The reservation asked for, in bytes (None: whole GPUs, or ``auto``)."""
         return self.gpu_mem if isinstance(self.gpu_mem, int) else None
+
+    @field_validator("mem")
+    @classmethod
+    def _mem(cls, v: int | str | None) -> int | None:
+        return rules.check_mem(v)
+
+    @property
+    def ram_bytes(self) -> int | None:
+        """``mem`` in bytes (None: the daemon's defaults)."""
+        return self.mem if isinstance(self.mem, int) else None
 
     @field_validator("notify")
     @classmethod

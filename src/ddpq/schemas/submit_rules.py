@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ddpq.core import jobenv, sharing
+from ddpq.core import hostres, jobenv, sharing
 from ddpq.core import slurm as core_slurm
 from ddpq.core.interactive import uses_port
 from ddpq.core.topology import TopologyError, required_class
@@ -89,6 +89,17 @@ def check_gpu_mem(v: int | str | None) -> int | str | None:
     if not sharing.MIN_GPU_MEM <= v <= sharing.MAX_GPU_MEM:
         low = size_for_people(sharing.MIN_GPU_MEM)
         raise ValueError(f"must be between {low} and 1P (a CUDA context alone takes ~300M)")
+    return v
+
+
+def check_mem(v: int | str | None) -> int | None:
+    """``mem``: bytes or a size as people write it, within what a cgroup can hold."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = parse_size(v)  # its ValueError says what is wrong, for the 422
+    if not hostres.MIN_RAM <= v <= hostres.MAX_RAM:
+        raise ValueError(f"must be between {size_for_people(hostres.MIN_RAM)} and 1P")
     return v
 
 

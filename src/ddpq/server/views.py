@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ddpq.core.states import JobState
+from ddpq.core.states import ACTIVE, JobState
 from ddpq.core.untrusted import clean_text
 from ddpq.jobdir import JobDir
 from ddpq.schemas import (
@@ -21,6 +21,7 @@ from ddpq.schemas import (
     SweepOut,
 )
 from ddpq.store import dependencies
+from ddpq.store import host as host_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import memory as memory_store
@@ -63,9 +64,10 @@ def job_out(
     after_sweeps: list[int] | None = None,
     shared_mem: int | None = None,
     peak_mem: int | None = None,
+    host: tuple[list[int], int | None] = ([], None),
 ) -> JobOut:
     """``shared_mem``: what its live shared leases reserve on each GPU; ``peak_mem``: its
-    latest attempt's measured peak."""
+    latest attempt's measured peak; ``host``: the CPUs and host memory it holds now."""
     gpus, port = leases
     return JobOut(
         id=job.id,
@@ -93,7 +95,9 @@ def job_out(
         gpus_per_node=job.gpus_per_node,
         partition=servable(job.partition),
         slurm_options=servable(list(job.slurm_options or [])),
-        leases=LeaseOut(gpus=sorted(gpus), port=port, gpu_mem=shared_mem),
+        leases=LeaseOut(
+            gpus=sorted(gpus), port=port, gpu_mem=shared_mem, cores=host[0], mem=host[1]
+        ),
         progress=servable(job.progress),
         job_dir=servable(job.job_dir),
         after_sweeps=after_sweeps or [],
@@ -109,6 +113,8 @@ def job_out(
         idle_s=job.idle_s,
         idle_since=ts(job.idle_since),
         attach=attach_socket(job),
+        cpus=job.cpus,
+        mem=job.ram_bytes,
     )
 
 
@@ -128,6 +134,7 @@ def jobs_out(session: Session, jobs: list[Job]) -> list[JobOut]:
     after = dependencies.dependencies_of_many(session, ids)
     after_sweeps = dependencies.sweep_dependencies_of_many(session, ids)
     peaks = memory_store.latest_peaks(session, [j.id for j in jobs if j.attempt])
+    hosts = host_store.held_by(session, [j.id for j in jobs if j.state in ACTIVE])
     return [
         job_out(
             j,
@@ -136,6 +143,7 @@ def jobs_out(session: Session, jobs: list[Job]) -> list[JobOut]:
             after_sweeps.get(j.id, []),
             shares.get(j.id, (None, None))[0],
             peaks.get(j.id),
+            hosts.get(j.id, ([], None)),
         )
         for j in jobs
     ]
@@ -172,6 +180,9 @@ def job_detail(session: Session, job: Job) -> JobDetail:
                 handle=a.handle,
                 gpu_mem=a.gpu_mem_bytes,
                 peak_mem=a.peak_mem_bytes,
+                cores=a.cores,
+                mem=a.ram_bytes,
+                peak_ram=a.peak_ram_bytes,
             )
             for a in job_store.attempts_of(session, job.id)
         ],

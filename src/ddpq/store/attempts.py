@@ -65,6 +65,9 @@ class Placed:
     sched_latency_s: float
     mem_bytes: int | None = None  # sharing: what it reserves on each GPU
     share_cap: int | None = None
+    slots: tuple[int, ...] = ()  # the CPU core slots it leases (core.hostres)
+    cores: tuple[int, ...] = ()  # the host's CPUs those slots are (its cpuset)
+    ram_bytes: int | None = None  # the host memory it holds and is limited to
 
     @property
     def lease(self) -> tuple[tuple[int, ...], int | None, str]:
@@ -82,6 +85,8 @@ class Leased:
     port: int | None
     job_dir: str
     reserved_mem_bytes: int | None = None  # sharing: what it reserved on each GPU
+    cores: tuple[int, ...] = ()  # the host's CPUs it is confined to (): not confined
+    ram_bytes: int | None = None  # the host memory it may use (None: no limit)
 
 
 # Built once, for the worker's hot path: the leased jobs' rows (their specs, and which
@@ -119,6 +124,10 @@ def _leased_why(p: Placed) -> str:
     why = f"leased {lease_text(p.gpus, p.port)}"
     if p.mem_bytes is not None:
         why += f", sharing them: {size_for_people(p.mem_bytes)} reserved on each"
+    if p.slots:
+        why += f", {len(p.slots)} CPU core{'' if len(p.slots) == 1 else 's'}"
+    if p.ram_bytes is not None:
+        why += f", {size_for_people(p.ram_bytes)} of memory"
     return why
 
 
@@ -135,7 +144,10 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
     rows = conn.execute(_LEASED_ROWS, {"ids": list(by_id)}).all()
     lease_store.acquire_many(
         session,
-        [lease_store.Wanted(p.job_id, p.gpus, p.port, p.mem_bytes, p.share_cap) for p in placed],
+        [
+            lease_store.Wanted(p.job_id, p.gpus, p.port, p.mem_bytes, p.share_cap, p.slots)
+            for p in placed
+        ],
         now,
     )
     waited: dict[int, dict[str, list[int]]] = {row.id: {} for row in rows}
@@ -151,6 +163,8 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
             by_id[row.id].port,
             by_id[row.id].job_dir,
             by_id[row.id].mem_bytes,
+            by_id[row.id].cores,
+            by_id[row.id].ram_bytes,
         )
         for row in rows
     ]
@@ -176,6 +190,8 @@ def _write_starts(session: Session, started: Sequence[tuple[Leased, Placed]], no
                 "started_at": now,
                 "reason": "",
                 "gpu_mem_bytes": p.mem_bytes,
+                "cores": list(p.cores) or None,
+                "ram_bytes": p.ram_bytes,
             }
         )
     transitions.move_many(session, moves, now, **_FRESH_ATTEMPT, started_at=now)

@@ -9,6 +9,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session, defer
 
+from ddpq.core.hostres import NO_DEFAULTS, HostDefaults, cores_wanted, ram_wanted
 from ddpq.core.rules import Run, StopRequest
 from ddpq.core.scheduler import QueuedJob, needs_port
 from ddpq.core.spec import JobSpec
@@ -119,9 +120,12 @@ def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
     return list(session.scalars(query.where(Job.state.in_(list(states))).order_by(Job.id)))
 
 
-def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
+def queued_for_planning(
+    session: Session, host: HostDefaults = NO_DEFAULTS
+) -> list[tuple[QueuedJob, str]]:
     """The queue as the planner's plain records, with each job's current reason (a job
-    whose reservation is ``auto`` is whole-GPU here: ``auto_memory_jobs``).
+    whose reservation is ``auto`` is whole-GPU here: ``auto_memory_jobs``), its cores and
+    host memory as asked, or the admin's defaults (``host``, ``core.hostres``).
 
     Columns only, no ORM objects: read on every scheduling pass, so it stays cheap when
     hundreds of jobs wait. A job requeued after running out of memory sharing asks for
@@ -144,6 +148,9 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
             Job.oom_requeues,
             Job.gpu_link,
             Job.gpu_type,
+            Job.cpus,
+            Job.ram_bytes,
+            Job.gpu_mem_auto,
         ).where(Job.state == JobState.QUEUED)
     )
     return [
@@ -156,11 +163,19 @@ def queued_for_planning(session: Session) -> list[tuple[QueuedJob, str]]:
                 share_cap=None if row.oom_requeues else row.gpu_share,
                 gpu_link=row.gpu_link,
                 gpu_type=row.gpu_type,
+                cpus=cores_wanted(row.gpus, row.cpus, host, _shares(row)),
+                ram_bytes=ram_wanted(row.gpus, row.ram_bytes, host),
             ),
             row.reason,
         )
         for row in rows
     ]
+
+
+def _shares(row: Any) -> bool:
+    """Whether a queued row shares its GPUs by memory (asked for, and not sent to whole
+    GPUs after running out of memory)."""
+    return not row.oom_requeues and (row.gpu_mem_bytes is not None or bool(row.gpu_mem_auto))
 
 
 def auto_memory_jobs(session: Session) -> list[int]:

@@ -1,6 +1,7 @@
-"""GPU and port leases. The partial unique index on live rows, and the triggers of migration
-0012m, are the real guard: no two live jobs hold one whole GPU or one port, and no GPU is
-held whole and shared at once (nor shared past its memory or a share cap)."""
+"""GPU, port and CPU core leases. The partial unique index on live rows, and the triggers
+of migration 0012m, are the real guard: no two live jobs hold one whole GPU, one port or
+one core slot, and no GPU is held whole and shared at once (nor shared past its memory or
+a share cap)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ GPU = "gpu"
 PORT = "port"
 GPU_SHARE = "gpu_share"  # a share of a GPU's memory (mem_bytes); several jobs may hold one
 GPU_KINDS = (GPU, GPU_SHARE)
+CPU = "cpu"  # a CPU core slot (core.hostres); disjoint between live jobs, as GPUs are
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Wanted:
     port: int | None
     mem_bytes: int | None = None  # a share of each GPU: the bytes it reserves there
     share_cap: int | None = None
+    cores: Sequence[int] = ()  # CPU core slots
 
 
 def acquire(
@@ -81,6 +84,18 @@ def acquire_many(session: Session, wanted: Sequence[Wanted], now: float) -> None
         for w in wanted
         if w.port is not None
     ]
+    rows += [
+        {
+            "job_id": w.job_id,
+            "kind": CPU,
+            "resource": slot,
+            "acquired_at": now,
+            "mem_bytes": None,
+            "share_cap": None,
+        }
+        for w in wanted
+        for slot in w.cores
+    ]
     if rows:
         session.connection().execute(insert(cast(Table, Lease.__table__)), rows)
 
@@ -118,9 +133,18 @@ def by_job(leases: Iterable[LiveLease]) -> dict[int, tuple[list[int], int | None
         gpus, port = out.get(lease.job_id, ([], None))
         if lease.kind in GPU_KINDS:
             gpus.append(lease.resource)
-        else:
+        elif lease.kind == PORT:
             port = lease.resource
         out[lease.job_id] = (gpus, port)
+    return out
+
+
+def core_slots(leases: Iterable[LiveLease]) -> dict[int, list[int]]:
+    """job id -> the CPU core slots it holds, for jobs that hold any."""
+    out: dict[int, list[int]] = {}
+    for lease in leases:
+        if lease.kind == CPU:
+            out.setdefault(lease.job_id, []).append(lease.resource)
     return out
 
 

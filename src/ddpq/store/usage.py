@@ -74,13 +74,14 @@ def job_spans(session: Session, since: float) -> list[core.JobSpan]:
             Attempt.ended_at,
             Attempt.gpu_mem_bytes,
             Attempt.peak_mem_bytes,
+            func.coalesce(func.json_array_length(Attempt.cores), 0),
         )
         .join(Job, Job.id == Attempt.job_id)
         .where((Attempt.ended_at.is_(None)) | (Attempt.ended_at >= since))
     )
     return [
-        core.JobSpan(owner, int(n or 0), start, end, mem, peak)
-        for owner, n, start, end, mem, peak in rows
+        core.JobSpan(owner, int(n or 0), start, end, mem, peak, int(cores))
+        for owner, n, start, end, mem, peak, cores in rows
     ]
 
 

@@ -36,6 +36,7 @@ from ddpq.store.headroom import Reserve
 from ddpq.worker.devices import discover
 from ddpq.worker.exits import record_exits
 from ddpq.worker.gpu_use import GpuSampler
+from ddpq.worker.host import host_setup
 from ddpq.worker.idle import IdleWatch, Sampler
 from ddpq.worker.inventory import Inventory
 from ddpq.worker.scheduling import Scheduler
@@ -91,7 +92,8 @@ class Worker:
             GpuSampler(settings.fake_gpus is not None) if gpu_use is None and here else None
         )
         self.idle = IdleWatch(settings, executor, gpu_use or self._sampler or (lambda _: None))
-        self.scheduler = Scheduler(settings)
+        gpu_count = len(self.inventory.devices)
+        self.scheduler = Scheduler(settings, host=host_setup(settings, gpu_count, here))
         self._sock = wake.listen(settings.wake_socket) if listen else None
         self._stop = threading.Event()
         self._running: dict[int, JobDir] = {}  # the jobs the executor runs for us
@@ -325,6 +327,8 @@ class Worker:
                 reserved_mem_bytes=job.reserved_mem_bytes,
                 visible=visible,
                 device_gpus=device_gpus,
+                cores=job.cores,
+                ram_bytes=job.ram_bytes,
             )
             try:
                 started.append((job.job_id, self.executor.start(launch)))

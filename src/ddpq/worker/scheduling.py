@@ -25,6 +25,7 @@ from ddpq.core.sharing import GpuMemory, Measured, auto_reservation, gpu_memory
 from ddpq.core.states import ACTIVE
 from ddpq.core.topology import NO_HARDWARE, Hardware
 from ddpq.store import attempts as attempt_store
+from ddpq.store import host as host_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import limits as limit_store
@@ -32,6 +33,7 @@ from ddpq.store import memory as memory_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
+from ddpq.worker.host import HostSetup, host_setup
 from ddpq.worker.ports import PortGate
 
 log = logging.getLogger("ddpq.worker")
@@ -48,12 +50,21 @@ class Holding:
     active: list[job_store.RunningView]
     held: dict[int, tuple[list[int], int | None]]  # job -> (GPUs, port)
     shares: dict[int, tuple[int, int | None]]  # sharing job -> (bytes per GPU, share cap)
+    slots: frozenset[int] = frozenset()  # CPU core slots leased (core.hostres)
+    ram: int = 0  # host memory held
 
     @classmethod
     def read(cls, s: Session) -> Holding:
         active = job_store.running_for_supervision(s, ACTIVE)
         live = lease_store.live(s)
-        return cls(active, lease_store.by_job(live), lease_store.shares(live))
+        slots = frozenset(c for cores in lease_store.core_slots(live).values() for c in cores)
+        return cls(
+            active,
+            lease_store.by_job(live),
+            lease_store.shares(live),
+            slots,
+            host_store.ram_held(s),
+        )
 
     def running(self, now: float) -> list[scheduler.RunningJob]:
         return [
@@ -109,8 +120,11 @@ class RecentUsage:
 class Scheduler:
     """The worker's planning state between passes: port rotation, cool-downs, usage."""
 
-    def __init__(self, settings: Settings, ports: PortGate | None = None) -> None:
+    def __init__(
+        self, settings: Settings, ports: PortGate | None = None, host: HostSetup | None = None
+    ) -> None:
         self.settings = settings
+        self.host = host or host_setup(settings, 0)
         self.ports = ports or PortGate()
         self.last_port: int | None = None
         self.usage = RecentUsage(settings)
@@ -128,7 +142,7 @@ class Scheduler:
         ``starting``, in the caller's transaction. ``measured``: the GPUs' memory as last
         sampled (None: GPUs of 16 GiB with nothing on them, as ``--fake-gpus``)."""
         cfg = self.settings
-        waiting = job_store.queued_for_planning(s)
+        waiting = job_store.queued_for_planning(s, self.host.defaults)
         if not waiting:
             return []
         candidates = learned(s, cfg, [job for job, _ in waiting])
@@ -137,7 +151,7 @@ class Scheduler:
             self.last_port = lease_store.last_port(s)
         ports = self.ports.candidates(*cfg.port_range, self.last_port, holding.ports(), now)
         world = read_world(s, cfg, candidates, holding, usable_gpus, ports, now, measured)
-        world = replace(world, hardware=hardware)
+        world = replace(world, hardware=hardware, host=self.host.use(holding.slots, holding.ram))
         order = Order(cfg.policy, self.usage.get(s, now))
         if cfg.policy is Policy.LAS:  # ranked by the service each job has had so far
             served = attempt_store.attained(s, [c.id for c in candidates], now)
@@ -163,7 +177,7 @@ class Scheduler:
         for p in placements:
             if p.port is not None:
                 self.last_port = p.port  # the next pass starts its rotation after it
-        return lease(s, cfg, placements, candidates, woke_at, now)
+        return lease(s, cfg, placements, candidates, woke_at, now, self.host)
 
 
 def read_world(
@@ -200,8 +214,9 @@ def lease(
     candidates: Sequence[scheduler.QueuedJob],
     woke_at: float,
     now: float,
+    host: HostSetup | None = None,
 ) -> list[attempt_store.Leased]:
-    """Lease each placed job its GPUs and port: it is ``starting`` now."""
+    """Lease each placed job its GPUs, port and CPU cores: it is ``starting`` now."""
     by_id = {c.id: c for c in candidates}
     placed = [
         attempt_store.Placed(
@@ -213,6 +228,9 @@ def lease(
             max(0.0, now - max(woke_at, by_id[p.job_id].submitted_at)),
             p.mem_bytes,
             by_id[p.job_id].share_cap if p.mem_bytes is not None else None,
+            p.cores,
+            host.cores_of(p.cores) if host is not None else (),
+            p.ram_bytes,
         )
         for p in placements
     ]

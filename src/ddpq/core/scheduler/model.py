@@ -41,6 +41,10 @@ class QueuedJob:
     # have at least (``--gpu-link``: NV, PIX, ...), and a model name or MIG profile.
     gpu_link: str | None = None
     gpu_type: str | None = None
+    # The host's CPU cores it leases (0: none, it shares the cores) and the host memory
+    # it holds (None: none); resolved from the admin's defaults (``core.hostres``).
+    cpus: int = 0
+    ram_bytes: int | None = None
 
     @property
     def sharer(self) -> Sharer | None:
@@ -71,6 +75,8 @@ class Placement:
     gpus: tuple[int, ...]
     port: int | None
     mem_bytes: int | None = None  # sharing: what it reserves on each GPU
+    cores: tuple[int, ...] = ()  # the core slots it leases (``core.hostres``)
+    ram_bytes: int | None = None  # the host memory it holds
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,22 @@ NO_SWEEP_CAPS = SweepCaps(cap={}, running={})
 
 
 @dataclass(frozen=True)
+class HostUse:
+    """The host as a pass starts. ``capacity``: core slots there are (None: cores are not
+    counted, as where jobs run elsewhere); ``held``: the slots running jobs lease;
+    ``job_ram``: the memory jobs may hold in all (None: not counted); ``ram_held``: what
+    running jobs hold of it."""
+
+    capacity: int | None = None
+    held: frozenset[int] = field(default_factory=frozenset)
+    job_ram: int | None = None
+    ram_held: int = 0
+
+
+NO_HOST = HostUse()
+
+
+@dataclass(frozen=True)
 class World:
     """What one scheduling pass decides in: a snapshot, never changed by the pass.
 
@@ -115,6 +137,7 @@ class World:
     ``memory``: every GPU's memory, for jobs that share GPUs (``core.sharing``); they may
     use any GPU there, external ones too (what outside processes hold is counted).
     ``limits``, ``reservations``: see ``core.limits``. ``hardware``: links and models.
+    ``host``: the host's CPU cores and memory, and what running jobs hold of them.
     """
 
     usable_gpus: Sequence[int]
@@ -131,6 +154,7 @@ class World:
     # The most jobs one owner holds leases for at once (0: no cap), where no admin's limit
     # (``limits``, which wins) names a figure for them: ``gates.running_cap``.
     running_cap: int = 0
+    host: HostUse = NO_HOST
 
 
 @dataclass(frozen=True)

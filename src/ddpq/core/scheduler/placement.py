@@ -4,6 +4,10 @@
 holds already; where none has room, that limit is why it waits. ``reservations``: a job
 may take no GPU a reservation needs (``core.limits``); a sharing job refused idle GPUs
 tries GPUs shared already, which a reservation counts as taken anyway.
+
+Then the host's CPU cores and memory (``host.HostPool``): a job whose GPUs are found but
+that waits for them (``cpu_cores``, ``host_memory``) holds nothing and is never the head
+that backfill protects; one that could never fit here says so first (``never_fits``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,18 @@ class Choice:
 
 
 def choose(job: QueuedJob, p: Pass) -> Choice:
+    never = p.host.never(job)
+    if never is not None:
+        return Choice(None, "never_fits", never)
+    chosen = _gpus(job, p)
+    if chosen.gpus is not None:
+        host = p.host.blocks(job)
+        if host is not None:
+            return Choice(None, *host)
+    return chosen
+
+
+def _gpus(job: QueuedJob, p: Pass) -> Choice:
     hw = p.world.hardware
     placer = placer_for(job, hw)
     limits = p.world.limits

@@ -4,8 +4,8 @@ to go, and how many GPUs are free for them once the pass's placements start (pur
 ``core.preempt`` counts whole GPUs: no job is preempted for a job that shares GPUs by
 memory (nor is one that shares them preempted: its GPU would stay shared). Nor for a job
 a gate holds back for a reason freed GPUs do not change (its back-off, a limit, a
-reservation, or it can never fit here), nor for a member of a sweep at its cap once this
-pass's placements start.
+reservation, the host's cores or memory, or it can never fit here), nor for a member of
+a sweep at its cap once this pass's placements start.
 """
 
 from __future__ import annotations
@@ -17,7 +17,16 @@ from ddpq.core.scheduler.model import Placement, Plan, QueuedJob, SweepCaps
 
 # Stages whose reason freed GPUs would not take away.
 HOLDS_BACK = frozenset(
-    {"back_off", "never_fits", "owner_limits", "own_gpus", "reservations", "running_cap"}
+    {
+        "back_off",
+        "never_fits",
+        "owner_limits",
+        "own_gpus",
+        "reservations",
+        "running_cap",
+        "cpu_cores",
+        "host_memory",
+    }
 )
 
 

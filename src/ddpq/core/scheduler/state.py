@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ddpq.core.limits import Calendar, OwnerUse
+from ddpq.core.scheduler.host import HostPool
 from ddpq.core.scheduler.model import (
     Placement,
     QueuedJob,
@@ -21,7 +22,8 @@ class Pass:
     """``free``: GPUs free whole, in the order they are handed out; ``pool``: the GPUs'
     memory and sharers; ``ports``: ports left; ``live``: what holds usable GPUs and until
     when (for the backfill's shadow time); ``owners``/``calendar``: limits and
-    reservations; ``ports_placed``/``sweeps_placed``: counted against budgets and caps.
+    reservations; ``host``: the host's free core slots and memory;
+    ``ports_placed``/``sweeps_placed``: counted against budgets and caps.
     ``stopped``: a head that nobody may pass (``fifo``) has been met."""
 
     def __init__(self, world: World) -> None:
@@ -41,6 +43,7 @@ class Pass:
         )
         self.free = sorted(self.usable - whole_held - self.pool.shared())
         self.ports = list(world.free_ports)
+        self.host = HostPool(world.host)
         # Only usable GPUs come back to the pool when a running job ends: one that
         # holds GPUs the policy has since made external frees none of those.
         self.live = [
@@ -80,10 +83,11 @@ class Pass:
         if job.sweep_id is not None:
             self.sweeps_placed[job.sweep_id] = self.sweeps_placed.get(job.sweep_id, 0) + 1
         placer_for(job, self.world.hardware).take(job, gpus, self.pool)
+        cores = self.host.take(job)
         self.free[:] = [g for g in self.free if g not in gpus]
         self.owners.take(job.owner, gpus)
         self.calendar.take(job.owner, gpus, self.end_of(job))
         self.live.append(RunningJob(job.id, self.mine(gpus), self.now, job.time_limit_s))
-        placement = Placement(job.id, gpus, port, job.mem_bytes)
+        placement = Placement(job.id, gpus, port, job.mem_bytes, cores, job.ram_bytes)
         self.placements.append(placement)
         return placement

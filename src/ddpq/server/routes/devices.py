@@ -15,6 +15,7 @@ from ddpq.core.states import JobState
 from ddpq.schemas import DeviceList, DeviceOut, DeviceShare, LimitOut
 from ddpq.server import views
 from ddpq.server.deps import Auth, DatabaseDep, SettingsDep
+from ddpq.server.host_limits import host_out
 from ddpq.store import devices as device_store
 from ddpq.store import idle as idle_store
 from ddpq.store import jobs as job_store
@@ -36,6 +37,7 @@ def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
         accounts = {p.account for d in snapshot for p in d.processes if p.account}
         people = usage_store.people(s, accounts, names_are_users=not settings.auth)
         idle = idle_store.idle_now(s)
+        host = host_out(s, settings, owners)
     gpu_holder = {x.resource: x for x in live if x.kind == lease_store.GPU}
     ports = {x.resource: x.job_id for x in live if x.kind == lease_store.PORT}
     shared: dict[int, list[DeviceShare]] = {}
@@ -84,4 +86,4 @@ def devices(_who: Auth, settings: SettingsDep, db: DatabaseDep) -> DeviceList:
         LimitOut(controller=c.controller, enforced=c.enforced, how=c.how, said=phrase(c))
         for c in enforcement.read(settings.home)
     ]
-    return DeviceList(items=items, ports_leased=ports, limits=limits)
+    return DeviceList(items=items, ports_leased=ports, limits=limits, host=host)

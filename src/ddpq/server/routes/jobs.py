@@ -42,6 +42,7 @@ from ddpq.server.deps import (
     proven_account,
 )
 from ddpq.server.errors import CONFLICT, NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiError
+from ddpq.server.host_limits import refuse_beyond_host
 from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.params import JobId, Offset
 from ddpq.server.workload_data import check_workload_data
@@ -114,6 +115,7 @@ def job_spec(
     if why is not None:
         raise ApiError(422, "invalid", why)
     spec = replace(spec, slurm_options=cluster_options(spec, settings))
+    refuse_beyond_host(spec, settings)
     if body.cwd is not None:
         check_cwd(settings, db, body.cwd, owner, run_as)
     if not swept:  # a workload's data, where it will look (a sweep's members: not yet)
@@ -166,6 +168,8 @@ def submitted_spec(
         slurm_options=tuple(body.slurm_options),
         gpu_link=body.gpu_link,
         gpu_type=body.gpu_type,
+        cpus=body.cpus,
+        ram_bytes=body.ram_bytes,
     )
 
 

@@ -70,4 +70,5 @@ def _row(row: core.Row) -> UsageRow:
         mem_reserved_gib_h=row.mem_reserved_gib_h,
         mem_used_gib_h=row.mem_used_gib_h,
         mem_used_peak_gib=row.mem_used_peak_gib,
+        core_hours=row.core_hours,
     )

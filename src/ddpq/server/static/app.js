@@ -207,10 +207,22 @@ function memText(job) {
   return sizeText(job.gpu_mem);
 }
 
+// The host's CPU cores and memory it holds (or asks for while it waits): "2 cpu · 1G ram".
+function hostText(job) {
+  const held = job.leases.cores || [];
+  const cores = held.length || job.cpus;
+  const ram = job.leases.mem ?? job.mem;
+  const parts = [];
+  if (cores) parts.push(`${cores} cpu`);
+  if (ram !== null && ram !== undefined) parts.push(`${sizeText(ram)} ram`);
+  return parts.join(" · ");
+}
+
 function jobRow(job) {
   const leased = job.leases.gpus.length ? `${job.gpus} [${job.leases.gpus.join(",")}]` : job.gpus;
   const mem = memText(job);
-  const gpus = mem ? `${leased} · ${mem}` : leased;
+  const host = hostText(job);
+  const gpus = [leased, mem, host].filter((part) => part !== "").join(" · ");
   const tr = el(
     "tr",
     {

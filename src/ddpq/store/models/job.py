@@ -99,6 +99,10 @@ class Job(Base):
     # Hardware asked for (core.topology, migration 0022t): a link class, a model/MIG name.
     gpu_link: Mapped[str | None] = mapped_column(String(8), nullable=True)
     gpu_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The host's CPU cores and memory (bytes) it asked for (--cpus, --mem); None: the
+    # daemon's defaults, applied when it is placed (core.hostres).
+    cpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),

@@ -21,10 +21,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 from ddpq.core.states import JobState
 from ddpq.store.models.base import Base, state_type
 
-# What a lease may be: a whole GPU or a port (a resource each), or a share of a GPU's
-# memory (its bytes, and optionally how many jobs it lets share the GPU).
+# What a lease may be: a whole GPU, a port or a CPU core slot (a resource each,
+# core.hostres), or a share of a GPU's memory (its bytes, and optionally how many jobs it
+# lets share the GPU).
 LEASE_CHECK = (
-    "kind IN ('gpu', 'port', 'gpu_share') "
+    "kind IN ('gpu', 'port', 'gpu_share', 'cpu') "
     "AND (kind = 'gpu_share') = (mem_bytes IS NOT NULL) "
     "AND (mem_bytes IS NULL OR mem_bytes > 0) "
     "AND (share_cap IS NULL OR (kind = 'gpu_share' AND share_cap >= 1))"
@@ -127,6 +128,12 @@ class Attempt(Base):
     # ran (None: never sampled, e.g. --fake-gpus). Bytes.
     gpu_mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     peak_mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The host's CPUs it ran confined to (its cpuset; None: not confined) and the host
+    # memory it held and was limited to (None: none). Bytes.
+    cores: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
+    ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The most host memory its cgroup held (memory.peak; None: not read, store.host).
+    peak_ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Notification(Base):
@@ -154,7 +161,7 @@ class Notification(Base):
 
 
 class Lease(Base):
-    """A GPU (whole, or a share of its memory) or a port held by a job.
+    """A GPU (whole, or a share of its memory), a port or a CPU core slot held by a job.
 
     The database itself guarantees, whatever the Python above it does: no two live jobs
     hold the same whole GPU or port (the partial unique index), and a GPU held whole holds
@@ -167,7 +174,7 @@ class Lease(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(16))  # gpu | port | gpu_share
+    kind: Mapped[str] = mapped_column(String(16))  # gpu | port | gpu_share | cpu
     resource: Mapped[int] = mapped_column(Integer)
     acquired_at: Mapped[float] = mapped_column(Float)
     released_at: Mapped[float | None] = mapped_column(Float, nullable=True)

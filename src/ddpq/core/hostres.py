@@ -1,0 +1,160 @@
+"""CPU cores and host memory as a job's resources: what it holds when it names none, which
+of the host's CPUs its cores are, and how many threads each of its ranks gets (pure).
+
+Cores are leased as *slots* ``0 .. cpu_capacity-1``, disjoint between running jobs (the
+``leases`` table's ``cpu`` rows). A slot is one of the host's CPUs (the daemon's affinity
+mask, in order), wrapping round when an admin sets a capacity above the host's cores to
+oversubscribe them: slot ``i`` is CPU ``cpus[i % len(cpus)]``.
+
+What a job holds when it names nothing:
+
+- ``--cpus``: a CPU-only job takes one core; a GPU job ``cpus_per_gpu`` per GPU (none
+  for a job that shares its GPUs by memory), which by
+  default (``auto``) is the capacity divided among the host's GPUs, rounded down. On a
+  host with fewer cores than GPUs that is 0: a GPU job then leases no core and *shares
+  the cores* (it is not confined), so as many GPU jobs run at once as before cores were
+  counted; a GPU job that wants cores of its own says ``--cpus``.
+- ``--mem``: ``default_mem_per_gpu`` per GPU for a GPU job, else ``default_mem``; with
+  neither set (the default) it holds no memory and has no limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ddpq.core.units import parse_size, size_for_people
+
+# The most cores one job may ask for, and the least and most memory (a cgroup limit
+# below a few MiB kills any interpreter before it starts).
+MAX_CPUS = 4096
+MIN_RAM = 4 << 20
+MAX_RAM = 1 << 50
+
+
+@dataclass(frozen=True)
+class HostDefaults:
+    """The admin's defaults for a job that names no ``--cpus`` or ``--mem``."""
+
+    cpus_per_gpu: int = 0
+    mem_per_gpu: int | None = None
+    mem: int | None = None
+
+
+NO_DEFAULTS = HostDefaults()
+
+
+def auto_cpus_per_gpu(capacity: int, gpu_count: int) -> int:
+    """``cpus_per_gpu = auto``: the cores divided among the GPUs, rounded down, so that
+    every GPU can run a job with its default share at once (0 with fewer cores than GPUs)."""
+    return capacity // gpu_count if gpu_count > 0 else 0
+
+
+def cores_wanted(
+    gpus: int, cpus: int | None, defaults: HostDefaults, shares_gpus: bool = False
+) -> int:
+    """The cores a job leases: its own ``--cpus``, else one for a CPU-only job, else its
+    GPUs' default share (0: it leases none and shares the cores). A job that shares its
+    GPUs by memory (``--gpu-mem``) holds a part of a GPU, so no default share of cores:
+    as many of them fit on a GPU as its memory allows, and they share the cores."""
+    if cpus is not None:
+        return cpus
+    if gpus == 0:
+        return 1
+    return 0 if shares_gpus else gpus * defaults.cpus_per_gpu
+
+
+def ram_wanted(gpus: int, ram_bytes: int | None, defaults: HostDefaults) -> int | None:
+    """The host memory a job holds and is limited to (None: none, no limit)."""
+    if ram_bytes is not None:
+        return ram_bytes
+    if gpus > 0 and defaults.mem_per_gpu is not None:
+        return gpus * defaults.mem_per_gpu
+    return defaults.mem
+
+
+def cpus_of(slots: Sequence[int], host_cpus: Sequence[int]) -> tuple[int, ...]:
+    """The host's CPU ids of leased slots (its cpuset), in order, each once."""
+    if not host_cpus:
+        return ()
+    out: list[int] = []
+    for slot in slots:
+        cpu = host_cpus[slot % len(host_cpus)]
+        if cpu not in out:
+            out.append(cpu)
+    return tuple(out)
+
+
+def threads_per_rank(cores: int, ranks: int) -> int:
+    """``OMP_NUM_THREADS`` for each of a job's ranks: its cores split among them, at
+    least 1."""
+    return max(1, cores // max(1, ranks))
+
+
+def cores_text(n: int) -> str:
+    return f"{n} CPU core{'' if n == 1 else 's'}"
+
+
+def waiting_for_cores(wanted: int, held: int, capacity: int) -> str:
+    """The reason a job waits for cores. Says how many are held, as people ask "why"."""
+    plural = "" if wanted == 1 else "s"
+    return f"waiting for {wanted} free CPU core{plural} ({held} of {capacity} held)"
+
+
+def waiting_for_ram(wanted: int, total: int) -> str:
+    """The reason a job waits for memory. Without what is held: that changes with every
+    start and end, and a reason that changed would be a write per waiting job."""
+    given = size_for_people(total)
+    return f"waiting for {size_for_people(wanted)} of free memory ({given} given to jobs)"
+
+
+def never_fits(
+    cores: int, ram: int | None, capacity: int | None, job_ram: int | None
+) -> str | None:
+    """Why a job can never start on this host's cores or memory (None: it can)."""
+    if capacity is not None and cores > capacity:
+        return f"needs {cores_text(cores)}; only {capacity} can be handed out"
+    if ram is not None and job_ram is not None and ram > job_ram:
+        return (
+            f"asks {size_for_people(ram)} of memory; jobs here may hold "
+            f"{size_for_people(job_ram)} in all"
+        )
+    return None
+
+
+def read_job_ram(value: object) -> object:
+    """The ``job_ram`` setting as people write it: a size ("64G", or bytes), a share of
+    the host's memory ("90%", or a number below 1; kept as a float), or "unlimited"
+    (None). ValueError for people."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "unlimited":
+            return None
+        if text.endswith("%"):
+            try:
+                share = float(text[:-1]) / 100
+            except ValueError:
+                raise ValueError(f"{value!r} is not a percentage (90%)") from None
+            if not 0 < share <= 1:
+                raise ValueError(f"{value!r}: a share of the memory is above 0% and at most 100%")
+            return share
+        value = parse_size(text)
+    elif isinstance(value, float):
+        if 0 < value < 1:
+            return value
+        if not value.is_integer():
+            raise ValueError("a number is bytes; a share of the memory is written with %, as 90%")
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("expected a size (64G), a share of the memory (90%) or 'unlimited'")
+    if value < MIN_RAM:
+        raise ValueError(f"at least {size_for_people(MIN_RAM)}")
+    return value
+
+
+def job_ram_bytes(setting: int | float | None, mem_total: int | None) -> int | None:
+    """``job_ram`` in bytes: a share is of ``mem_total`` (None where it is not known:
+    memory is then not counted)."""
+    if setting is None or isinstance(setting, int):
+        return setting
+    return None if mem_total is None else int(mem_total * setting)

@@ -1,0 +1,58 @@
+"""What running jobs hold of the host's memory (``core.hostres``): the sum of their
+current attempts' ``ram_bytes``. Their CPU core slots are leases (``store.leases``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import and_, func, select, update
+from sqlalchemy.orm import Session
+
+from ddpq.core.states import ACTIVE
+from ddpq.store.models import Attempt, Job, Lease
+
+
+def ram_held(session: Session) -> int:
+    """Bytes of host memory the jobs that hold leases hold now."""
+    total = session.scalar(
+        select(func.sum(Attempt.ram_bytes))
+        .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
+        .where(Job.state.in_(list(ACTIVE)))
+    )
+    return int(total or 0)
+
+
+def slots_held(session: Session) -> int:
+    """CPU core slots leased now."""
+    return int(
+        session.scalar(select(func.count()).where(Lease.kind == "cpu", Lease.released_at.is_(None)))
+        or 0
+    )
+
+
+def held_by(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[list[int], int | None]]:
+    """job id -> (the CPUs its current attempt is confined to, the memory it holds), for
+    those of ``job_ids`` that hold leases now."""
+    if not job_ids:
+        return {}
+    rows = session.execute(
+        select(Attempt.job_id, Attempt.cores, Attempt.ram_bytes)
+        .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
+        .where(Job.id.in_(list(job_ids)), Job.state.in_(list(ACTIVE)))
+    )
+    return {job_id: (list(cores or []), ram) for job_id, cores, ram in rows}
+
+
+def record_peak_ram(session: Session, job_id: int, attempt: int, peak: int) -> None:
+    """The most host memory an attempt's cgroup has held (its ``memory.peak``), kept if
+    higher than what was recorded: where an executor that reads it hands it in."""
+    session.execute(
+        update(Attempt)
+        .where(
+            Attempt.job_id == job_id,
+            Attempt.number == attempt,
+            func.coalesce(Attempt.peak_ram_bytes, -1) < peak,
+        )
+        .values(peak_ram_bytes=peak)
+        .execution_options(synchronize_session=False)
+    )
