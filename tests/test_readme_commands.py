@@ -76,7 +76,7 @@ MUST_SUCCEED = (
     "ddpq submit --export NONE -- python3 train.py",
     "ddpq submit --export WANDB_API_KEY,HF_HOME -- python3 train.py",
     "ddpq submit --export NONE --env OMP_NUM_THREADS=8 -- ./run.sh",
-    "ddpq submit --gpus 1 job.sh --lr 0.1",
+    "ddpq submit --gpus 1 -- job.sh --lr 0.1",
     "ddpq submit --retries 3 -- python flaky.py",
     "ddpq submit --after 7 -- python evaluate.py",
 )

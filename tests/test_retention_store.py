@@ -178,7 +178,9 @@ def test_metrics_report_the_counters_and_gpus_held_by_lost_jobs(settings: Settin
         conn.execute("UPDATE attempts SET reason = ? WHERE job_id = ?", (LOST, lost))
         for index, external in ((0, 1), (1, 1), (2, 1), (3, 0)):
             conn.execute(
-                "INSERT INTO devices VALUES (?, 'GPU-x', 'fake', 1, 100, 50, ?, '[]', 0)",
+                'INSERT INTO devices ("index", uuid, name, fake, memory_total_mb, '
+                "memory_used_mb, external, external_processes, updated_at) "
+                "VALUES (?, 'GPU-x', 'fake', 1, 100, 50, ?, '[]', 0)",
                 (index, external),
             )
     db = Database(settings.db_path)

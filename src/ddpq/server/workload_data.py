@@ -17,6 +17,7 @@ import os
 import pwd
 
 from ddpq.config import Settings
+from ddpq.executors.capabilities import capabilities
 from ddpq.schemas import JobSubmit
 from ddpq.server import identity, paths
 from ddpq.server.errors import ApiError
@@ -81,7 +82,7 @@ def check_workload_data(
     """The submission's side of ``check_cifar``: as whom the job runs, as ``check_cwd``
     judges it (a root daemon with --auth: the proven or mapped account; else the daemon's
     own); nothing for jobs that run elsewhere (Slurm nodes)."""
-    if body.workload is None or settings.executor != "local":
+    if body.workload is None or not capabilities(settings.executor).on_this_host:
         return
     judge_as = settings.auth and os.geteuid() == 0
     name = None
