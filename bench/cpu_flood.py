@@ -63,7 +63,8 @@ def start_daemon(home: Path, port: int) -> subprocess.Popen[bytes]:
                 return proc
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the daemon did not start: {(home / 'daemon.log').read_text()}")
+                log = (home / "daemon.log").read_text()
+                raise SystemExit(f"the daemon did not start: {log}") from None
             time.sleep(0.05)
 
 
@@ -142,8 +143,10 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     print(f"{cpu_model()}, {cores} cores, Python {platform.python_version()}")
     print(f"`python -c pass`: {floor:.1f} ms (median of 10, same run)\n")
-    print("| jobs | submit | /healthz p50 | p99 | worst | asks | most running | cores | "
-          "finished | load (max) |")
+    print(
+        "| jobs | submit | /healthz p50 | p99 | worst | asks | most running | cores | "
+        "finished | load (max) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     print(
         f"| {args.jobs:,} | {r['submit_s']:.1f} s | {r['p50']:.1f} ms | {r['p99']:.1f} ms | "
