@@ -86,7 +86,8 @@ def running(base: str) -> int:
 def flood(base: str, jobs: int, seconds: float, sleep_s: float) -> dict[str, float]:
     import http.client
 
-    body = {"command": ["sleep", str(sleep_s)], "cwd": "/tmp", "array": f"0-{jobs - 1}"}
+    template = {"command": ["sleep", str(sleep_s)], "cwd": "/tmp"}
+    body = {"template": template, "array": f"0-{jobs - 1}"}
     t0 = time.perf_counter()
     sweep = request(f"{base}/v1/sweeps", "POST", body)
     submit_s = time.perf_counter() - t0
