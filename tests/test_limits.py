@@ -122,9 +122,12 @@ def test_a_job_within_its_memory_is_not_called_out_of_memory(
     executor: LocalExecutor, tmp_path: Path
 ) -> None:
     needs(executor, "memory")
-    ended = run(executor, tmp_path, 2, "x = b'x' * (20 << 20)", ram_bytes=150 * MIB)
+    ended = run(executor, tmp_path, 2, "x = b'x' * (60 << 20)", ram_bytes=150 * MIB)
     assert ended.record.oom_limit_bytes is None
     assert (ended.record.exit_code, ended.record.error) == (0, None)
+    # The most it held, as its cgroup counted it: its 60 MiB and the interpreter's own.
+    peak = ended.record.peak_ram_bytes
+    assert peak is not None and 60 * MIB < peak <= 150 * MIB, peak
 
 
 def test_a_fork_bomb_stops_at_its_own_cap(executor: LocalExecutor, tmp_path: Path) -> None:

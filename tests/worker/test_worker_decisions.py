@@ -55,6 +55,21 @@ def test_a_job_is_leased_started_and_finished(rig: Rig) -> None:
     assert [e[1] for e in view.events] == [Q, JobState.STARTING, R, S]
 
 
+def test_the_memory_an_attempt_held_at_most_is_kept_with_it(rig: Rig) -> None:
+    """The executor's reading of the cgroup's high-water mark, for `ddpq show`'s peak."""
+    from sqlalchemy import select
+
+    from ddpq.store.models import Attempt
+
+    job = rig.submit()
+    rig.step()
+    rig.host.finish(job, 0, peak_ram_bytes=300 << 20)
+    rig.step()
+    with rig.api.read() as s:
+        peaks = s.execute(select(Attempt.peak_ram_bytes).where(Attempt.job_id == job)).all()
+    assert [p for (p,) in peaks] == [300 << 20]
+
+
 def launched_handle(rig: Rig, job: int) -> str:
     return rig.host.attempt_of(job).handle
 

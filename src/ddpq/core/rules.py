@@ -37,6 +37,10 @@ class ExitRecord:
     # The memory limit (bytes) of the cgroup whose OOM killer killed some of the job: read
     # by the executor from the kernel's count, never from what the job wrote. None: no kill.
     oom_limit_bytes: int | None = None
+    # The most host memory (bytes) its cgroup held (v2 ``memory.peak``, v1
+    # ``memory.max_usage_in_bytes``), read by the executor before the cgroup goes. None:
+    # not known (no memory controller, or no cgroup).
+    peak_ram_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -62,13 +62,15 @@ class FakeHost:
         exit_code: int | None = 0,
         signal: int | None = None,
         error: str | None = None,
+        peak_ram_bytes: int | None = None,
     ) -> None:
-        """The newest attempt of ``job_id`` ends now, as an exit record would say."""
+        """The newest attempt of ``job_id`` ends now, as an exit record would say (and, as
+        the local executor adds it, the most memory its cgroup held)."""
         attempt = self.attempt_of(job_id)
         if attempt.record is not None:
             raise ValueError(f"job {job_id}'s attempt {attempt.launch.attempt} has ended already")
         at = self.clock()
-        attempt.record = ExitRecord(exit_code, signal, at, at, error)
+        attempt.record = ExitRecord(exit_code, signal, at, at, error, peak_ram_bytes=peak_ram_bytes)
 
     def lose(self, job_id: int) -> None:
         """Its shim vanishes without a record (kill -9, the OOM killer)."""

@@ -104,6 +104,8 @@ def record_exit(
             exit_signal=record.signal,
             state=disposition.attempt_state,
             reason=disposition.attempt_reason,
+            # Where the executor read its cgroup's high-water mark (``ddpq show``'s peak).
+            **({} if record.peak_ram_bytes is None else {"peak_ram_bytes": record.peak_ram_bytes}),
         )
     )
     lease_store.release(session, job_id, now)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from ddpq.core.states import ACTIVE
@@ -41,18 +41,3 @@ def held_by(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[list[in
         .where(Job.id.in_(list(job_ids)), Job.state.in_(list(ACTIVE)))
     )
     return {job_id: (list(cores or []), ram) for job_id, cores, ram in rows}
-
-
-def record_peak_ram(session: Session, job_id: int, attempt: int, peak: int) -> None:
-    """The most host memory an attempt's cgroup has held (its ``memory.peak``), kept if
-    higher than what was recorded: where an executor that reads it hands it in."""
-    session.execute(
-        update(Attempt)
-        .where(
-            Attempt.job_id == job_id,
-            Attempt.number == attempt,
-            func.coalesce(Attempt.peak_ram_bytes, -1) < peak,
-        )
-        .values(peak_ram_bytes=peak)
-        .execution_options(synchronize_session=False)
-    )

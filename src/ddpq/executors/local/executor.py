@@ -167,6 +167,7 @@ class LocalExecutor:
             cgroup = self._cgroup_of(job_id, w.attempt)
             # Before its cgroup goes: the kernel's count of OOM kills in it.
             oom_limit = limits.oom_limit(self.limits, job_id, w.attempt, cgroup)
+            peak = limits.peak_ram(self.limits, job_id, w.attempt, cgroup)
             if cgroup is not None:
                 ending = self._end_cgroup(cgroup, record)
             else:
@@ -174,8 +175,8 @@ class LocalExecutor:
                     occupied = procs.occupied_sessions()
                 ending = self._end_session(w, record, occupied)
             limits.release(self.limits, job_id, w.attempt)
-            if oom_limit is not None:
-                ending = dataclasses.replace(ending, oom_limit_bytes=oom_limit)
+            if oom_limit is not None or peak is not None:
+                ending = dataclasses.replace(ending, oom_limit_bytes=oom_limit, peak_ram_bytes=peak)
             out.append(Ended(job_id, w.attempt, ending))
         return out
 

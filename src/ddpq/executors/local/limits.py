@@ -243,6 +243,21 @@ def oom_limit(limits: Limits, job_id: int, attempt: int, cgroup: Path | None) ->
     return None
 
 
+def peak_ram(limits: Limits, job_id: int, attempt: int, cgroup: Path | None) -> int | None:
+    """The most memory the attempt's cgroup held, in bytes (the kernel's own high-water
+    mark: v2 ``memory.peak``, from Linux 5.19; v1 ``memory.max_usage_in_bytes``); None
+    where no memory controller counts it."""
+    files: list[Path] = []
+    if cgroup is not None and "memory" in limits.v2:
+        files.append(cgroup / "memory.peak")
+    files += [path / "memory.max_usage_in_bytes" for path in v1_cgroups(limits, job_id, attempt)]
+    for file in files:
+        value = cgroup_v1.read(file)
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def _count(text: str, key: str) -> int:
     for line in text.splitlines():
         name, _, value = line.partition(" ")
