@@ -45,6 +45,10 @@ def options(text: str) -> list[str]:
         ('#SBATCH --job-name="two words"', ["--name", "two words"]),
         ("#SBATCH --job-name=a # a comment", ["--name", "a"]),
         ("#DDPQ --priority 5 --preemptible", ["--priority", "5", "--preemptible"]),
+        ("#SBATCH --cpus-per-task=4", ["--cpus", "4"]),
+        ("#SBATCH -c 2", ["--cpus", "2"]),
+        ("#SBATCH --mem=4000", ["--mem", "4000M"]),
+        ("#SBATCH --mem=16g", ["--mem", "16G"]),
     ],
 )
 def test_each_directive_reads_as_the_submit_option_that_means_the_same(
@@ -99,6 +103,8 @@ def test_an_option_ddpq_does_not_use_is_one_warning_not_silence() -> None:
         ("#SBATCH --dependency=afterany:3", "only for afterok"),
         ("#SBATCH --dependency=afterok", "only for afterok"),
         ("#SBATCH --array=1,3,5", "one range"),
+        ("#SBATCH --mem=0", "give a size"),
+        ("#SBATCH --mem=lots", "give a size"),
         ('#SBATCH --job-name="unclosed', "line 2"),
     ],
 )

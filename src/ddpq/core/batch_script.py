@@ -161,6 +161,14 @@ def _array(value: str) -> list[str]:
     return ["--array", value]
 
 
+def _mem(value: str) -> list[str]:
+    """Slurm's ``--mem``: megabytes unless a unit (K, M, G, T) says otherwise."""
+    cleaned = value.strip().upper()
+    if not re.fullmatch(r"\d+[KMGT]?", cleaned) or int(cleaned.rstrip("KMGT")) == 0:
+        raise ValueError(f"{value!r}: give a size, as 4G or 4000 (megabytes)")
+    return ["--mem", cleaned if cleaned[-1].isalpha() else f"{cleaned}M"]
+
+
 def _time(value: str) -> list[str]:
     limit = slurm_time(value)
     return ["--time-limit", limit] if limit else []
@@ -174,5 +182,7 @@ _RULES: dict[str, Callable[[str], list[str]]] = {
     "array": _array,
     "dependency": dependency,
     "chdir": lambda v: ["--cwd", v],
+    "cpus-per-task": lambda v: ["--cpus", v],
+    "mem": _mem,
     "export": export,
 }
