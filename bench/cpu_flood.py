@@ -3,8 +3,9 @@
 
     PYTHONPATH=src python bench/cpu_flood.py [--jobs 10000] [--seconds 60] [--sleep 0.5]
 
-Starts a real daemon (this checkout, a temporary home, `--fake-gpus 2`, cores and memory
-at their defaults: the host's cores, 90% of its memory), submits one array of `--jobs`
+Starts a real daemon (`ls_flood.start_daemon`: this checkout, a temporary home,
+`--fake-gpus 2`, no cap on waiting jobs; cores and memory at their defaults: the host's
+cores, 90% of its memory), submits one array of `--jobs`
 CPU-only jobs (`sleep --sleep`, each leasing the one core a job that names none takes), and
 for `--seconds` asks `/healthz` every 20 ms on one connection while it samples, every
 0.25 s, how many jobs run (the daemon's own count, `GET /v1/queue`) and the host's load.
@@ -29,6 +30,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ls_flood import start_daemon  # the same throwaway loopback daemon (no queue cap)
 from machine import cpu_model, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,31 +43,6 @@ def python_c_pass_ms(runs: int = 10) -> float:
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times)
-
-
-def start_daemon(home: Path, port: int) -> subprocess.Popen[bytes]:
-    args = ["serve", "--home", str(home), "--port", str(port), "--fake-gpus", "2", "--grace", "1s"]
-    if os.geteuid() == 0:  # a throwaway loopback daemon
-        args.append("--allow-root")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddpq", *args],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                return proc
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log = (home / "daemon.log").read_text()
-                raise SystemExit(f"the daemon did not start: {log}") from None
-            time.sleep(0.05)
 
 
 def request(url: str, method: str = "GET", body: object = None) -> object:

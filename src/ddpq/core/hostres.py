@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ddpq.core.units import parse_size, size_for_people
+from ddpq.core.quota import size_or_share
+from ddpq.core.units import size_for_people
 
 # The most cores one job may ask for, and the least and most memory (a cgroup limit
 # below a few MiB kills any interpreter before it starts).
@@ -126,30 +127,7 @@ def read_job_ram(value: object) -> object:
     """The ``job_ram`` setting as people write it: a size ("64G", or bytes), a share of
     the host's memory ("90%", or a number below 1; kept as a float), or "unlimited"
     (None). ValueError for people."""
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text == "unlimited":
-            return None
-        if text.endswith("%"):
-            try:
-                share = float(text[:-1]) / 100
-            except ValueError:
-                raise ValueError(f"{value!r} is not a percentage (90%)") from None
-            if not 0 < share <= 1:
-                raise ValueError(f"{value!r}: a share of the memory is above 0% and at most 100%")
-            return share
-        value = parse_size(text)
-    elif isinstance(value, float):
-        if 0 < value < 1:
-            return value
-        if not value.is_integer():
-            raise ValueError("a number is bytes; a share of the memory is written with %, as 90%")
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("expected a size (64G), a share of the memory (90%) or 'unlimited'")
-    if value < MIN_RAM:
-        raise ValueError(f"at least {size_for_people(MIN_RAM)}")
-    return value
+    return size_or_share(value, "the memory", ("64G", "90%"), MIN_RAM)
 
 
 def job_ram_bytes(setting: int | float | None, mem_total: int | None) -> int | None:

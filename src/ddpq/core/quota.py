@@ -19,6 +19,15 @@ def read_limit(value: object) -> object:
     """The setting as people write it: a size ("50G", or a number of bytes), a share of
     the disk ("50%", or a number below 1; kept as a float), or "unlimited" (None).
     ValueError for people."""
+    return size_or_share(value, "the disk", ("50G", "50%"), MIN_LIMIT)
+
+
+def size_or_share(value: object, of: str, examples: tuple[str, str], least: int) -> object:
+    """A size ("50G", or bytes), a share of ``of`` ("50%", or a number below 1; kept as a
+    float) or "unlimited" (None), as a setting reads it: the per-job folder limit, the
+    memory given to jobs. ``examples``: a size and a share, for the messages; ``least``:
+    a smaller size is a typo (64 for 64G), refused."""
+    size_example, share_example = examples
     if isinstance(value, str):
         text = value.strip().lower()
         if text == "unlimited":
@@ -27,21 +36,25 @@ def read_limit(value: object) -> object:
             try:
                 share = float(text[:-1]) / 100
             except ValueError:
-                raise ValueError(f"{value!r} is not a percentage (50%)") from None
+                raise ValueError(f"{value!r} is not a percentage ({share_example})") from None
             if not 0 < share <= 1:
-                raise ValueError(f"{value!r}: a share of the disk is above 0% and at most 100%")
+                raise ValueError(f"{value!r}: a share of {of} is above 0% and at most 100%")
             return share
         value = parse_size(text)
     elif isinstance(value, float):
         if 0 < value < 1:
             return value  # no size: a share, as 0.5 (TOML) for 50%
         if not value.is_integer():
-            raise ValueError("a number is bytes; a share of the disk is written with %, as 50%")
+            raise ValueError(
+                f"a number is bytes; a share of {of} is written with %, as {share_example}"
+            )
         value = int(value)  # a TOML 5e10: bytes, as any number here
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("expected a size (50G), a share of the disk (50%) or 'unlimited'")
-    if value < MIN_LIMIT:
-        raise ValueError(f"{value} bytes: must be at least {size_for_people(MIN_LIMIT)}")
+        raise ValueError(
+            f"expected a size ({size_example}), a share of {of} ({share_example}) or 'unlimited'"
+        )
+    if value < least:
+        raise ValueError(f"{value} bytes: must be at least {size_for_people(least)}")
     return value
 
 
