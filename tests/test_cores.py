@@ -87,7 +87,11 @@ def test_a_flood_of_cpu_jobs_runs_two_at_a_time_on_two_cores(
         wait_state(c, job_id, "running")
     waiting = "waiting for 1 free CPU core (2 of 2 held)"
     for job_id in flood[2:]:
-        assert wait_for(lambda j=job_id: c.show(j).reason == waiting, what="the reason")
+
+        def says_why(j: int = job_id) -> bool:
+            return c.show(j).reason == waiting
+
+        assert wait_for(says_why, what="the reason")
     held = [c.show(j).leases.cores for j in flood[:2]]
     assert sorted(cpu for cores in held for cpu in cores) == sorted(set(held[0] + held[1]))
     assert all(len(cores) == 1 for cores in held)

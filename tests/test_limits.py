@@ -202,7 +202,12 @@ def test_a_restarted_worker_finds_and_removes_a_jobs_limit_cgroups(
         assert again.adopt(5, 1, launch.job_dir, handle) == handle
         assert again.stop(5)
         found: list[Ended] = []
-        wait_for(lambda: found.extend(again.ended()) or found, 30, "the adopted job to end")
+
+        def ended_now() -> list[Ended]:
+            found.extend(again.ended())
+            return found
+
+        wait_for(ended_now, 30, "the adopted job to end")
         assert [p for p in made if p.exists()] == []
     finally:
         again.close()

@@ -165,7 +165,12 @@ def test_the_readme_commands_work_as_written(
 
     def ended(line: str) -> JobDetail:
         job_id = submitted[line]
-        return wait_for(lambda: (j := c.show(job_id)).state in TERMINAL and j, 120, line)
+
+        def shown_if_ended() -> JobDetail | None:
+            job = c.show(job_id)
+            return job if job.state in TERMINAL else None
+
+        return wait_for(shown_if_ended, 120, line)
 
     for line in readme_commands():
         if line in NOT_RUN:
@@ -174,9 +179,13 @@ def test_the_readme_commands_work_as_written(
             for earlier in submitted.keys() & set(MUST_SUCCEED):
                 ended(earlier)
         if line == "ddpq preempt 7":  # 7 there is a preemptible job: one of the test's own
-            job = c.submit(JobSubmit(command=["sleep", "60"], gpus=1, preemptible=True)).id
-            wait_for(lambda j=job: c.show(j).state == "running", 120, "it to run")
-            line = f"ddpq preempt {job}"
+            victim = c.submit(JobSubmit(command=["sleep", "60"], gpus=1, preemptible=True)).id
+
+            def running(j: int = victim) -> bool:
+                return c.show(j).state == "running"
+
+            wait_for(running, 120, "it to run")
+            line = f"ddpq preempt {victim}"
         r = run_line(line, workdir, d, ids)
         assert r.returncode == 0, f"{line!r} -> exit {r.returncode}: {r.stderr or r.stdout}"
         out = r.stdout.strip()
@@ -196,7 +205,7 @@ def test_the_readme_commands_work_as_written(
             ids.setdefault("s1", out.split()[0])
             d.cli("cancel", out.split()[0])  # `show s1` and `--after s1` need no running
     for line in MUST_SUCCEED:
-        job = ended(line)
-        assert job.state == "succeeded", f"{line!r}: {job.state} ({job.reason})"
+        detail = ended(line)
+        assert detail.state == "succeeded", f"{line!r}: {detail.state} ({detail.reason})"
     # The rest (held, hours of training) have shown they were accepted: ended now.
     d.cli("cancel", "--mine")

@@ -28,15 +28,15 @@ def job(i: int, submit: float, duration: float, progress: bool = False, gpus: in
     return TraceJob(i, gpus, submit, duration, "u", reports_progress=progress, workload="w")
 
 
-def starts(trace_jobs: list[TraceJob], policy: str) -> dict[int, float | None]:
+def starts(trace_jobs: list[TraceJob], policy: str) -> dict[int, float]:
     """When each job first started, of those that started by the time a job first ended."""
     result = replay(trace_jobs, 1, policy, GUARDS)
     first_end = min(j.finished_at for j in result.jobs if j.finished_at is not None)
-    return {
-        j.trace.id: j.first_start
-        for j in result.jobs
-        if j.first_start is not None and j.first_start <= first_end
-    } | {-1: first_end}
+    started: dict[int, float] = {-1: first_end}
+    for j in result.jobs:
+        if j.first_start is not None and j.first_start <= first_end:
+            started[j.trace.id] = j.first_start
+    return started
 
 
 def test_the_policy_never_sees_a_duration() -> None:
@@ -56,13 +56,15 @@ def test_the_policy_never_sees_a_duration() -> None:
 def test_progress_records_are_the_fraction_done_every_interval_of_work() -> None:
     sim = SimJob(job(0, 0, 600, progress=True))
     sim.gpus, sim.started_at = (0,), 100.0
-    got = [(r.at, r.done) for r in sim.records_at(250, 60)]
+    got: list[tuple[float, object]] = [(r.at, r.done) for r in sim.records_at(250, 60)]
     assert got == [(160, pytest.approx(0.1)), (220, pytest.approx(0.2))]
     sim.stop(250, 60)  # preempted: resumes at 1000 after a 30 s restart
     sim.gpus, sim.started_at, sim.overhead_s = (0,), 1000.0, 30.0
-    got = [(r.at, r.done, r.attempt) for r in sim.records_at(1100, 60)]
-    assert got[-1] == (1090, pytest.approx((150 + 60) / 600), 1)
-    assert got[-2][2] == 0  # the first attempt's records are kept
+    again: list[tuple[float, object, int]] = [
+        (r.at, r.done, r.attempt) for r in sim.records_at(1100, 60)
+    ]
+    assert again[-1] == (1090, pytest.approx((150 + 60) / 600), 1)
+    assert again[-2][2] == 0  # the first attempt's records are kept
     assert SimJob(job(1, 0, 600)).records_at(1100, 60) == []  # it reports nothing
 
 
