@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session as Session
 from sqlalchemy.orm import sessionmaker
 
 from ddpq.store.headroom import Reserve
+from ddpq.store.schema_version import is_current
 from ddpq.store.write_gate import gate_for
 
 T = TypeVar("T")
@@ -183,13 +184,15 @@ def migrate(path: Path) -> None:
     """Bring the database file to the newest schema (creating it if needed)."""
     import fcntl
 
-    from alembic import command
-
     path.parent.mkdir(parents=True, exist_ok=True)
     # `ddpq server` and `ddpq worker` may start together on a fresh folder: one
     # migrates while the other waits, instead of both creating the same tables.
     with open(path.with_name(path.name + ".migrate-lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_current(path, migrations_dir() / "versions"):
+            return  # the usual start: nothing to migrate, and no second spent finding so
+        from alembic import command
+
         # WAL is a property of the file: set it once before Alembic connects.
         with sqlite3.connect(path) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
