@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_for
@@ -77,3 +80,31 @@ def test_a_bad_topology_file_stops_the_start_with_one_line(tmp_path: Path) -> No
     last = out.stderr.strip().splitlines()[-1]
     assert "--fake-topology" in last and "two different GPUs below 1" in last, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_gpu_jobs_cores_are_its_gpus_numa_nodes(
+    make_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    """GPU 0 sits on the NUMA node of CPU 1, GPU 1 on CPU 0's (fake nodes over this box's
+    real cores): each job leases the core near its GPU, not the first free one."""
+    host = sorted(os.sched_getaffinity(0))
+    if len(host) < 2:
+        pytest.skip("one core: nothing to choose between")
+    crossed = {
+        "gpus": [{"index": 0, "numa": 1}, {"index": 1, "numa": 0}],
+        "numa_cpus": {"0": str(host[0]), "1": str(host[1])},
+    }
+    path = tmp_path / "numa.json"
+    path.write_text(json.dumps(crossed))
+    d = make_daemon(
+        "--fake-gpus", "2", "--fake-topology", str(path), "--cpu-capacity", "2",
+        "--cpus-per-gpu", "1", "--grace", "1s",
+    )  # fmt: skip
+    c = d.client()
+    first = c.submit(JobSubmit(command=["sleep", "60"], gpus=1)).id
+    second = c.submit(JobSubmit(command=["sleep", "60"], gpus=1)).id
+    wait_for(lambda: {c.show(first).state, c.show(second).state} == {"running"}, 60, "both")
+    placed = {tuple(c.show(j).leases.gpus): c.show(j).leases.cores for j in (first, second)}
+    assert placed == {(0,): [host[1]], (1,): [host[0]]}, placed
+    c.cancel(first)
+    c.cancel(second)

@@ -10,6 +10,7 @@ from ddpq.core.hostres import HostDefaults
 from ddpq.core.policy import Order, Policy
 from ddpq.core.scheduler import HostUse, QueuedJob, RunningJob, World, decide
 from ddpq.core.scheduler.preemption import waiting_for_gpus
+from ddpq.core.topology import Hardware
 
 NOW = 1000.0
 M = 1 << 20
@@ -163,3 +164,50 @@ def test_usage_counts_core_hours_beside_gpu_hours() -> None:
     assert r.total.core_hours == 4.0
     by_day = report(spans, [], [], [], {}, 0.0, 7200.0, By.DAY)
     assert by_day.total.core_hours == 4.0
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [
+        ("0-3,8", {0, 1, 2, 3, 8}),
+        ("5", {5}),
+        (" 2-2 \n", {2}),
+        (None, set()),
+        ("", set()),
+        ("3-1", set()),  # reversed
+        ("a-b", set()),
+        ("1,,2", set()),
+        ("-1", set()),
+        ("0-99999999", set()),  # no CPU list names a hundred million CPUs
+        ("1-2-3", set()),
+    ],
+)
+def test_a_cpu_list_is_read_or_known_as_nothing(text: str | None, cpus: set[int]) -> None:
+    assert hostres.parse_cpulist(text) == cpus
+
+
+def numa_world(host: HostUse) -> World:
+    """Two GPUs on two NUMA nodes: GPU 0 near CPUs 2-3, GPU 1 near CPUs 0-1."""
+    near = {0: frozenset({2, 3}), 1: frozenset({0, 1})}
+    hardware = Hardware(numa={0: 1, 1: 0}, near=near)
+    return World([0, 1], [], list(range(29600, 29700)), NOW, host=host, hardware=hardware)
+
+
+def test_a_gpu_jobs_cores_come_from_its_gpus_numa_node() -> None:
+    host = HostUse(capacity=4, cpus=(0, 1, 2, 3))
+    jobs = [QueuedJob(1, "bob", 1, 0, 1.0, cpus=2), QueuedJob(2, "bob", 1, 0, 2.0, cpus=2)]
+    plan = decide(jobs, numa_world(host), FAIR)
+    cores = {p.gpus: p.cores for p in plan.placements}
+    assert cores == {(0,): (2, 3), (1,): (0, 1)}  # first-free would give GPU 0 slots 0, 1
+
+
+def test_far_cores_are_taken_when_the_near_ones_are_held() -> None:
+    host = HostUse(capacity=4, held=frozenset({2}), cpus=(0, 1, 2, 3))
+    plan = decide([QueuedJob(1, "bob", 1, 0, 1.0, cpus=2)], numa_world(host), FAIR)
+    assert [(p.gpus, p.cores) for p in plan.placements] == [((0,), (3, 0))]
+
+
+def test_slots_past_the_hosts_cpus_wrap_round_to_their_cpu() -> None:
+    """Oversubscribed (8 slots on 4 CPUs): slot i is CPU i % 4, and near is by the CPU."""
+    assert hostres.near_first([0, 1, 4, 5, 6, 7], 3, (0, 1, 2, 3), frozenset({2, 3})) == [6, 7, 0]
+    assert hostres.near_first([0, 1], 1, (), frozenset({1})) == [0]  # CPUs unknown: in order

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
+from ddpq.core.hostres import parse_cpulist
 from ddpq.core.topology import Hardware
 
 
@@ -85,4 +86,5 @@ def hardware_of(gpus: Sequence[Gpu]) -> Hardware:
         {g.index: model_name(g) for g in gpus},
         {g.index: g.numa for g in gpus if g.numa is not None},
         frozenset(g.index for g in gpus if g.parent is not None),
+        {g.index: parse_cpulist(g.cpus) for g in gpus if g.cpus},
     )

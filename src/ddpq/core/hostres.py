@@ -86,6 +86,35 @@ def cpus_of(slots: Sequence[int], host_cpus: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def parse_cpulist(text: str | None) -> frozenset[int]:
+    """The CPU ids of a kernel CPU list such as ``0-3,8,10-11`` (sysfs ``local_cpulist``, a
+    fake topology's ``numa_cpus``); empty for None, an empty text, or one that is not such
+    a list (nothing is then known to be near, which places as if no topology were known)."""
+    cpus: set[int] = set()
+    for part in (text or "").strip().split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or not (high or low).isdigit():
+            return frozenset()
+        first, last = int(low), int(high or low)
+        if last < first or last - first >= MAX_CPUS or len(cpus) > MAX_CPUS:
+            return frozenset()
+        cpus.update(range(first, last + 1))
+    return frozenset(cpus)
+
+
+def near_first(
+    free: Sequence[int], wanted: int, host_cpus: Sequence[int], near: frozenset[int]
+) -> list[int]:
+    """``wanted`` of the ``free`` slots, those whose CPU is in ``near`` (the CPUs of a GPU
+    job's NUMA nodes) first, each group in slot order; a job takes far cores only when the
+    near ones are held, rather than wait."""
+    if not near or not host_cpus:
+        return list(free[:wanted])
+    close = [s for s in free if host_cpus[s % len(host_cpus)] in near]
+    far = [s for s in free if host_cpus[s % len(host_cpus)] not in near]
+    return (close + far)[:wanted]
+
+
 def threads_per_rank(cores: int, ranks: int) -> int:
     """``OMP_NUM_THREADS`` for each of a job's ranks: its cores split among them, at
     least 1."""

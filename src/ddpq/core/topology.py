@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from ddpq.core.hostres import parse_cpulist
+
 # Classes best first; a link's rank is its index here (NV# all rank 0).
 CLASSES = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")
 # What a job may ask for with ``--gpu-link``, to the class it means.
@@ -81,6 +83,12 @@ class Hardware:
     # MIG instances: one process uses one instance only (CUDA's rule), so a job on several
     # GPUs never gets them.
     mig: frozenset[int] = frozenset()
+    # Each GPU's near CPUs (its NUMA node's), where known: a GPU job's cores come from these.
+    near: Mapping[int, frozenset[int]] = field(default_factory=dict)
+
+    def near_cpus(self, gpus: Iterable[int]) -> frozenset[int]:
+        """The CPUs near any of ``gpus`` (empty: nothing known, any core will do)."""
+        return frozenset().union(*(self.near.get(g, frozenset()) for g in gpus))
 
     @property
     def known(self) -> bool:
@@ -164,6 +172,11 @@ class FakeTopology:
             self.default,
             {g.index: g.name for g in self.gpus},
             {g.index: g.numa for g in self.gpus if g.numa is not None},
+            near={
+                g.index: parse_cpulist(self.numa_cpus.get(g.numa))
+                for g in self.gpus
+                if g.numa is not None and g.numa in self.numa_cpus
+            },
         )
 
 

@@ -31,7 +31,7 @@ class HostSetup:
         """The host as a pass starts, with what running jobs hold."""
         if self.capacity is None and self.job_ram is None:
             return NO_HOST
-        return HostUse(self.capacity, slots_held, self.job_ram, ram_held)
+        return HostUse(self.capacity, slots_held, self.job_ram, ram_held, self.cpus)
 
     def cores_of(self, slots: tuple[int, ...]) -> tuple[int, ...]:
         """The CPUs a job's slots are (its cpuset); () where none are leased."""

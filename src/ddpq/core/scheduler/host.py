@@ -40,13 +40,13 @@ class HostPool:
             return "host_memory", hostres.waiting_for_ram(ram, use.job_ram)
         return None
 
-    def take(self, job: QueuedJob) -> tuple[int, ...]:
+    def take(self, job: QueuedJob, near: frozenset[int] = frozenset()) -> tuple[int, ...]:
         """Record ``job`` as placed; the core slots it leases (none where cores are not
-        counted)."""
+        counted), from the CPUs ``near`` its GPUs first."""
         if job.ram_bytes is not None:
             self.ram_held += job.ram_bytes
         if self.use.capacity is None or job.cpus == 0:
             return ()
-        slots = tuple(self.free[: job.cpus])
-        del self.free[: job.cpus]
-        return slots
+        slots = hostres.near_first(self.free, job.cpus, self.use.cpus, near)
+        self.free = [s for s in self.free if s not in slots]
+        return tuple(slots)

@@ -115,12 +115,14 @@ class HostUse:
     """The host as a pass starts. ``capacity``: core slots there are (None: cores are not
     counted, as where jobs run elsewhere); ``held``: the slots running jobs lease;
     ``job_ram``: the memory jobs may hold in all (None: not counted); ``ram_held``: what
-    running jobs hold of it."""
+    running jobs hold of it; ``cpus``: the host's CPU ids the slots stand for
+    (``core.hostres``), so a GPU job's cores can come from its GPUs' NUMA nodes."""
 
     capacity: int | None = None
     held: frozenset[int] = field(default_factory=frozenset)
     job_ram: int | None = None
     ram_held: int = 0
+    cpus: tuple[int, ...] = ()
 
 
 NO_HOST = HostUse()

@@ -83,7 +83,7 @@ class Pass:
         if job.sweep_id is not None:
             self.sweeps_placed[job.sweep_id] = self.sweeps_placed.get(job.sweep_id, 0) + 1
         placer_for(job, self.world.hardware).take(job, gpus, self.pool)
-        cores = self.host.take(job)
+        cores = self.host.take(job, self.world.hardware.near_cpus(gpus))
         self.free[:] = [g for g in self.free if g not in gpus]
         self.owners.take(job.owner, gpus)
         self.calendar.take(job.owner, gpus, self.end_of(job))
