@@ -10,7 +10,7 @@ from typing import Any
 from ddpq.core.gpus import Gpu, hardware_of
 from ddpq.core.topology import parse_fake
 from ddpq.worker.devices import _mig_instances
-from ddpq.worker.hardware import fake_devices, nvml_topology
+from ddpq.worker.hardware import cached_topology, fake_devices, nvml_topology
 
 
 class NVMLError(Exception):
@@ -108,3 +108,22 @@ def test_fake_devices_number_mig_instances_after_the_gpus() -> None:
     assert [g.memory_total_mb for g in gpus] == [16384, 16384, 40960, 10240]
     hw = hardware_of(gpus)
     assert hw.mig == {3, 4} and hw.link(1, 2) == "NV4" and hw.names[4] == "A100 MIG 1g.10gb"
+
+
+def test_the_topology_is_read_once_while_the_same_gpus_are_there(tmp_path: Path) -> None:
+    asked: list[tuple[int, int]] = []
+    nvml = stub({}, {(0, 1): 10})
+    plain = nvml.nvmlDeviceGetTopologyCommonAncestor
+
+    def counted(a: int, b: int) -> int:
+        asked.append((a, b))
+        return int(plain(a, b))
+
+    nvml.nvmlDeviceGetTopologyCommonAncestor = counted
+    first = cached_topology(nvml, [0, 1], ["GPU-a", "GPU-b"])
+    assert [links for _, _, links in first] == [((1, "PIX"),), ((0, "PIX"),)]
+    assert len(asked) == 2
+    assert cached_topology(nvml, [0, 1], ["GPU-a", "GPU-b"]) == first
+    assert len(asked) == 2  # the same GPUs: nothing asked again
+    cached_topology(nvml, [0, 1], ["GPU-a", "GPU-c"])  # one was replaced: read afresh
+    assert len(asked) == 4

@@ -27,9 +27,9 @@ from ddpq.core.gpus import Gpu, GpuProcess
 from ddpq.worker.hardware import (
     FAKE_MEMORY_MB,
     TopologyUnusable,
+    cached_topology,
     fake_devices,
     load_fake,
-    nvml_topology,
 )
 
 __all__ = ["FAKE_MEMORY_MB", "DevicesUnavailable", "discover"]
@@ -142,7 +142,7 @@ def _with_topology(pynvml: Any, count: int) -> list[Gpu]:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
     except pynvml.NVMLError as exc:
         raise DevicesUnavailable(f"NVML cannot give a GPU's handle: {exc}") from exc
-    placed = nvml_topology(pynvml, handles)
+    placed = cached_topology(pynvml, handles, [g.uuid for g in gpus])
     gpus = [
         replace(g, numa=numa, cpus=cpus, links=links)
         for g, (numa, cpus, links) in zip(gpus, placed, strict=True)

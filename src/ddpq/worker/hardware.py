@@ -110,9 +110,27 @@ def _bus_of(info: Any) -> str:
     return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
+Placed = list[tuple[int | None, str | None, tuple[tuple[int, str], ...]]]
+
+# The last topology read, by the GPUs' UUIDs in index order: links and NUMA nodes do not
+# change while the same GPUs are there, and reading them is a call per pair and per
+# NVLink lane (hundreds on an 8-GPU box), every ``gpu_poll_s``. A GPU that goes or comes
+# (a reset, a hot-plugged box) changes the key and the topology is read afresh.
+_last_read: tuple[tuple[str, ...], Placed] | None = None
+
+
+def cached_topology(pynvml: Any, handles: Sequence[Any], uuids: Sequence[str]) -> Placed:
+    """``nvml_topology``, read once for a given set of GPUs."""
+    global _last_read
+    key = tuple(uuids)
+    if _last_read is None or _last_read[0] != key:
+        _last_read = (key, nvml_topology(pynvml, handles))
+    return _last_read[1]
+
+
 def nvml_topology(
     pynvml: Any, handles: Sequence[Any], sysfs: Path = Path("/sys/bus/pci/devices")
-) -> list[tuple[int | None, str | None, tuple[tuple[int, str], ...]]]:
+) -> Placed:
     """For each GPU (by NVML index): its NUMA node, that node's CPUs, and its links. A
     query the driver refuses leaves that part unknown (never fails discovery)."""
     buses = []
