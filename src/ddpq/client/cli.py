@@ -18,7 +18,16 @@ from __future__ import annotations
 
 import typer
 
-from ddpq.client import account, devices, jobs, reservations, sessions, submit, usage
+from ddpq.client import (
+    account,
+    devices,
+    history,
+    jobs,
+    reservations,
+    sessions,
+    submit,
+    usage,
+)
 from ddpq.client.coercion import QuickCommand
 from ddpq.client.common import app, run
 
@@ -40,3 +49,4 @@ sessions.register(app)  # shell, attach
 account.register(app)  # login, whoami, token
 app.command("version", cls=QuickCommand)(version)
 reservations.register(app)
+history.register(app)

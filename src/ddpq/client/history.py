@@ -1,0 +1,189 @@
+"""``ddpq history``: finished jobs with the fields you choose, as ``sacct`` lists them; a
+table, CSV or JSON.
+
+Yours unless ``--user NAME`` or ``--all`` (everyone may read everyone's, as with `ddpq ls`).
+The daemon gives the newest first, a page at a time (``GET /v1/history``); the command
+asks for the newest ``--limit`` and prints them oldest first (the newest last, as `ddpq ls`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+
+from ddpq.client.coercion import QuickCommand
+from ddpq.client.common import client, fail, print_json
+from ddpq.client.format import sanitize
+
+OUTPUTS = ("table", "csv", "json")
+PAGE = 1000  # the most the daemon gives in one page
+# A cell a spreadsheet would read as a formula (CSV injection): written as text.
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def history(
+    since: Annotated[
+        str | None,
+        typer.Option(metavar="WHEN", help="ended since: a duration back (2d, 12h) or a date"),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(metavar="WHEN", help="ended before: a duration back or a date"),
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="this owner's jobs")] = None,
+    all_: Annotated[bool, typer.Option("--all", "-a", help="everyone's jobs")] = False,
+    state: Annotated[
+        list[str] | None,
+        typer.Option("--state", "-s", help="only these (succeeded, failed, cancelled, timed_out)"),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="a job name, or a glob: 'lr-*'")] = None,
+    limit: Annotated[int, typer.Option(min=0, help="the newest N (0: every one)")] = 100,
+    fields: Annotated[
+        str | None,
+        typer.Option("--format", "-o", metavar="FIELD,...", help="the columns, in order"),
+    ] = None,
+    output: Annotated[str, typer.Option(metavar="table|csv|json")] = "table",
+) -> None:
+    """Finished jobs: when they ran, what they used, how they ended (as sacct). Fields: id,
+    name, user, state, submitted, started, ended, elapsed, attempts, gpus, gpu_ids, cores,
+    mem, peak_mem, exit, reason. ELAPSED is the time it ran, its attempts summed."""
+    from ddpq.client import history_fields as hf
+
+    names: list[str] | None = None
+    try:
+        names = hf.parse_format(fields) if fields is not None else None
+    except hf.UnknownField as exc:
+        fail(str(exc), 2)
+    if output not in OUTPUTS:
+        fail(f"--output: {sanitize(repr(output))} is not one of {', '.join(OUTPUTS)}", 2)
+    if user is not None and all_:
+        fail("--user and --all: choose one", 2)
+    query = _query(since, until, user, all_, finished_states(state), name)
+    rows, more = _fetch(query, limit)
+    rows.reverse()  # oldest first
+    _print(rows, names, output)
+    if more:
+        typer.echo(f"ddpq: older jobs not listed (--limit {limit}; 0 for every one)", err=True)
+
+
+def finished_states(given: list[str] | None) -> list[str]:
+    """``--state`` values (repeated, or comma-separated); one that is no finished state is
+    bad usage, said before any request."""
+    from ddpq.core.states import TERMINAL
+
+    known = sorted(s.value for s in TERMINAL)
+    wanted = [p.strip().lower() for item in given or [] for p in item.split(",") if p.strip()]
+    for item in wanted:
+        if item not in known:
+            fail(f"--state: {sanitize(item)!r} is not a finished state ({', '.join(known)})", 2)
+    return wanted
+
+
+def moment(option: str, value: str, now: float) -> float:
+    """``--since``/``--until`` as UNIX time: a duration back from now (2d, 12h30m), or a
+    date and time (2026-12-01, '2026-12-01 09:00', local unless it names its offset)."""
+    from ddpq.core.units import parse_duration, parse_when
+
+    try:
+        return now - parse_duration(value)
+    except ValueError:
+        pass
+    try:
+        return parse_when(value, now)
+    except (ValueError, OverflowError, OSError):
+        fail(f"{option}: {sanitize(repr(value))} is neither a duration (2d, 12h) nor a date", 2)
+
+
+def _query(
+    since: str | None,
+    until: str | None,
+    user: str | None,
+    everyone: bool,
+    states: list[str],
+    name: str | None,
+) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    now = time.time()
+    bounds = {o: moment(o, v, now) for o, v in (("--since", since), ("--until", until)) if v}
+    start, end = bounds.get("--since"), bounds.get("--until")
+    if start is not None and end is not None and start >= end:
+        fail("--since: not before --until", 2)
+
+    def iso(t: float | None) -> str | None:
+        return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
+
+    return {
+        "since": iso(start),
+        "until": iso(end),
+        "user": user,
+        "mine": None if user is not None or everyone else "true",
+        "state": states or None,
+        "name": name,
+    }
+
+
+def _fetch(query: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """The newest ``limit`` rows (0: all), newest first, and whether older ones are left."""
+    from ddpq.client.api import DdpqError
+
+    rows: list[dict[str, Any]] = []
+    after: str | None = None
+    with client() as c:
+        while True:
+            want = PAGE if limit == 0 else min(PAGE, limit - len(rows))
+            try:
+                page = c.history({**query, "limit": want, "after": after})
+            except DdpqError as exc:
+                if exc.status != 422:
+                    raise
+                fail(exc.detail, 2)  # what the daemon refuses of the query is bad usage too
+            rows += page["items"]
+            after = page["next"]
+            if after is None or not page["items"]:
+                return rows, False
+            if limit and len(rows) >= limit:
+                return rows, True
+
+
+def _print(rows: list[dict[str, Any]], names: list[str] | None, output: str) -> None:
+    from ddpq.client import history_fields as hf
+
+    if output == "json":
+        # Without --format, the API's rows whole; with it, the fields chosen.
+        print_json(rows if names is None else [hf.values(r, names) for r in rows])
+        return
+    names = names or list(hf.DEFAULT)
+    if output == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(names)
+        for row in rows:
+            writer.writerow([_cell(v) for v in hf.values(row, names).values()])
+        return
+    from ddpq.client.draw import console, new_table
+    from ddpq.client.format import plain
+
+    table = new_table(*(hf.FIELDS[n][0] for n in names), wrap=("REASON",))
+    for row in rows:
+        table.add_row(*(plain(cell) for cell in hf.cells(row, names)))
+    console().print(table)
+
+
+def _cell(value: Any) -> str:
+    """A CSV cell: numbers as they are, text safe to print and to open in a spreadsheet."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, list):  # the GPUs' ids
+        return ",".join(map(str, value))
+    shown = sanitize("" if value is None else str(value))
+    return "'" + shown if shown.startswith(_FORMULA) else shown
+
+
+def register(app: typer.Typer) -> None:
+    """Add `ddpq history` to the client's app."""
+    app.command("history", cls=QuickCommand)(history)
