@@ -19,7 +19,6 @@ from ddpq.client.common import client, fail, print_json
 from ddpq.client.format import sanitize
 
 OUTPUTS = ("table", "csv", "json")
-PAGE = 1000  # the most the daemon gives in one page
 # A cell a spreadsheet would read as a formula (CSV injection): written as text.
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
@@ -51,6 +50,7 @@ def history(
     name, user, state, submitted, started, ended, elapsed, attempts, gpus, gpu_ids, cores,
     mem, peak_mem, exit, reason. ELAPSED is the time it ran, its attempts summed."""
     from ddpq.client import history_fields as hf
+    from ddpq.client import history_query as hq
 
     names: list[str] | None = None
     try:
@@ -61,92 +61,29 @@ def history(
         fail(f"--output: {sanitize(repr(output))} is not one of {', '.join(OUTPUTS)}", 2)
     if user is not None and all_:
         fail("--user and --all: choose one", 2)
-    query = _query(since, until, user, all_, finished_states(state), name)
-    rows, more = _fetch(query, limit)
+    try:
+        states = hq.finished_states(state or [])
+        params = hq.query(since, until, user, all_, states, name, time.time())
+    except ValueError as exc:
+        fail(str(exc), 2)
+    rows, more = _fetch(params, limit)
     rows.reverse()  # oldest first
     _print(rows, names, output)
     if more:
         typer.echo(f"ddpq: older jobs not listed (--limit {limit}; 0 for every one)", err=True)
 
 
-def finished_states(given: list[str] | None) -> list[str]:
-    """``--state`` values (repeated, or comma-separated); one that is no finished state is
-    bad usage, said before any request."""
-    from ddpq.core.states import TERMINAL
-
-    known = sorted(s.value for s in TERMINAL)
-    wanted = [p.strip().lower() for item in given or [] for p in item.split(",") if p.strip()]
-    for item in wanted:
-        if item not in known:
-            fail(f"--state: {sanitize(item)!r} is not a finished state ({', '.join(known)})", 2)
-    return wanted
-
-
-def moment(option: str, value: str, now: float) -> float:
-    """``--since``/``--until`` as UNIX time: a duration back from now (2d, 12h30m), or a
-    date and time (2026-12-01, '2026-12-01 09:00', local unless it names its offset)."""
-    from ddpq.core.units import parse_duration, parse_when
-
-    try:
-        return now - parse_duration(value)
-    except ValueError:
-        pass
-    try:
-        return parse_when(value, now)
-    except (ValueError, OverflowError, OSError):
-        fail(f"{option}: {sanitize(repr(value))} is neither a duration (2d, 12h) nor a date", 2)
-
-
-def _query(
-    since: str | None,
-    until: str | None,
-    user: str | None,
-    everyone: bool,
-    states: list[str],
-    name: str | None,
-) -> dict[str, Any]:
-    from datetime import UTC, datetime
-
-    now = time.time()
-    bounds = {o: moment(o, v, now) for o, v in (("--since", since), ("--until", until)) if v}
-    start, end = bounds.get("--since"), bounds.get("--until")
-    if start is not None and end is not None and start >= end:
-        fail("--since: not before --until", 2)
-
-    def iso(t: float | None) -> str | None:
-        return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
-
-    return {
-        "since": iso(start),
-        "until": iso(end),
-        "user": user,
-        "mine": None if user is not None or everyone else "true",
-        "state": states or None,
-        "name": name,
-    }
-
-
-def _fetch(query: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], bool]:
-    """The newest ``limit`` rows (0: all), newest first, and whether older ones are left."""
+def _fetch(params: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], bool]:
     from ddpq.client.api import DdpqError
+    from ddpq.client.history_query import newest
 
-    rows: list[dict[str, Any]] = []
-    after: str | None = None
     with client() as c:
-        while True:
-            want = PAGE if limit == 0 else min(PAGE, limit - len(rows))
-            try:
-                page = c.history({**query, "limit": want, "after": after})
-            except DdpqError as exc:
-                if exc.status != 422:
-                    raise
-                fail(exc.detail, 2)  # what the daemon refuses of the query is bad usage too
-            rows += page["items"]
-            after = page["next"]
-            if after is None or not page["items"]:
-                return rows, False
-            if limit and len(rows) >= limit:
-                return rows, True
+        try:
+            return newest(c, params, limit)
+        except DdpqError as exc:
+            if exc.status != 422:
+                raise
+            fail(exc.detail, 2)  # what the daemon refuses of the query is bad usage too
 
 
 def _print(rows: list[dict[str, Any]], names: list[str] | None, output: str) -> None:
