@@ -61,6 +61,8 @@ def history(
         fail(f"--output: {sanitize(repr(output))} is not one of {', '.join(OUTPUTS)}", 2)
     if user is not None and all_:
         fail("--user and --all: choose one", 2)
+    if limit < 0:
+        fail(f"--limit: {limit} is not 0 or more", 2)
     try:
         states = hq.finished_states(state or [])
         params = hq.query(since, until, user, all_, states, name, time.time())
@@ -83,7 +85,8 @@ def _fetch(params: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], bo
         except DdpqError as exc:
             if exc.status != 422:
                 raise
-            fail(exc.detail, 2)  # what the daemon refuses of the query is bad usage too
+            # What the daemon refuses of the query is bad usage too, said as the options.
+            fail(exc.detail.replace("query.", "--"), 2)
 
 
 def _print(rows: list[dict[str, Any]], names: list[str] | None, output: str) -> None:
