@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import String, literal_column, select, tuple_
+from sqlalchemy import Select, String, literal_column, select, tuple_
 from sqlalchemy.orm import Session, defer
 
 from ddpq.core.states import TERMINAL, JobState
@@ -65,6 +65,11 @@ def finished(
 ) -> list[Job]:
     """At most ``limit`` finished jobs that match, newest end first (then highest id),
     those after ``after`` only; without their environment (the history never shows it)."""
+    return list(session.scalars(statement(filters, limit, after)))
+
+
+def statement(filters: Filters, limit: int, after: Cursor | None = None) -> Select[Job]:
+    """``finished``'s SELECT (the tests read its plan)."""
     states = [s for s in filters.states if s in TERMINAL] or sorted(TERMINAL)
     state = literal_column("+jobs.state", String)
     query = (
@@ -87,7 +92,7 @@ def finished(
             query = query.where(Job.name == filters.name)
     if after is not None:
         query = query.where(tuple_(Job.ended_at, Job.id) < tuple_(after.ended_at, after.id))
-    return list(session.scalars(query))
+    return query
 
 
 def runs_of(session: Session, job_ids: Iterable[int]) -> dict[int, list[Run]]:
