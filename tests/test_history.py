@@ -264,3 +264,31 @@ def test_a_page_of_a_long_history_costs_a_page(tmp_path: Path, db: Database) -> 
         # 30 times the history, the same page: the same work, give or take the B-tree's depth.
         assert rows == big_rows == 50
         assert big_steps < 2 * steps + 2_000, (f, steps, big_steps)
+
+
+def test_the_index_migration_keeps_the_jobs_both_ways(tmp_path: Path) -> None:
+    from alembic import command
+
+    from ddpq.store.db import alembic_config
+
+    path = tmp_path / "migrating.db"
+    command.upgrade(alembic_config(path), "0022t")
+    row = (
+        "INSERT INTO jobs (name, owner, command, cwd, env, launcher, gpus, priority,"
+        " max_retries, attempt, port_retries, user_hold, state, reason, submitted_at, ended_at)"
+        " VALUES ('j', 'alice', '[]', '/', '{}', 'plain', 0, 0, 0, 1, 0, 0, 'failed', '', 1, 2)"
+    )
+    with sqlite3.connect(path) as conn:
+        conn.execute(row)
+
+    def indexes() -> set[str]:
+        with sqlite3.connect(path) as conn:
+            found = {r[1] for r in conn.execute("PRAGMA index_list(jobs)")}
+            assert conn.execute("SELECT state, ended_at FROM jobs").fetchall() == [("failed", 2.0)]
+        return found
+
+    assert not {"ix_jobs_ended", "ix_jobs_owner_ended"} & indexes()
+    command.upgrade(alembic_config(path), "0023h")
+    assert {"ix_jobs_ended", "ix_jobs_owner_ended"} <= indexes()
+    command.downgrade(alembic_config(path), "0022t")
+    assert not {"ix_jobs_ended", "ix_jobs_owner_ended"} & indexes()
