@@ -30,7 +30,8 @@ from ddpq.client.history_query import Bound
 if TYPE_CHECKING:
     from ddpq.schemas import CancelResult, HistoryRow, JobDetail, JobOut, SweepOut
 
-# How often ``wait`` asks: from FIRST_POLL_S, half as often again each time, up to LAST.
+# How long ``wait`` pauses between questions: FIRST_POLL_S, then half as long again each
+# time, up to LAST_POLL_S (a long run is asked about every 5 s, a quick one soon).
 FIRST_POLL_S = 0.2
 LAST_POLL_S = 5.0
 
@@ -123,7 +124,7 @@ class Client:
 
     def wait(self, job_id: int, timeout: float | None = None) -> JobDetail:
         """The job once it has finished (succeeded, failed, cancelled or timed out),
-        asking every 0.2 s at first and less often as it runs on (at most every 5 s).
+        asking after 0.2 s at first, each pause half as long again as the last (at most 5 s).
         ``TimeoutError`` if it has not finished within ``timeout`` seconds."""
         from ddpq.core.states import TERMINAL
 
