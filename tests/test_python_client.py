@@ -109,3 +109,19 @@ def test_import_ddpq_stays_light() -> None:
         "sys.modules; assert 'pydantic' not in sys.modules and 'typer' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_with_no_url_it_finds_the_daemons_socket_as_the_cli_does(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import getpass
+
+    monkeypatch.delenv("DDPQ_URL", raising=False)
+    monkeypatch.delenv("DDPQ_TOKEN", raising=False)
+    monkeypatch.setenv("DDPQ_SOCKET", str(daemon.home / "ddpq.sock"))
+    with Client() as q:
+        assert q.url == f"unix:{daemon.home / 'ddpq.sock'}"
+        job = q.submit(["true"], name="py-socket", cwd=tmp_path)
+        assert job.owner == getpass.getuser()  # the socket's caller, not a name sent
+        q.wait(job.id, timeout=60)
+        assert [r.id for r in q.history(name="py-socket")] == [job.id]  # "yours"
