@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 
+from ddpq.client.history import history_table
+from ddpq.client.history_fields import FIELDS
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, free_port, wait_done
+from tests.test_cli_fit import drawn
 
 
 @dataclass(frozen=True)
@@ -166,3 +169,48 @@ def test_an_unreachable_daemon_is_exit_3(tmp_path: Path) -> None:
     d = Daemon(tmp_path, free_port())  # never started
     r = d.cli("history", check=False)
     assert r.returncode == 3 and r.stderr.count("\n") == 1, r.stderr
+
+
+# ---- the table's fit, without a daemon ------------------------------------------------------
+
+EVERY_FIELD = list(FIELDS)
+
+
+def a_row(job_id: int) -> dict[str, Any]:
+    return {
+        "id": job_id,
+        "name": f"resnet18-lr-sweep-{job_id}",
+        "owner": "alice",
+        "state": "failed",
+        "reason": "out of memory: used its 150M, and then some more words to wrap",
+        "sweep_id": None,
+        "submitted_at": "2026-12-01T09:00:00Z",
+        "started_at": "2026-12-01T09:00:05Z",
+        "ended_at": "2026-12-01T10:00:05Z",
+        "elapsed_s": 3600.0,
+        "attempts": 2,
+        "gpus": 2,
+        "gpu_ids": [0, 1],
+        "cores": 8,
+        "mem": 1 << 34,
+        "peak_mem": 3 << 30,
+        "exit_code": None,
+        "exit_signal": 9,
+    }
+
+
+def test_at_80_columns_whole_columns_go_and_no_header_is_cut() -> None:
+    lines = drawn(history_table([a_row(1), a_row(2)], EVERY_FIELD), 80, terminal=True)
+    assert all(len(line) <= 80 for line in lines), lines
+    header = lines[0].split()
+    assert header[:2] == ["ID", "NAME"] and "STATE" in header and "EXIT" in header
+    assert "SUBMITTED" not in header and "…" not in lines[0]
+    assert "SIGKILL" in lines[1] and "resnet18-lr-sweep-1" in lines[1]
+
+
+def test_into_a_pipe_every_column_and_one_line_a_job() -> None:
+    lines = drawn(history_table([a_row(1), a_row(2)], EVERY_FIELD), 80, terminal=False)
+    assert len(lines) == 3
+    assert lines[0].split()[:4] == ["ID", "NAME", "USER", "STATE"]
+    for cell in ("2:0,1", "0,1", "16G", "3G", "1h00m", "SIGKILL", "out of memory"):
+        assert cell in lines[1], (cell, lines[1])

@@ -83,6 +83,8 @@ def _fetch(params: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], bo
         try:
             return newest(c, params, limit)
         except DdpqError as exc:
+            if exc.status == 404:  # the route, not a job: a daemon from before it
+                fail(f"{c.url} has no history (GET /v1/history): a ddpq older than this one")
             if exc.status != 422:
                 raise
             # What the daemon refuses of the query is bad usage too, said as the options.
@@ -105,13 +107,22 @@ def _print(rows: list[dict[str, Any]], names: list[str] | None, output: str) -> 
         for row in rows:
             writer.writerow([_cell(v) for v in hf.values(row, names).values()])
         return
-    from ddpq.client.draw import console, new_table
+    from ddpq.client.draw import console
+
+    console().print(history_table(rows, names))
+
+
+def history_table(rows: list[dict[str, Any]], names: list[str]) -> Any:
+    """The rows as a table of the fields ``names``: on a narrow terminal whole columns go,
+    by ``DROP_ORDER``; into a pipe every one is drawn, one job a line."""
+    from ddpq.client import history_fields as hf
+    from ddpq.client.draw import new_table
     from ddpq.client.format import plain
 
-    table = new_table(*(hf.FIELDS[n][0] for n in names), wrap=("REASON",))
+    table = new_table(*(hf.FIELDS[n][0] for n in names), wrap=("REASON",), drop=hf.DROP_ORDER)
     for row in rows:
         table.add_row(*(plain(cell) for cell in hf.cells(row, names)))
-    console().print(table)
+    return table
 
 
 def _cell(value: Any) -> str:

@@ -18,6 +18,21 @@ from ddpq.client.format import sanitize, text, when
 
 Row = Mapping[str, Any]
 DEFAULT = ("id", "name", "user", "state", "ended", "elapsed", "gpus", "peak_mem", "exit")
+# On a narrow terminal, the columns a table goes without first (ID, NAME, STATE and EXIT
+# stay); into a pipe every column is drawn.
+DROP_ORDER = (
+    "SUBMITTED",
+    "GPU IDS",
+    "ATTEMPTS",
+    "CORES",
+    "MEM",
+    "STARTED",
+    "PEAK MEM",
+    "USER",
+    "GPUS",
+    "ENDED",
+    "ELAPSED",
+)
 
 
 class UnknownField(ValueError):
