@@ -102,4 +102,4 @@ def newest(api: JsonApi, params: dict[str, Any], limit: int) -> tuple[list[Any],
         if after is None or not page["items"]:
             return rows, False
         if limit and len(rows) >= limit:
-            return rows, True
+            return rows[:limit], True  # never more than asked, whatever answered
