@@ -292,3 +292,12 @@ def test_the_index_migration_keeps_the_jobs_both_ways(tmp_path: Path) -> None:
     assert {"ix_jobs_ended", "ix_jobs_owner_ended"} <= indexes()
     command.downgrade(alembic_config(path), "0022t")
     assert not {"ix_jobs_ended", "ix_jobs_owner_ended"} & indexes()
+
+
+def test_with_auth_the_history_needs_a_caller(tmp_path: Path) -> None:
+    with make_client(tmp_path / "authed", auth=True) as c:
+        r = c.get("/v1/history")
+        assert r.status_code == 401, r.text
+        doc = c.get("/openapi.json").json()
+    schema = doc["paths"]["/v1/history"]["get"]["responses"]["200"]["content"]
+    assert schema["application/json"]["schema"] == {"$ref": "#/components/schemas/HistoryPage"}
