@@ -67,6 +67,8 @@ COMMANDS = {
     "gpus": (["gpus"], NO_TABLE),
     "usage": (["usage"], NO_TABLE),
     "cancel": (["cancel", "{job}"], NO_DRAWING),
+    "history": (["history", "--all"], NO_TABLE),
+    "history --output csv": (["history", "--output", "csv"], NO_DRAWING),
 }
 
 

@@ -130,6 +130,7 @@ def test_the_command_line_is_the_one_entry_mounts_in_the_order_help_lists() -> N
         "gpus",
         "watch",
         "usage",
+        "history",
         "shell",
         "attach",
         "login",

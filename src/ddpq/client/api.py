@@ -261,6 +261,14 @@ class JsonApi:
         params: dict[str, str | int] = {"offset": offset, "follow": "true"}
         yield from self._http.stream(f"/v1/jobs/{job_id}/log", params)
 
+    def history(self, query: Mapping[str, Any]) -> Data:
+        """A page of finished jobs, newest end first (``HistoryPage``): ``query`` holds
+        ``GET /v1/history``'s parameters (since, until, user, mine, state, name, limit,
+        after); its ``next`` is the ``after`` of the page that follows."""
+        params = {k: v for k, v in query.items() if v is not None}
+        data: Data = self._json("GET", "/v1/history", params=params)
+        return data
+
 
 def _header_count(r: Response, name: str) -> int | None:
     """A header that holds a count (None if absent)."""

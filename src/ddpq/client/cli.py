@@ -1,7 +1,7 @@
 """The client's commands of the ``ddpq`` command line (Typer + Rich), put together.
 
 Each group of commands has its module: ``submit``; ``jobs`` (ls, show, logs, cancel, hold,
-release, preempt); ``devices`` (gpus, watch); ``usage``; ``sessions`` (shell, attach);
+release, preempt); ``devices`` (gpus, watch); ``usage``; ``history``; ``sessions`` (shell, attach);
 ``account`` (login, whoami, and ``tokens``: `ddpq token ...`); ``reservations``. What they
 share (the app and its global options, the connection, one-line failures, the error
 boundary ``run``) is ``client.common``, which imports none of them. This module only puts
@@ -18,7 +18,16 @@ from __future__ import annotations
 
 import typer
 
-from ddpq.client import account, devices, jobs, reservations, sessions, submit, usage
+from ddpq.client import (
+    account,
+    devices,
+    history,
+    jobs,
+    reservations,
+    sessions,
+    submit,
+    usage,
+)
 from ddpq.client.coercion import QuickCommand
 from ddpq.client.common import app, run
 
@@ -36,6 +45,7 @@ submit.register(app)
 jobs.register(app)  # ls, show, logs, cancel, hold, release, preempt
 devices.register(app)  # gpus, watch
 usage.register(app)
+history.register(app)
 sessions.register(app)  # shell, attach
 account.register(app)  # login, whoami, token
 app.command("version", cls=QuickCommand)(version)

@@ -46,6 +46,7 @@ from ddpq.schemas.common import (
     Text,
     derive_name,
 )
+from ddpq.schemas.history import HistoryPage, HistoryRow
 from ddpq.schemas.jobs import (
     AttemptOut,
     CancelResult,
@@ -98,6 +99,8 @@ __all__ = [
     "ErrorOut",
     "EventOut",
     "HiddenOut",
+    "HistoryPage",
+    "HistoryRow",
     "HostJob",
     "HostOut",
     "JobDetail",

@@ -21,6 +21,7 @@ from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
 from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.routes import (
     devices,
+    history,
     jobs,
     logs,
     meta,
@@ -46,6 +47,7 @@ ROUTERS = (
     usage.router,
     reservations.router,
     tokens.router,
+    history.router,
 )
 
 

@@ -118,6 +118,9 @@ class Job(Base):
         # ``store.queue``).
         Index("ix_jobs_state_owner_sweep", "state", "owner", "sweep_id"),
         Index("ix_jobs_sweep_state", "sweep_id", "state"),
+        # ``ddpq history`` walks these newest first (migration 0023h, ``store.history``).
+        Index("ix_jobs_ended", "ended_at"),
+        Index("ix_jobs_owner_ended", "owner", "ended_at"),
         # Ids only grow, never reused (migration 0021j, ``store.ids``).
         {"sqlite_autoincrement": True},
     )
