@@ -14,7 +14,8 @@ Same inputs, same answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import ParamSpec
 
 from ddpq.core.limits import NO_LIMITS, Limits, Reservation
 from ddpq.core.policy import Order, Policy
@@ -35,6 +36,8 @@ from ddpq.core.scheduler.placement import choose
 from ddpq.core.scheduler.state import Pass
 from ddpq.core.sharing import NO_MEMORY, GpuMemory
 from ddpq.core.topology import NO_HARDWARE, Hardware
+
+P = ParamSpec("P")
 
 
 def first_stop(job: QueuedJob, p: Pass, gates: Sequence[Gate] = GATES) -> tuple[str, str] | None:
@@ -103,35 +106,14 @@ def plan_explained(
     return decide(queued, world, order or Order(Policy.FAIRSHARE, usage))
 
 
-def plan(
-    queued: Sequence[QueuedJob],
-    usable_gpus: Sequence[int],
-    running: Sequence[RunningJob],
-    free_ports: Sequence[int],
-    usage: Mapping[str, float],
-    now: float,
-    port_budget: PortBudget = NO_PORT_LIMIT,
-    order: Order | None = None,
-    sweep_caps: SweepCaps = NO_SWEEP_CAPS,
-    *,
-    memory: GpuMemory = NO_MEMORY,
-    limits: Limits = NO_LIMITS,
-    reservations: Sequence[Reservation] = (),
-    hardware: Hardware = NO_HARDWARE,
-) -> list[Placement]:
-    """Decide what starts now (``plan_explained``'s placements)."""
-    return plan_explained(
-        queued,
-        usable_gpus,
-        running,
-        free_ports,
-        usage,
-        now,
-        port_budget,
-        order,
-        sweep_caps,
-        memory=memory,
-        limits=limits,
-        reservations=reservations,
-        hardware=hardware,
-    ).placements
+def _placements_of(decided: Callable[P, Plan]) -> Callable[P, list[Placement]]:
+    """``decided`` with only its placements returned: one signature to keep, not two."""
+
+    def placements(*args: P.args, **kwargs: P.kwargs) -> list[Placement]:
+        return decided(*args, **kwargs).placements
+
+    return placements
+
+
+# What starts now: ``plan_explained``'s placements, for callers that need no reasons.
+plan = _placements_of(plan_explained)
