@@ -120,8 +120,52 @@ def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
     return list(session.scalars(query.where(Job.state.in_(list(states))).order_by(Job.id)))
 
 
+# What the planner reads of a queued job.
+_PLANNED = (
+    Job.id,
+    Job.owner,
+    Job.gpus,
+    Job.priority,
+    Job.submitted_at,
+    Job.time_limit_s,
+    Job.not_before,
+    Job.launcher,
+    Job.reason,
+    Job.sweep_id,
+    Job.gpu_mem_bytes,
+    Job.gpu_share,
+    Job.oom_requeues,
+    Job.gpu_link,
+    Job.gpu_type,
+    Job.cpus,
+    Job.ram_bytes,
+    Job.gpu_mem_auto,
+)
+# Everything the gates and placers read of a job that has never run, but its id and
+# submission time: two such jobs alike in all of these are ranked by (submitted_at, id)
+# by fifo, fairshare and las, and a pass that cannot start the earlier cannot start the
+# later (a pass only takes resources). ``mem_key``: what an ``auto`` job learns from.
+_SHAPE = (
+    Job.owner,
+    Job.priority,
+    Job.gpus,
+    Job.launcher,
+    Job.sweep_id,
+    Job.gpu_mem_bytes,
+    Job.gpu_share,
+    Job.gpu_mem_auto,
+    Job.mem_key,
+    Job.gpu_link,
+    Job.gpu_type,
+    Job.cpus,
+    Job.ram_bytes,
+    Job.time_limit_s,
+    Job.attempt > 0,
+)
+
+
 def queued_for_planning(
-    session: Session, host: HostDefaults = NO_DEFAULTS
+    session: Session, host: HostDefaults = NO_DEFAULTS, window: int | None = None
 ) -> list[tuple[QueuedJob, str]]:
     """The queue as the planner's plain records, with each job's current reason (a job
     whose reservation is ``auto`` is whole-GPU here: ``auto_memory_jobs``), its cores and
@@ -130,29 +174,20 @@ def queued_for_planning(
     Columns only, no ORM objects: read on every scheduling pass, so it stays cheap when
     hundreds of jobs wait. A job requeued after running out of memory sharing asks for
     whole GPUs from then on.
+
+    ``window``: of the jobs that never ran, only the first ``window`` of each shape
+    (``_SHAPE``, by submission); every job that ran before (a retry, a requeue: its own
+    back-off and attained service) is read. A flood of 10,000 alike jobs is then read as
+    ``window`` rows, ranked by SQLite without the interpreter lock.
     """
-    rows = session.execute(
-        select(
-            Job.id,
-            Job.owner,
-            Job.gpus,
-            Job.priority,
-            Job.submitted_at,
-            Job.time_limit_s,
-            Job.not_before,
-            Job.launcher,
-            Job.reason,
-            Job.sweep_id,
-            Job.gpu_mem_bytes,
-            Job.gpu_share,
-            Job.oom_requeues,
-            Job.gpu_link,
-            Job.gpu_type,
-            Job.cpus,
-            Job.ram_bytes,
-            Job.gpu_mem_auto,
-        ).where(Job.state == JobState.QUEUED)
-    )
+    queued = Job.state == JobState.QUEUED
+    if window is None:
+        query = select(*_PLANNED).where(queued)
+    else:
+        rank = func.row_number().over(partition_by=_SHAPE, order_by=(Job.submitted_at, Job.id))
+        inner = select(*_PLANNED, Job.attempt, rank.label("rank")).where(queued).subquery()
+        kept = (inner.c.rank <= window) | (inner.c.attempt > 0)
+        query = select(*(inner.c[c.key] for c in _PLANNED)).where(kept)
     return [
         (
             QueuedJob(
@@ -168,8 +203,15 @@ def queued_for_planning(
             ),
             row.reason,
         )
-        for row in rows
+        for row in session.execute(query)
     ]
+
+
+def say_unplanned(session: Session, why: str) -> None:
+    """Give ``why`` to the queued jobs no pass has given a reason yet: those beyond the
+    planning window (``queued_for_planning``), after the pass wrote every other's."""
+    unplanned = (_jobs.c.state == JobState.QUEUED) & (_jobs.c.reason == "")
+    session.connection().execute(update(_jobs).where(unplanned).values(reason=why))
 
 
 def _shares(row: Any) -> bool:
