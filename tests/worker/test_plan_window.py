@@ -118,3 +118,13 @@ def test_the_window_is_on_by_default_only_where_alike_jobs_rank_by_submission(
             assert r.worker.scheduler.window == window
         finally:
             r.close()
+
+
+def test_every_column_the_planner_reads_is_part_of_a_jobs_shape() -> None:
+    """A column the planner reads that two alike jobs may differ in would let a job past
+    the window start where the first of its shape cannot: it belongs in the shape (and in
+    the index ``ix_jobs_plan_shape``, by a migration)."""
+    own = {"id", "submitted_at", "reason", "not_before", "oom_requeues"}  # per job
+    shape = {column.key for column in job_store._SHAPE}
+    assert {column.key for column in job_store._PLANNED} - own <= shape
+    assert "attempt" in shape  # not_before, oom_requeues: only a job that ran has them

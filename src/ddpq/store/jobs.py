@@ -24,6 +24,7 @@ from ddpq.store.dependencies import (
     sweep_standings,
 )
 from ddpq.store.models import (
+    PLAN_SHAPE_INDEX,
     Attempt,
     Job,
     JobDependency,
@@ -141,27 +142,14 @@ _PLANNED = (
     Job.ram_bytes,
     Job.gpu_mem_auto,
 )
-# Everything the gates and placers read of a job that has never run, but its id and
-# submission time: two such jobs alike in all of these are ranked by (submitted_at, id)
-# by fifo, fairshare and las, and a pass that cannot start the earlier cannot start the
-# later (a pass only takes resources). ``mem_key``: what an ``auto`` job learns from.
-_SHAPE = (
-    Job.owner,
-    Job.priority,
-    Job.gpus,
-    Job.launcher,
-    Job.sweep_id,
-    Job.gpu_mem_bytes,
-    Job.gpu_share,
-    Job.gpu_mem_auto,
-    Job.mem_key,
-    Job.gpu_link,
-    Job.gpu_type,
-    Job.cpus,
-    Job.ram_bytes,
-    Job.time_limit_s,
-    Job.attempt > 0,
-)
+# Everything the gates and placers read of a job but its id and submission time (and
+# ``attempt``: a job that ran before has its own back-off and attained service): two jobs
+# alike in all of these that never ran are ranked by (submitted_at, id) by fifo,
+# fairshare and las, and a pass that cannot start the earlier cannot start the later (a
+# pass only takes resources). ``mem_key``: what an ``auto`` job learns from. In the order
+# of the index ``ix_jobs_plan_shape``, which serves the window without a sort.
+_SHAPE = tuple(getattr(Job, name) for name in PLAN_SHAPE_INDEX[1:-2])
+_RANKED_BY = (Job.submitted_at, Job.id)
 
 
 def queued_for_planning(
@@ -184,10 +172,11 @@ def queued_for_planning(
     if window is None:
         query = select(*_PLANNED).where(queued)
     else:
-        rank = func.row_number().over(partition_by=_SHAPE, order_by=(Job.submitted_at, Job.id))
-        inner = select(*_PLANNED, Job.attempt, rank.label("rank")).where(queued).subquery()
-        kept = (inner.c.rank <= window) | (inner.c.attempt > 0)
-        query = select(*(inner.c[c.key] for c in _PLANNED)).where(kept)
+        # Ids and ranks from the index alone; the rows of those kept only.
+        rank = func.row_number().over(partition_by=_SHAPE, order_by=_RANKED_BY)
+        ranked = select(Job.id, Job.attempt, rank.label("rank")).where(queued).subquery()
+        kept = (ranked.c.rank <= window) | (ranked.c.attempt > 0)
+        query = select(*_PLANNED).join(ranked, ranked.c.id == Job.id).where(kept)
     return [
         (
             QueuedJob(

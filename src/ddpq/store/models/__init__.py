@@ -7,6 +7,7 @@
 from ddpq.store.models.base import Base, state_type
 from ddpq.store.models.job import (
     KEPT_ELSEWHERE,
+    PLAN_SHAPE_INDEX,
     SPEC_COLUMNS,
     Job,
     columns_of,
@@ -35,6 +36,7 @@ from ddpq.store.models.tables import (
 __all__ = [
     "KEPT_ELSEWHERE",
     "LEASE_CHECK",
+    "PLAN_SHAPE_INDEX",
     "SPEC_COLUMNS",
     "Attempt",
     "Base",

@@ -13,6 +13,29 @@ from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.store.models.base import Base, state_type
 
+# The queued jobs' shapes in the order the planning window ranks them (``_SHAPE`` in
+# ``store.jobs``, which must list the same columns in the same order), then submission.
+PLAN_SHAPE_INDEX = (
+    "state",
+    "owner",
+    "priority",
+    "gpus",
+    "launcher",
+    "sweep_id",
+    "gpu_mem_bytes",
+    "gpu_share",
+    "gpu_mem_auto",
+    "mem_key",
+    "gpu_link",
+    "gpu_type",
+    "cpus",
+    "ram_bytes",
+    "time_limit_s",
+    "attempt",
+    "submitted_at",
+    "id",
+)
+
 
 class Job(Base):
     __tablename__ = "jobs"
@@ -118,6 +141,9 @@ class Job(Base):
         # ``store.queue``).
         Index("ix_jobs_state_owner_sweep", "state", "owner", "sweep_id"),
         Index("ix_jobs_sweep_state", "sweep_id", "state"),
+        # The scheduling pass's window over the queue, walked without reading a row or
+        # sorting (migration 0022w, ``store.jobs.queued_for_planning``).
+        Index("ix_jobs_plan_shape", *PLAN_SHAPE_INDEX),
         # Ids only grow, never reused (migration 0021j, ``store.ids``).
         {"sqlite_autoincrement": True},
     )

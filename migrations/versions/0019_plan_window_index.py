@@ -1,0 +1,51 @@
+"""plan window index: the scheduling pass reads the head of each shape of queued job
+
+The worker's pass reads, of the queued jobs that never ran, the first 256 of each shape
+(every column the planner reads, ``store.jobs.queued_for_planning``). Ranked by a window
+function over this index, in its order, SQLite walks index entries only: no sort, and
+the rows of a 10,000-job flood are never read, only those of its first 256.
+
+Revision ID: 0022w
+Revises: 0022t
+Create Date: 2026-12-02 15:30:00
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0022w"
+down_revision = "0022t"
+branch_labels = None
+depends_on = None
+
+# As in store.models.job.PLAN_SHAPE_INDEX on the day this was written (a migration never
+# follows the model later on).
+COLUMNS = [
+    "state",
+    "owner",
+    "priority",
+    "gpus",
+    "launcher",
+    "sweep_id",
+    "gpu_mem_bytes",
+    "gpu_share",
+    "gpu_mem_auto",
+    "mem_key",
+    "gpu_link",
+    "gpu_type",
+    "cpus",
+    "ram_bytes",
+    "time_limit_s",
+    "attempt",
+    "submitted_at",
+    "id",
+]
+
+
+def upgrade() -> None:
+    op.create_index("ix_jobs_plan_shape", "jobs", COLUMNS)
+
+
+def downgrade() -> None:
+    op.drop_index("ix_jobs_plan_shape", table_name="jobs")
