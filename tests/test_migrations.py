@@ -506,8 +506,10 @@ def test_plan_window_index_upgrade_and_downgrade(tmp_path: Path) -> None:
             "ix_jobs_plan_shape WHERE state = 'queued'"
         ).fetchall()
         assert plan and conn.execute("SELECT id FROM jobs").fetchall() == [(queued,)]
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
+        assert {"ix_jobs_plan_shape", "ix_jobs_unplanned"} <= indexes
     command.downgrade(alembic_config(path), "0022t")
     with sqlite3.connect(path) as conn:
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
-        assert "ix_jobs_plan_shape" not in indexes
+        assert not {"ix_jobs_plan_shape", "ix_jobs_unplanned"} & indexes
         assert conn.execute("SELECT id FROM jobs").fetchall() == [(queued,)]

@@ -12,6 +12,7 @@ Create Date: 2026-12-02 15:30:00
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0022w"
@@ -45,7 +46,12 @@ COLUMNS = [
 
 def upgrade() -> None:
     op.create_index("ix_jobs_plan_shape", "jobs", COLUMNS)
+    # The queued jobs no pass has given a reason yet: those past the window are told why
+    # they wait through this, without a walk over the queue.
+    where = sa.text("state = 'queued' AND reason = ''")
+    op.create_index("ix_jobs_unplanned", "jobs", ["id"], sqlite_where=where)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_unplanned", table_name="jobs")
     op.drop_index("ix_jobs_plan_shape", table_name="jobs")

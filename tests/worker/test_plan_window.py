@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from ddpq.core.policy import Policy
 from ddpq.core.spec import JobSpec
@@ -128,3 +130,19 @@ def test_every_column_the_planner_reads_is_part_of_a_jobs_shape() -> None:
     shape = {column.key for column in job_store._SHAPE}
     assert {column.key for column in job_store._PLANNED} - own <= shape
     assert "attempt" in shape  # not_before, oom_requeues: only a job that ran has them
+
+
+def test_the_jobs_past_the_window_are_found_by_their_own_index(rig: Rig) -> None:
+    """Telling them why they wait walks the index of jobs not told yet, not the queue."""
+    plans: list[str] = []
+
+    def explain(conn: Any, cursor: Any, sql: str, params: Any, *args: Any) -> None:
+        if sql.startswith("UPDATE jobs INDEXED BY"):
+            plans.extend(str(row) for row in cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+
+    ids = [rig.submit(gpus=1) for _ in range(6)]
+    event.listen(rig.worker.db.write_engine, "before_cursor_execute", explain)
+    rig.step()
+    event.remove(rig.worker.db.write_engine, "before_cursor_execute", explain)
+    assert any("ix_jobs_unplanned" in plan for plan in plans)
+    assert rig.job(ids[5]).reason == BEHIND_ALIKE

@@ -36,6 +36,9 @@ PLAN_SHAPE_INDEX = (
     "id",
 )
 
+# Literal, not bound: SQLite uses a partial index only for a WHERE that names its values.
+UNPLANNED = "state = 'queued' AND reason = ''"
+
 
 class Job(Base):
     __tablename__ = "jobs"
@@ -144,6 +147,8 @@ class Job(Base):
         # The scheduling pass's window over the queue, walked without reading a row or
         # sorting (migration 0022w, ``store.jobs.queued_for_planning``).
         Index("ix_jobs_plan_shape", *PLAN_SHAPE_INDEX),
+        # Queued jobs no pass has given a reason yet (``store.jobs.say_unplanned``).
+        Index("ix_jobs_unplanned", "id", sqlite_where=text(UNPLANNED)),
         # Ids only grow, never reused (migration 0021j, ``store.ids``).
         {"sqlite_autoincrement": True},
     )
