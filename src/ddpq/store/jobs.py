@@ -212,12 +212,15 @@ def _shares(row: Any) -> bool:
     return not row.oom_requeues and (row.gpu_mem_bytes is not None or bool(row.gpu_mem_auto))
 
 
-def auto_memory_jobs(session: Session) -> list[int]:
+def auto_memory_jobs(session: Session, among: Iterable[int] | None = None) -> list[int]:
     """Queued jobs whose reservation is learned (``--gpu-mem auto``), and not requeued on
-    whole GPUs after running out of memory."""
+    whole GPUs after running out of memory; ``among``: of these ids only (the pass's
+    window: looked up by id, not by a walk over the queue)."""
     query = select(Job.id).where(
         Job.state == JobState.QUEUED, Job.gpu_mem_auto.is_(True), Job.oom_requeues == 0
     )
+    if among is not None:
+        query = query.where(Job.id.in_(list(among)))
     return list(session.scalars(query))
 
 

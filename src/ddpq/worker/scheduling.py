@@ -50,6 +50,7 @@ PLAN_WINDOW = 256
 # Policies that rank two alike jobs by submission alone, and so may plan a window.
 WINDOWED = frozenset({Policy.FIFO, Policy.FAIRSHARE, Policy.LAS})
 BEHIND_ALIKE = "waiting behind earlier queued jobs like it"
+AUTO_BY_ID = 2000  # the most queued ids asked about by id (learned)
 
 
 @dataclass(frozen=True)
@@ -301,8 +302,12 @@ def learned(
     """The queue with each ``auto`` job's reservation learned from what earlier runs of it
     were measured to use (``core.sharing.auto_reservation``); one without such a run asks
     for its GPUs whole, and its peak is learned."""
-    planned = {c.id for c in candidates}
-    auto = [job_id for job_id in job_store.auto_memory_jobs(s) if job_id in planned]
+    ids = [c.id for c in candidates]
+    # By id for a window's worth; the whole queue (no window) by a walk, not an IN list of
+    # tens of thousands of parameters (older SQLite builds take 999).
+    among = ids if len(ids) <= AUTO_BY_ID else None
+    planned = set(ids)
+    auto = [i for i in job_store.auto_memory_jobs(s, among) if i in planned]
     if not auto:
         return list(candidates)
     measured = memory_store.measured_for(s, auto)
