@@ -492,3 +492,24 @@ def test_cpu_and_ram_upgrade_keeps_jobs_and_leases_and_downgrade_refuses_live_co
         }
         assert "tr_leases_only_released" in triggers
     migrate(path)  # and up again
+
+
+def test_plan_window_index_upgrade_and_downgrade(tmp_path: Path) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0023h")
+    with sqlite3.connect(path) as conn:
+        queued = _insert_job(conn, "queued")
+    _at(path, "0023w")
+    with sqlite3.connect(path) as conn:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT count(*) FROM jobs INDEXED BY "
+            "ix_jobs_plan_shape WHERE state = 'queued'"
+        ).fetchall()
+        assert plan and conn.execute("SELECT id FROM jobs").fetchall() == [(queued,)]
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
+        assert {"ix_jobs_plan_shape", "ix_jobs_unplanned"} <= indexes
+    command.downgrade(alembic_config(path), "0023h")
+    with sqlite3.connect(path) as conn:
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
+        assert not {"ix_jobs_plan_shape", "ix_jobs_unplanned"} & indexes
+        assert conn.execute("SELECT id FROM jobs").fetchall() == [(queued,)]

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, text, update
 from sqlalchemy.orm import Session, defer
 
 from ddpq.core.hostres import NO_DEFAULTS, HostDefaults, cores_wanted, ram_wanted
@@ -24,6 +24,8 @@ from ddpq.store.dependencies import (
     sweep_standings,
 )
 from ddpq.store.models import (
+    PLAN_SHAPE_INDEX,
+    UNPLANNED,
     Attempt,
     Job,
     JobDependency,
@@ -120,8 +122,39 @@ def jobs_in(session: Session, states: Iterable[JobState]) -> list[Job]:
     return list(session.scalars(query.where(Job.state.in_(list(states))).order_by(Job.id)))
 
 
+# What the planner reads of a queued job.
+_PLANNED = (
+    Job.id,
+    Job.owner,
+    Job.gpus,
+    Job.priority,
+    Job.submitted_at,
+    Job.time_limit_s,
+    Job.not_before,
+    Job.launcher,
+    Job.reason,
+    Job.sweep_id,
+    Job.gpu_mem_bytes,
+    Job.gpu_share,
+    Job.oom_requeues,
+    Job.gpu_link,
+    Job.gpu_type,
+    Job.cpus,
+    Job.ram_bytes,
+    Job.gpu_mem_auto,
+)
+# Everything the gates and placers read of a job but its id and submission time (and
+# ``attempt``: a job that ran before has its own back-off and attained service): two jobs
+# alike in all of these that never ran are ranked by (submitted_at, id) by fifo,
+# fairshare and las, and a pass that cannot start the earlier cannot start the later (a
+# pass only takes resources). ``mem_key``: what an ``auto`` job learns from. In the order
+# of the index ``ix_jobs_plan_shape``, which serves the window without a sort.
+_SHAPE = tuple(getattr(Job, name) for name in PLAN_SHAPE_INDEX[1:-2])
+_RANKED_BY = (Job.submitted_at, Job.id)
+
+
 def queued_for_planning(
-    session: Session, host: HostDefaults = NO_DEFAULTS
+    session: Session, host: HostDefaults = NO_DEFAULTS, window: int | None = None
 ) -> list[tuple[QueuedJob, str]]:
     """The queue as the planner's plain records, with each job's current reason (a job
     whose reservation is ``auto`` is whole-GPU here: ``auto_memory_jobs``), its cores and
@@ -130,29 +163,21 @@ def queued_for_planning(
     Columns only, no ORM objects: read on every scheduling pass, so it stays cheap when
     hundreds of jobs wait. A job requeued after running out of memory sharing asks for
     whole GPUs from then on.
+
+    ``window``: of the jobs that never ran, only the first ``window`` of each shape
+    (``_SHAPE``, by submission); every job that ran before (a retry, a requeue: its own
+    back-off and attained service) is read. A flood of 10,000 alike jobs is then read as
+    ``window`` rows, ranked by SQLite without the interpreter lock.
     """
-    rows = session.execute(
-        select(
-            Job.id,
-            Job.owner,
-            Job.gpus,
-            Job.priority,
-            Job.submitted_at,
-            Job.time_limit_s,
-            Job.not_before,
-            Job.launcher,
-            Job.reason,
-            Job.sweep_id,
-            Job.gpu_mem_bytes,
-            Job.gpu_share,
-            Job.oom_requeues,
-            Job.gpu_link,
-            Job.gpu_type,
-            Job.cpus,
-            Job.ram_bytes,
-            Job.gpu_mem_auto,
-        ).where(Job.state == JobState.QUEUED)
-    )
+    queued = Job.state == JobState.QUEUED
+    if window is None:
+        query = select(*_PLANNED).where(queued)
+    else:
+        # Ids and ranks from the index alone; the rows of those kept only.
+        rank = func.row_number().over(partition_by=_SHAPE, order_by=_RANKED_BY)
+        ranked = select(Job.id, Job.attempt, rank.label("rank")).where(queued).subquery()
+        kept = (ranked.c.rank <= window) | (ranked.c.attempt > 0)
+        query = select(*_PLANNED).join(ranked, ranked.c.id == Job.id).where(kept)
     return [
         (
             QueuedJob(
@@ -168,8 +193,17 @@ def queued_for_planning(
             ),
             row.reason,
         )
-        for row in rows
+        for row in session.execute(query)
     ]
+
+
+def say_unplanned(session: Session, why: str) -> None:
+    """Give ``why`` to the queued jobs no pass has given a reason yet: those beyond the
+    planning window (``queued_for_planning``), after the pass wrote every other's. Over
+    the partial index ``ix_jobs_unplanned``: only those rows, never the whole queue."""
+    # Named: without statistics SQLite would rather walk ``ix_jobs_state``, the queue.
+    sql = f"UPDATE jobs INDEXED BY ix_jobs_unplanned SET reason = :why WHERE {UNPLANNED}"
+    session.connection().execute(text(sql), {"why": why})
 
 
 def _shares(row: Any) -> bool:
@@ -178,12 +212,15 @@ def _shares(row: Any) -> bool:
     return not row.oom_requeues and (row.gpu_mem_bytes is not None or bool(row.gpu_mem_auto))
 
 
-def auto_memory_jobs(session: Session) -> list[int]:
+def auto_memory_jobs(session: Session, among: Iterable[int] | None = None) -> list[int]:
     """Queued jobs whose reservation is learned (``--gpu-mem auto``), and not requeued on
-    whole GPUs after running out of memory."""
+    whole GPUs after running out of memory; ``among``: of these ids only (the pass's
+    window: looked up by id, not by a walk over the queue)."""
     query = select(Job.id).where(
         Job.state == JobState.QUEUED, Job.gpu_mem_auto.is_(True), Job.oom_requeues == 0
     )
+    if among is not None:
+        query = query.where(Job.id.in_(list(among)))
     return list(session.scalars(query))
 
 

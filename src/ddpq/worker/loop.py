@@ -104,6 +104,8 @@ class Worker:
         self._progress_at = float("-inf")
         self._waits: dict[int, str] = {}  # started jobs waiting in a cluster, as written
         self._woke_at = clock()
+        # A pass started a whole planning window of one shape: more may start at once.
+        self._pass_again = False
         self._failing: dict[str, str] = {}  # phase -> the failure last logged for it
         # Stops sent whose sending could not be recorded yet (a full disk): not sent again.
         self._unrecorded_stops: dict[int, StopRequest] = {}
@@ -145,7 +147,7 @@ class Worker:
     def _wait(self) -> None:
         fds = [self._sock.fileno()] if self._sock is not None else []
         fds += self.executor.wait_fds()  # one per running job: no ceiling (wake.wait_readable)
-        ready = wake.wait_readable(fds, self.settings.poll_s)
+        ready = wake.wait_readable(fds, 0.0 if self._pass_again else self.settings.poll_s)
         self._woke_at = self.clock()
         if self._sock is not None and self._sock.fileno() in ready:
             wake.drain(self._sock)
@@ -309,6 +311,8 @@ class Worker:
             )
             mapped = user_store.unix_accounts(s, {job.spec.owner for job in leased})
         self._exits.clear()  # committed
+        window = self.scheduler.window
+        self._pass_again = window is not None and len(leased) >= window
         if not leased:
             return
         started: list[tuple[int, str]] = []

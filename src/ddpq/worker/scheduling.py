@@ -41,6 +41,16 @@ log = logging.getLogger("ddpq.worker")
 # Fair share needs no millisecond precision, and its query reads a week of attempts,
 # which under a stream of short jobs would dominate each pass.
 USAGE_TTL_S = 5.0
+# Of each shape of job that never ran, the most one pass reads (``queued_for_planning``):
+# a pass over a flood of 10,000 alike jobs reads this many, not 10,000, and the rest,
+# which a pass that cannot start the first cannot start either, wait behind them. Above
+# what one pass could start of one shape on a large host (the worker passes again at
+# once when a pass started this many).
+PLAN_WINDOW = 256
+# Policies that rank two alike jobs by submission alone, and so may plan a window.
+WINDOWED = frozenset({Policy.FIFO, Policy.FAIRSHARE, Policy.LAS})
+BEHIND_ALIKE = "waiting behind earlier queued jobs like it"
+AUTO_BY_ID = 2000  # the most queued ids asked about by id (learned)
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,7 @@ class Scheduler:
         self.ports = ports or PortGate()
         self.last_port: int | None = None
         self.usage = RecentUsage(settings)
+        self.window = PLAN_WINDOW if settings.policy in WINDOWED else None
 
     def lease_next(
         self,
@@ -142,7 +153,8 @@ class Scheduler:
         ``starting``, in the caller's transaction. ``measured``: the GPUs' memory as last
         sampled (None: GPUs of 16 GiB with nothing on them, as ``--fake-gpus``)."""
         cfg = self.settings
-        waiting = job_store.queued_for_planning(s, self.host.defaults)
+        window = self.window
+        waiting = job_store.queued_for_planning(s, self.host.defaults, window)
         if not waiting:
             return []
         candidates = learned(s, cfg, [job for job, _ in waiting])
@@ -177,7 +189,10 @@ class Scheduler:
         for p in placements:
             if p.port is not None:
                 self.last_port = p.port  # the next pass starts its rotation after it
-        return lease(s, cfg, placements, candidates, woke_at, now, self.host)
+        leased = lease(s, cfg, placements, candidates, woke_at, now, self.host)
+        if window is not None and len(waiting) >= window:  # some may be past the window
+            job_store.say_unplanned(s, BEHIND_ALIKE)
+        return leased
 
 
 def read_world(
@@ -287,7 +302,12 @@ def learned(
     """The queue with each ``auto`` job's reservation learned from what earlier runs of it
     were measured to use (``core.sharing.auto_reservation``); one without such a run asks
     for its GPUs whole, and its peak is learned."""
-    auto = job_store.auto_memory_jobs(s)
+    ids = [c.id for c in candidates]
+    # By id for a window's worth; the whole queue (no window) by a walk, not an IN list of
+    # tens of thousands of parameters (older SQLite builds take 999).
+    among = ids if len(ids) <= AUTO_BY_ID else None
+    planned = set(ids)
+    auto = [i for i in job_store.auto_memory_jobs(s, among) if i in planned]
     if not auto:
         return list(candidates)
     measured = memory_store.measured_for(s, auto)

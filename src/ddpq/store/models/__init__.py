@@ -7,7 +7,9 @@
 from ddpq.store.models.base import Base, state_type
 from ddpq.store.models.job import (
     KEPT_ELSEWHERE,
+    PLAN_SHAPE_INDEX,
     SPEC_COLUMNS,
+    UNPLANNED,
     Job,
     columns_of,
     new_row,
@@ -35,7 +37,9 @@ from ddpq.store.models.tables import (
 __all__ = [
     "KEPT_ELSEWHERE",
     "LEASE_CHECK",
+    "PLAN_SHAPE_INDEX",
     "SPEC_COLUMNS",
+    "UNPLANNED",
     "Attempt",
     "Base",
     "DeviceSnapshot",

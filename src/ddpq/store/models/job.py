@@ -13,6 +13,32 @@ from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.store.models.base import Base, state_type
 
+# The queued jobs' shapes in the order the planning window ranks them (``_SHAPE`` in
+# ``store.jobs``, which must list the same columns in the same order), then submission.
+PLAN_SHAPE_INDEX = (
+    "state",
+    "owner",
+    "priority",
+    "gpus",
+    "launcher",
+    "sweep_id",
+    "gpu_mem_bytes",
+    "gpu_share",
+    "gpu_mem_auto",
+    "mem_key",
+    "gpu_link",
+    "gpu_type",
+    "cpus",
+    "ram_bytes",
+    "time_limit_s",
+    "attempt",
+    "submitted_at",
+    "id",
+)
+
+# Literal, not bound: SQLite uses a partial index only for a WHERE that names its values.
+UNPLANNED = "state = 'queued' AND reason = ''"
+
 
 class Job(Base):
     __tablename__ = "jobs"
@@ -121,6 +147,11 @@ class Job(Base):
         # ``ddpq history`` walks these newest first (migration 0023h, ``store.history``).
         Index("ix_jobs_ended", "ended_at"),
         Index("ix_jobs_owner_ended", "owner", "ended_at"),
+        # The scheduling pass's window over the queue, walked without reading a row or
+        # sorting (migration 0023w, ``store.jobs.queued_for_planning``).
+        Index("ix_jobs_plan_shape", *PLAN_SHAPE_INDEX),
+        # Queued jobs no pass has given a reason yet (``store.jobs.say_unplanned``).
+        Index("ix_jobs_unplanned", "id", sqlite_where=text(UNPLANNED)),
         # Ids only grow, never reused (migration 0021j, ``store.ids``).
         {"sqlite_autoincrement": True},
     )
