@@ -50,9 +50,11 @@ class ShimSession:
         served = self.dir.tty_socket.exists
         wait_for(lambda: served() or self.proc.poll() is not None, 30, "the session's socket")
 
-    def client(self) -> Client:
-        # The socket's name is there from its bind, a moment before it listens (then a
-        # connection is refused): as `ddpq attach` does, try again while it may be coming.
+    def connect(self) -> socket.socket:
+        """A connection to the session's socket. The socket's name is there from its bind, a
+        moment before it listens (then a connection is refused): as `ddpq attach` does, try
+        again while it may be coming."""
+
         def connected() -> socket.socket | None:
             try:
                 return relay.connect(str(self.dir.tty_socket))
@@ -61,7 +63,10 @@ class ShimSession:
                     raise
                 return None
 
-        return Client(wait_for(connected, 30, "the session's socket to listen"))
+        return wait_for(connected, 30, "the session's socket to listen")
+
+    def client(self) -> Client:
+        return Client(self.connect())
 
     def wait(self, timeout: float = 30) -> dict[str, object]:
         assert self.proc.wait(timeout) == 0, self.proc.stderr.read() if self.proc.stderr else ""

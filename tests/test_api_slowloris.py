@@ -43,7 +43,9 @@ def closed_by_server(s: socket.socket) -> bool:
 
 
 def healthy(daemon: Daemon) -> bool:
-    return httpx.get(daemon.url + "/healthz", timeout=5).status_code == 200
+    # Answered at all is the point (how fast is bench/'s): a loaded CI box may take a few
+    # seconds to work through hundreds of stalled connections first.
+    return httpx.get(daemon.url + "/healthz", timeout=30).status_code == 200
 
 
 @pytest.fixture

@@ -234,7 +234,7 @@ def test_the_detach_key_leaves_the_session_running(
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     os.write(w_in, b"echo before-$((8*8))\r")
-    sock = relay.connect(str(s.dir.tty_socket))
+    sock = s.connect()
     # The key is typed once the command's output has come through the relay: a helper
     # process reads what the relay writes, and types the key when it sees the output.
     pid = os.fork()
@@ -267,7 +267,7 @@ def test_the_relay_ends_with_the_sessions_exit_status(
     _r_out, w_out = os.pipe()  # what it writes there is not read: it is little
     os.write(w_in, b"exit 4\r")
     os.close(w_in)  # input ends; the relay goes on until the session does
-    outcome = relay.relay(relay.connect(str(s.dir.tty_socket)), r_in, w_out, None)
+    outcome = relay.relay(s.connect(), r_in, w_out, None)
     assert outcome == relay.Outcome(False, 4, None)
     s.wait()
 
