@@ -43,6 +43,9 @@ def test_resnet18_under_ddpq_reports_progress(daemon: Daemon) -> None:
     assert bad.stderr.startswith("ddpq: resnet18: argument --epochs"), bad.stderr
 
 
+# Three trainings in a row, each waited on with its own deadline: the session-wide
+# pytest-timeout (300 s) would cut them short on a loaded 2-core box.
+@pytest.mark.timeout(900)
 def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
     make_daemon: Callable[..., Daemon],
 ) -> None:
@@ -76,6 +79,9 @@ def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
     assert epochs.count(1) == 1 and epochs[-1] == 6
 
 
+# Three trainings in a row, each waited on with its own deadline: the session-wide
+# pytest-timeout (300 s) would cut them short on a loaded 2-core box.
+@pytest.mark.timeout(900)
 def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
     make_daemon: Callable[..., Daemon],
 ) -> None:
