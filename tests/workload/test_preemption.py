@@ -52,6 +52,9 @@ def results(recs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [tuple(r[k] for k in keys) for r in recs if r["phase"] == "epoch"]
 
 
+# Two trainings and a resume, each with its own deadline: more than the session's 300 s
+# on a loaded 2-core box.
+@pytest.mark.timeout(900)
 def test_preempted_mid_epoch_resumes_at_that_step_with_the_same_result(tmp_path: Path) -> None:
     args = ["--synthetic", "200", "--batch-size", "8", "--max-steps-per-epoch", str(STEPS)]
     args += ["--epochs", "2", "--seed", "5", "--deterministic"]
