@@ -200,9 +200,13 @@ def logs(
     out = sys.stdout.buffer
     with client() as c:
         if follow:
-            for chunk in c.follow_log(job_id):
+            from ddpq.client.reconnect import Staying, follow_log
+
+            def write(chunk: bytes) -> None:
                 out.write(chunk)
                 out.flush()
+
+            follow_log(c, job_id, write, Staying())
             return
         offset = 0
         while True:
