@@ -85,30 +85,22 @@ def test_logs_follow_goes_on_from_its_byte_through_a_restart(
     assert wait_done(d.client(), job).state == "succeeded"
 
 
-def test_watch_waits_for_the_daemon_and_says_so(
-    make_daemon: Callable[..., Daemon], tmp_path: Path, follower: list[subprocess.Popen[bytes]]
-) -> None:
+def test_watch_waits_for_the_daemon_and_says_so(make_daemon: Callable[..., Daemon]) -> None:
     d = make_daemon("--fake-gpus", "2")
-    out = tmp_path / "out"
-    with out.open("wb") as o:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "ddpq", "watch", "--interval", "0.1"],
-            stdout=o,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "DDPQ_URL": d.url, "COLUMNS": "120"},
-        )
-    follower.append(p)
-    wait_for(lambda: "GPUs" in out.read_text(errors="replace"), 60, "a first view")
-    assert d.stop() == 0
-    wait_for(lambda: LOST in out.read_text(errors="replace"), 30, "the line that says so")
-    assert p.poll() is None  # it waits, not ends
-    d.start()
-    wait_for(lambda: BACK in out.read_text(errors="replace"), 30, "the line that says so")
-    p.send_signal(signal.SIGINT)
-    assert p.wait(30) == 0
-    text = out.read_text(errors="replace")
-    assert text.count(LOST) == 1 and text.count(BACK) == 1
-    assert "Traceback" not in text
+    t = terminal(d, "watch", "--interval", "0.1")  # a live view wants a terminal
+    try:
+        t.expect(r"GPUs")  # a first view
+        assert d.stop() == 0
+        t.expect(re.escape(LOST))
+        assert t.proc.poll() is None  # it waits, not ends
+        d.start()
+        t.expect(re.escape(BACK))
+        t.type("\x03")  # Ctrl-C leaves it
+        assert t.wait() == 0
+        assert t.seen.count(LOST.encode()) == 1 and t.seen.count(BACK.encode()) == 1
+        assert b"Traceback" not in t.seen
+    finally:
+        t.close()
 
 
 def terminal(d: Daemon, *args: str) -> Terminal:
