@@ -21,7 +21,7 @@ def ls(
     as_json: bool,
 ) -> None:
     """`ddpq ls` (``client.jobs.ls`` declares its options): the queue, oldest first."""
-    from ddpq.client.draw import console, jobs_table
+    from ddpq.client.draw import jobs_table, show
     from ddpq.client.sweeps import sweeps_table
 
     states = known_states(list(state or [])) or (None if all_ else ACTIVE_STATES)
@@ -35,9 +35,9 @@ def ls(
         # the rest (``GET /v1/queue``).
         view = c.queue(states, user, mine, limit or DEFAULT_ROWS, expand)
     if view["jobs"] or not view["sweeps"]:  # the header alone says the queue is empty
-        console().print(jobs_table(view["jobs"]))
+        show(jobs_table(view["jobs"]))
     if view["sweeps"]:
-        console().print(sweeps_table(view["sweeps"]))
+        show(sweeps_table(view["sweeps"]))
     line = hidden_text(view)
     if line:
         echo(line)
@@ -82,7 +82,7 @@ def _ls_every(
     """Every matching job, page after page (--json, --limit 0): what a script asked for,
     at what it costs. With --json and --limit N, the N oldest."""
     from ddpq.client import sweeps as sweep_cli
-    from ddpq.client.draw import console, jobs_table
+    from ddpq.client.draw import jobs_table, show
 
     with client() as c:
         if mine:
@@ -94,9 +94,9 @@ def _ls_every(
         print_json(jobs)
         return
     if plain or not sweeps:
-        console().print(jobs_table(plain))
+        show(jobs_table(plain))
     if sweeps:
-        console().print(sweep_cli.sweeps_table(sweeps))
+        show(sweep_cli.sweeps_table(sweeps))
 
 
 def known_states(given: list[str] | None) -> list[str]:

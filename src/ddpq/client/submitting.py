@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ddpq.client import sharing
 from ddpq.client.api import DdpqError
@@ -62,15 +61,14 @@ def submit_with(argv: list[str], o: dict[str, Any]) -> None:
     show_submitted(send(body, many, fields.get("workload")), many, o["as_json"])
 
 
-@dataclass
-class Checked:
+class Checked(NamedTuple):  # not a dataclass: ``dataclasses`` imports ``inspect``, ~5 ms
     """The options the CLI reads itself, as the API's fields."""
 
     env: dict[str, str]
     exported_env: dict[str, str]
-    after: list[int] = field(default_factory=list)
-    after_sweeps: list[int] = field(default_factory=list)
-    memory: dict[str, Any] = field(default_factory=dict)
+    after: list[int]
+    after_sweeps: list[int]
+    memory: dict[str, Any]
 
 
 def check_options(

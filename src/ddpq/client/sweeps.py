@@ -10,8 +10,7 @@ is checked here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ddpq.client.format import Data, notify_lines, sanitize, text
 
@@ -22,8 +21,7 @@ class BadRef(ValueError):
     """Not a job id (``12``) nor a sweep (``s3``)."""
 
 
-@dataclass(frozen=True)
-class Ref:
+class Ref(NamedTuple):  # not a dataclass: ``dataclasses`` imports ``inspect`` (`ddpq ls`)
     id: int
     sweep: bool
 
@@ -117,19 +115,22 @@ def counts_text(counts: dict[str, int]) -> str:
 
 def sweeps_table(sweeps: Iterable[Data]) -> Any:
     from ddpq.client.draw import new_table
-    from ddpq.client.format import age, plain
+    from ddpq.client.format import age
+    from ddpq.client.grid import Cell
 
     table = new_table("SWEEP", "NAME", "OWNER", "MEMBERS", "STATES", "AGE", wrap="STATES")
     for sw in sweeps:
         cap = f" ({sw['max_running']} at once)" if sw.get("max_running") else ""
-        table.add_row(
-            plain(f"{SWEEP_PREFIX}{sw['id']}"),
-            plain(text(sw["name"])),
-            plain(text(sw["owner"])),
-            plain(f"{sw['size']}{cap}"),
-            plain(counts_text(sw["counts"])),
-            plain(age(sw["submitted_at"])),
+        cells = (
+            f"{SWEEP_PREFIX}{sw['id']}",
+            text(sw["name"]),
+            text(sw["owner"]),
+            f"{sw['size']}{cap}",
+            counts_text(sw["counts"]),
+            age(sw["submitted_at"]),
         )
+        # Cells, not Text: `ddpq ls` into a pipe draws them without Rich (``draw.show``).
+        table.add_row(*(Cell(sanitize(cell)) for cell in cells))
     return table
 
 

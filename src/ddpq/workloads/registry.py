@@ -6,19 +6,20 @@ workload's own argument parser without importing torch.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # `ddpq submit` reads WORKLOADS' names: no argparse, no dataclasses
+    import argparse
 
 
 class BadWorkload(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Workload:
+class Workload(NamedTuple):
     name: str
     module: str
     parser: Callable[[], argparse.ArgumentParser]
