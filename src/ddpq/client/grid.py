@@ -23,7 +23,7 @@ without importing Rich at all (``draw.show``): `ddpq ls` in a script does not pa
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 GAP = 2  # spaces between columns
 NARROWEST_WRAP = 10  # a wrapping column keeps at least this width
@@ -32,12 +32,15 @@ NARROWEST_WRAP = 10  # a wrapping column keeps at least this width
 COMFORTABLE_WRAP = 30
 
 
-class Cell(NamedTuple):
+class Cell:
     """A cell's text (made safe already: ``format.sanitize``) and its style, a ``Text``
-    only when Rich draws it."""
+    only when Rich draws it. (A plain class: a NamedTuple compiles its annotations.)"""
 
-    plain: str
-    style: str = ""
+    __slots__ = ("plain", "style")
+
+    def __init__(self, plain: str, style: str = "") -> None:
+        self.plain = plain
+        self.style = style
 
 
 def cell_len(text: str) -> int:
