@@ -10,6 +10,10 @@ exit) from outside. The jobs are held, so `ls` draws a table that grows to 2N ro
 code version. `python -c pass` is measured the same way, for reference: what any command
 costs before it does anything.
 
+The ratio to `python -c pass` (the same interpreter, started the same way, in the same
+rounds) is the figure to read on a loaded machine: the wall times move with the load, the
+ratio much less.
+
 Each `--pythonpath` is another version of the client (for example main's code, unpacked
 with `git archive main src | tar -x -C /tmp/before`); every version is measured in the same
 run, interleaved one command at a time so that they share the machine's noise. Each is
@@ -106,13 +110,16 @@ def main() -> None:
         for _ in range(3):  # warm the page cache and the daemon, unrecorded
             for env in envs.values():
                 wall_ms(commands["ls"], env)
-        for what, argv in commands.items():
-            for _ in range(args.runs):
+        load_before = os.getloadavg()[0]
+        # One command at a time, each round every command of every version and the floor,
+        # so that all of them share the machine's noise alike.
+        for _ in range(args.runs):
+            samples.setdefault(("python -c pass", ""), []).append(
+                wall_ms([sys.executable, "-c", "pass"], base)
+            )
+            for what, argv in commands.items():
                 for name, env in envs.items():
                     samples.setdefault((what, name), []).append(wall_ms(argv, env))
-                samples.setdefault(("python -c pass", ""), []).append(
-                    wall_ms([sys.executable, "-c", "pass"], base)
-                )
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
@@ -122,13 +129,16 @@ def main() -> None:
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()}, "
         f"{os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}, "
-        f"load average {load:.1f} after the run; {args.runs} runs each\n"
+        f"load average {load_before:.1f} before the run, {load:.1f} after; "
+        f"{args.runs} runs each\n"
     )
-    print("| command | code | p50 | p90 | mean |")
-    print("|---|---|---|---|---|")
+    floor = statistics.median(samples[("python -c pass", "")])
+    print("| command | code | p50 | × `python -c pass` | p90 | mean |")
+    print("|---|---|---|---|---|---|")
     for (what, name), values in samples.items():
+        p50 = statistics.median(values)
         print(
-            f"| `{what}` | {name or '-'} | {statistics.median(values):.1f} ms "
+            f"| `{what}` | {name or '-'} | {p50:.1f} ms | {p50 / floor:.1f}× "
             f"| {pct(values, 0.9):.1f} ms | {statistics.fmean(values):.1f} ms |"
         )
 

@@ -5,7 +5,7 @@ These two are typed in shell loops, where a command's whole process is what it c
 Python's own start is ~15 ms, importing Typer (and the click it carries) ~60 ms more. So
 ``ddpq.entry`` asks ``run`` first, and builds the Typer command line only when ``run``
 declines: anything this reader does not know exactly (``--help``, an option it lacks,
-short options run together, a value that looks like an option, a number it cannot read,
+short options run together, a flag given a value, a number it cannot read,
 a batch script, another command) is left to Typer, which reads it as it always did,
 usage errors included. Declining costs nothing but the time; nothing has been done yet.
 
@@ -117,10 +117,8 @@ def read(spec: Spec, words: Sequence[str], arguments: bool) -> tuple[dict[str, A
         if not eq:
             if at == len(words):
                 raise Declined(word)
-            value = words[at]
+            value = words[at]  # whatever it is, as click takes it (`--slurm-opt --qos=x`)
             at += 1
-            if value.startswith("-"):  # click would take it; a slip more likely
-                raise Declined(value)
         params[dest] = [*params[dest], value] if kind == LIST else _value(kind, value)
     if args and not arguments:
         raise Declined(args[0])
