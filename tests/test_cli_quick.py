@@ -128,11 +128,13 @@ def test_what_the_reader_does_not_know_goes_to_typer(argv: list[str]) -> None:
     assert quick.command(argv) is None
 
 
-def test_a_file_named_first_goes_to_typer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_script_goes_to_typer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # It may be a batch script, whose directives Typer's parser reads (client.batch).
     (tmp_path / "job.sh").write_text("#!/bin/sh\n#SBATCH --gpus 2\ntrue\n")
+    (tmp_path / "plain.sh").write_text("#!/bin/sh\ntrue\n")  # no directives: run as it is
     monkeypatch.chdir(tmp_path)
     assert quick.command(["submit", "job.sh"]) is None
+    assert quick.command(["submit", "plain.sh"]) is not None
     assert quick.command(["submit", "--", "true"]) is not None
 
 

@@ -5,8 +5,8 @@ These two are typed in shell loops, where a command's whole process is what it c
 Python's own start is ~15 ms, importing Typer (and the click it carries) ~60 ms more. So
 ``ddpq.entry`` asks ``run`` first, and builds the Typer command line only when ``run``
 declines: anything this reader does not know exactly (``--help``, an option it lacks,
-short options run together, a flag given a value, a number it cannot read,
-a batch script, another command) is left to Typer, which reads it as it always did,
+short options run together, a flag given a value, a number it cannot read, a batch
+script, another command) is left to Typer, which reads it as it always did,
 usage errors included. Declining costs nothing but the time; nothing has been done yet.
 
 What this reader knows is ``SUBMIT`` and ``LS`` below, written out from the commands'
@@ -142,13 +142,26 @@ def _ls(params: dict[str, Any], _: list[str]) -> Callable[[], None]:
 
 
 def _submit(params: dict[str, Any], args: list[str]) -> Callable[[], None]:
-    if not args or args[0].startswith("-") or os.path.isfile(args[0]):
-        # Nothing to run, a misspelt option, or a file that may be a batch script (its
-        # directives are read with Typer's parser): client.submit says or does it.
+    if not args or args[0].startswith("-") or _may_be_batch_script(args[0]):
+        # Nothing to run, a misspelt option, or a batch script (its directives are read
+        # with Typer's parser, client.batch): client.submit says or does it.
         raise Declined(args[0] if args else "submit")
     from ddpq.client import submitting
 
     return lambda: submitting.submit_with(args, params)
+
+
+def _may_be_batch_script(first: str) -> bool:
+    """Whether ``first`` names a file that ``client.batch`` may read as a batch script
+    (``#!`` and a ``#SBATCH`` or ``#DDPQ`` line); one it cannot read, too."""
+    if not os.path.isfile(first):
+        return False
+    try:
+        with open(first, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError:
+        return True
+    return head.startswith(b"#!") and (b"#SBATCH" in head or b"#DDPQ" in head)
 
 
 COMMANDS: dict[str, tuple[Spec, bool, Callable[..., Callable[[], None]]]] = {
