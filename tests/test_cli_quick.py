@@ -150,3 +150,25 @@ def test_the_global_options_are_set_only_when_the_reader_runs_the_command() -> N
     finally:
         OPTIONS.clear()
         OPTIONS.update(before)
+
+
+def test_the_queue_into_a_pipe_is_what_rich_draws_there() -> None:
+    """``Grid.plain_text`` (no Rich: `ddpq ls` into a pipe) is byte for byte what Rich's
+    console draws for a file: every column, one line a row, wide characters counted two."""
+    import io
+
+    from rich.console import Console
+
+    from ddpq.client.format import plain
+    from ddpq.client.grid import Cell, Grid
+
+    grid = Grid("ID", "NAME", "EMPTY", "REASON", wrap=("REASON",), title="queue", drop=("NAME",))
+    grid.add_row(Cell("1"), Cell("名前x"), Cell(""), Cell("a long reason " * 8, "red"))
+    grid.add_row(plain("22"), plain("b"), plain(""), plain(""))
+    grid.add_row(Cell("333"), Cell("c\\x1b"), Cell(""), Cell("held by user"))
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=40)
+    console.soft_wrap = True  # as draw.console() makes it off a terminal
+    console.print(grid)
+    assert grid.plain_text() == out.getvalue()
+    assert grid.plain_text().count("\n") == 5  # the title, the header, three rows
