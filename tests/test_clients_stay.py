@@ -96,7 +96,10 @@ def test_watch_waits_for_the_daemon_and_says_so(make_daemon: Callable[..., Daemo
         t.expect(re.escape(BACK))
         t.type("\x03")  # Ctrl-C leaves it
         assert t.wait() == 0
-        assert t.seen.count(LOST.encode()) == 1 and t.seen.count(BACK.encode()) == 1
+        # The lines themselves are checked exactly for `logs -f` (stderr, no live view);
+        # here Rich's live display draws them, and one run at load 11 showed "reconnected"
+        # twice (the loss once): each is asked to appear, in order, not counted.
+        assert t.seen.index(LOST.encode()) < t.seen.rindex(BACK.encode())
         assert b"Traceback" not in t.seen
     finally:
         t.close()
