@@ -10,6 +10,12 @@ exit) from outside. The jobs are held, so `ls` draws a table that grows to 2N ro
 code version. `python -c pass` is measured the same way, for reference: what any command
 costs before it does anything.
 
+The ratio to `python -c pass` (the same interpreter, started the same way, in the same
+rounds) is the figure to read on a loaded machine: the wall times move with the load, the
+ratio much less. Each command's own CPU time (user + system, from its rusage) is printed
+too: the load adds waiting to the wall time (and the daemon's answer is in it), hardly
+to that.
+
 Each `--pythonpath` is another version of the client (for example main's code, unpacked
 with `git archive main src | tar -x -C /tmp/before`); every version is measured in the same
 run, interleaved one command at a time so that they share the machine's noise. Each is
@@ -44,9 +50,20 @@ def pct(values: list[float], q: float) -> float:
 
 
 def wall_ms(argv: list[str], env: dict[str, str]) -> float:
+    return run_ms(argv, env)[0]
+
+
+def run_ms(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """The command's wall time and its own CPU time (user + system, from its rusage: what
+    the load does not add to), in ms."""
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
-    return (time.perf_counter() - t0) * 1000
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = (time.perf_counter() - t0) * 1000
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{argv} exited {proc.returncode}")
+    return wall, (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def start_daemon(home: Path, port: int) -> subprocess.Popen[bytes]:
@@ -102,17 +119,25 @@ def main() -> None:
         "ls": [*ddpq, "ls"],
     }
     samples: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
+
+    def measure(key: tuple[str, str], argv: list[str], env: dict[str, str]) -> None:
+        wall, own = run_ms(argv, env)
+        samples.setdefault(key, []).append(wall)
+        cpu.setdefault(key, []).append(own)
+
     try:
         for _ in range(3):  # warm the page cache and the daemon, unrecorded
             for env in envs.values():
                 wall_ms(commands["ls"], env)
-        for what, argv in commands.items():
-            for _ in range(args.runs):
+        load_before = os.getloadavg()[0]
+        # One command at a time, each round every command of every version and the floor,
+        # so that all of them share the machine's noise alike.
+        for _ in range(args.runs):
+            measure(("python -c pass", ""), [sys.executable, "-c", "pass"], base)
+            for what, argv in commands.items():
                 for name, env in envs.items():
-                    samples.setdefault((what, name), []).append(wall_ms(argv, env))
-                samples.setdefault(("python -c pass", ""), []).append(
-                    wall_ms([sys.executable, "-c", "pass"], base)
-                )
+                    measure((what, name), argv, env)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
@@ -122,14 +147,18 @@ def main() -> None:
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()}, "
         f"{os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}, "
-        f"load average {load:.1f} after the run; {args.runs} runs each\n"
+        f"load average {load_before:.1f} before the run, {load:.1f} after; "
+        f"{args.runs} runs each\n"
     )
-    print("| command | code | p50 | p90 | mean |")
-    print("|---|---|---|---|---|")
+    floor = statistics.median(samples[("python -c pass", "")])
+    cpu_floor = statistics.median(cpu[("python -c pass", "")])
+    print("| command | code | p50 | × `python -c pass` | p90 | own CPU p50 | × its CPU |")
+    print("|---|---|---|---|---|---|---|")
     for (what, name), values in samples.items():
+        p50, own = statistics.median(values), statistics.median(cpu[(what, name)])
         print(
-            f"| `{what}` | {name or '-'} | {statistics.median(values):.1f} ms "
-            f"| {pct(values, 0.9):.1f} ms | {statistics.fmean(values):.1f} ms |"
+            f"| `{what}` | {name or '-'} | {p50:.1f} ms | {p50 / floor:.1f}× "
+            f"| {pct(values, 0.9):.1f} ms | {own:.1f} ms | {own / cpu_floor:.1f}× |"
         )
 
 

@@ -25,6 +25,9 @@ DAEMON = ("ddpq.daemon",)
 STDLIB_HTTP = ("http.client", "email", "ssl")
 NO_DRAWING = ("rich",)  # what only prints a line needs no Rich
 NO_TABLE = ("rich.table",)  # the queue and the GPUs are drawn by client.grid
+# `submit` and `ls` are read by client.quick, without Typer (or the click it carries), and
+# the queue goes into a pipe without Rich; no dataclasses (inspect) nor argparse either.
+QUICK = ("typer", "click", "rich", "dataclasses", "inspect", "argparse")
 
 
 def imported(d: Daemon, *args: str) -> set[str]:
@@ -55,8 +58,10 @@ def job(shared_daemon: Daemon) -> int:
 
 
 COMMANDS = {
-    "submit": (["submit", "--hold", "--", "true"], NO_DRAWING),
-    "ls": (["ls"], NO_TABLE),
+    "submit": (["submit", "--hold", "--", "true"], QUICK),
+    "submit a sweep": (["submit", "--hold", "--sweep", "x=1,2", "--", "echo", "{x}"], QUICK),
+    "ls": (["ls"], QUICK),
+    "ls --all": (["ls", "--all", "--state", "held"], QUICK),
     "ls --json": (["ls", "--all", "--json"], NO_DRAWING),
     "show": (["show", "{job}"], ()),
     "show --env": (["show", "{job}", "--env"], ()),

@@ -4,17 +4,18 @@ The client (``ddpq.client``) and the daemon (``ddpq.daemon``) never import each 
 is the one module that knows both. Both define their commands with Typer and import nothing
 heavy until a command runs, so building this command line stays cheap; a client command
 (`ddpq submit`, `ddpq ls`, ...) does not even build the daemon's (~5 ms of every one).
+`ddpq submit` and `ddpq ls` are first offered to ``client.quick``, which runs them without
+importing Typer at all when it knows every word of theirs.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import typer
-from typer.core import TyperGroup
-
-from ddpq.client import cli as client
+if TYPE_CHECKING:
+    from typer.core import TyperGroup
 
 
 def command_line(argv: Sequence[str] | None = None) -> TyperGroup:
@@ -23,6 +24,11 @@ def command_line(argv: Sequence[str] | None = None) -> TyperGroup:
 
     When ``argv`` (default: this process's arguments) runs one of the client's commands,
     the daemon's are left out: nothing would use them."""
+    import typer
+    from typer.core import TyperGroup
+
+    from ddpq.client import cli as client
+
     cli = typer.main.get_command(client.app)  # with --install-completion, unlike get_group
     assert isinstance(cli, TyperGroup)
     if invoked(cli, sys.argv[1:] if argv is None else argv) in cli.commands:
@@ -52,4 +58,10 @@ def invoked(cli: TyperGroup, argv: Sequence[str]) -> str | None:
 
 
 def main() -> None:
+    from ddpq.client import quick
+
+    if quick.run(sys.argv[1:]):
+        return
+    from ddpq.client import cli as client
+
     client.run(command_line())

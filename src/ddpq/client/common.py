@@ -1,9 +1,6 @@
-"""What every client command shares: the ``ddpq`` Typer app and its global options, the
-connection to the daemon, one-line failures, JSON output, and the error boundary (``run``).
-
-Exit codes: 0 success; 1 the daemon refused the request; 2 bad usage or configuration; 3 the
-daemon cannot be reached; 4 no such job; 5 not allowed (missing or wrong token, someone
-else's job); 130 interrupted.
+"""What every client command shares: the ``ddpq`` Typer app and its global options, and,
+from ``client.runtime`` (which needs no Typer), the connection to the daemon, one-line
+failures, JSON output, and the error boundary (``run``) with the exit codes.
 
 The command modules (``jobs``, ``submit``, ``devices``, ``usage``, ``sessions``, ``account``,
 ``tokens``, ``reservations``) import this module and nothing imports them but ``client.cli``,
@@ -14,17 +11,15 @@ imports neither httpx nor pydantic (``tests/test_cli_speed.py``).
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Callable
-from typing import Annotated, Any, NoReturn
+from typing import Annotated
 
 import typer
 
-from ddpq.client.api import DEFAULT_URL, DdpqError, JsonApi
+from ddpq.client.api import DEFAULT_URL
 from ddpq.client.coercion import QuickGroup
-from ddpq.client.credentials import connection
-from ddpq.core.states import TERMINAL, JobState
+from ddpq.client.runtime import ACTIVE_STATES, OPTIONS, client, echo, fail, print_json, run
+
+__all__ = ["ACTIVE_STATES", "OPTIONS", "app", "client", "echo", "fail", "print_json", "run"]
 
 app = typer.Typer(
     name="ddpq",
@@ -36,11 +31,6 @@ app = typer.Typer(
     # Options read without pydantic: see client.coercion.
     cls=QuickGroup,
 )
-
-# The global options as given (``global_options``), for the command that runs.
-OPTIONS: dict[str, Any] = {"url": None, "token": None, "debug": False}
-# What `ls`, `watch` and `cancel --mine` mean by unfinished.
-ACTIVE_STATES = [state.value for state in JobState if state not in TERMINAL]
 
 
 @app.callback()
@@ -56,41 +46,3 @@ def global_options(
     debug: Annotated[bool, typer.Option(help="show tracebacks")] = False,
 ) -> None:
     OPTIONS.update(url=url, token=token, debug=debug)
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    """End the command with ``message`` as one line on stderr and exit status ``code``."""
-    typer.echo(f"ddpq: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def client() -> JsonApi:
-    """The daemon the global options (or the environment) name, with its token."""
-    url, token = connection(OPTIONS["url"], OPTIONS["token"])  # a token only where it belongs
-    return JsonApi(url, token)
-
-
-def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
-
-
-def run(cli: Callable[[], object]) -> None:
-    """Run the command line: a ``DdpqError`` is one line on stderr and its exit code."""
-    try:
-        cli()
-    except DdpqError as exc:
-        if OPTIONS["debug"]:
-            raise
-        typer.echo(f"ddpq: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-        # JSON of another shape than the daemon's (a missing key, a list for an object,
-        # a string for a number), met wherever a command reads it: one line, not a trace.
-        if OPTIONS["debug"]:
-            raise
-        from ddpq.client.errors import unreadable_answer
-
-        typer.echo(f"ddpq: {unreadable_answer(exc)}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)

@@ -56,14 +56,22 @@ def watch(
     from rich.live import Live
 
     from ddpq.client.draw import console
+    from ddpq.client.format import plain
+    from ddpq.client.reconnect import Staying
     from ddpq.client.watchview import render
 
     with client() as c, Live(console=console(), auto_refresh=False, screen=False) as live:
+
+        def say(line: str) -> None:  # above the live view, which stays as it was
+            live.console.print(plain(f"ddpq: {line}"))
+
+        # A restart of the daemon is waited for (the view stays; one line says so).
+        staying = Staying(say)
         try:
             while True:
                 states = None if all_ else ACTIVE_STATES
-                jobs = c.list_all(states=states)
-                live.update(render(jobs, c.devices()), refresh=True)
+                jobs = staying.call(c.list_all, states=states)
+                live.update(render(jobs, staying.call(c.devices)), refresh=True)
                 time.sleep(interval)
         except KeyboardInterrupt:
             return

@@ -26,6 +26,24 @@ def console() -> Any:
     return con
 
 
+# What makes Rich draw as on a terminal though stdout is not one (its own variables).
+FORCED_TERMINAL = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "JUPYTER_COLUMNS")
+
+
+def show(table: Any) -> None:
+    """Print a ``grid.Grid``: into a pipe or a file as plain lines, without importing Rich
+    (~40 ms: `ddpq ls` in a script pays nothing for it); on a terminal through Rich, which
+    fits it to the width and styles it."""
+    import os
+    import sys
+
+    if not sys.stdout.isatty() and not any(os.environ.get(v) for v in FORCED_TERMINAL):
+        sys.stdout.write(table.plain_text())
+        sys.stdout.flush()
+    else:
+        console().print(table)
+
+
 # `ls`'s columns; on a narrow terminal the first of DROP go first (``grid.Grid``), then
 # PROGRESS and REASON wrap. REASON comes last, as squeue's NODELIST(REASON) does.
 JOB_COLUMNS = ("ID", "NAME", "OWNER", "STATE", "GPUS", "MEM", "PORT", "PROGRESS", "AGE", "REASON")
@@ -36,24 +54,28 @@ JOB_WRAP = ("PROGRESS", "REASON")
 def jobs_table(jobs: Iterable[Data | Dumps]) -> Any:
     """The queue as columns. Names, owners, progress and reasons are the users', jobs' and
     daemon's own text: ``plain`` cells, never markup, with control characters made visible."""
-    from ddpq.client.format import age, plain, progress_line
+    # Cells, not Text: into a pipe the table is drawn without Rich (``show``).
+    from ddpq.client.format import age, progress_line, sanitize
+    from ddpq.client.grid import Cell
     from ddpq.client.sharing import mem_text
 
     table = new_table(*JOB_COLUMNS, wrap=JOB_WRAP, drop=JOB_DROP)
     for job in jobs:
         j = as_data(job)
-        table.add_row(
-            plain(str(j["id"])),
-            plain(text(j["name"])),
-            plain(text(j["owner"])),
-            styled_state(j["state"]),
-            plain(gpu_text(j)),
-            plain(mem_text(j)),
-            plain(str(j["leases"]["port"] or "")),
-            plain(progress_line(j["progress"])),
-            plain(age(j["submitted_at"])),
-            plain(reason_text(j)),
+        cells = (
+            str(j["id"]),
+            text(j["name"]),
+            text(j["owner"]),
+            gpu_text(j),
+            mem_text(j),
+            str(j["leases"]["port"] or ""),
+            progress_line(j["progress"]),
+            age(j["submitted_at"]),
+            reason_text(j),
         )
+        row = [Cell(sanitize(cell)) for cell in cells]
+        row.insert(3, state_cell(j["state"]))
+        table.add_row(*row)
     return table
 
 
@@ -102,15 +124,23 @@ STATE_STYLE = {
 }
 
 
-def styled_state(state: str) -> Any:
-    """A state name in its colour (one the client does not know: as it is, uncoloured)."""
-    from ddpq.client.format import plain
+def state_cell(state: str) -> Any:
+    """``styled_state`` as a ``grid.Cell``."""
+    from ddpq.client.format import sanitize
+    from ddpq.client.grid import Cell
 
     try:
         known = JobState(state)
     except ValueError:
-        return plain(text(state))
-    return plain(known.value, STATE_STYLE[known])
+        return Cell(sanitize(text(state)))
+    return Cell(known.value, STATE_STYLE[known])
+
+
+def styled_state(state: str) -> Any:
+    """A state name in its colour (one the client does not know: as it is, uncoloured)."""
+    from ddpq.client.grid import as_text
+
+    return as_text(state_cell(state))
 
 
 def render_job(job: Data | Dumps, tail: bytes) -> None:

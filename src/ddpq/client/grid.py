@@ -15,7 +15,9 @@ is still too wide is cut with an ellipsis. Into a pipe or a file (not a terminal
 column is drawn and every row is one line, however long: ``grep`` and ``awk`` see one job a
 line.
 
-Cells are ``Text`` (``format.plain``): never markup, control characters made visible.
+Cells are ``Text`` (``format.plain``) or ``Cell`` (the same, made without Rich): never
+markup, control characters made visible. Into a pipe, ``plain_text`` draws the same lines
+without importing Rich at all (``draw.show``): `ddpq ls` in a script does not pay for it.
 """
 
 from __future__ import annotations
@@ -23,14 +25,39 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from rich.cells import cell_len
-from rich.text import Text
-
 GAP = 2  # spaces between columns
 NARROWEST_WRAP = 10  # a wrapping column keeps at least this width
 # Before a column is dropped, the wrapping ones wrap down to this width (a few lines each);
 # narrower than this, losing PORT or AGE reads better than a reason over eight lines.
 COMFORTABLE_WRAP = 30
+
+
+class Cell:
+    """A cell's text (made safe already: ``format.sanitize``) and its style, a ``Text``
+    only when Rich draws it. (A plain class: a NamedTuple compiles its annotations.)"""
+
+    __slots__ = ("plain", "style")
+
+    def __init__(self, plain: str, style: str = "") -> None:
+        self.plain = plain
+        self.style = style
+
+
+def cell_len(text: str) -> int:
+    """The cells ``text`` takes on a terminal (wide characters two), as Rich counts them;
+    Rich's table is imported only for text that is not ASCII."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len as rich_cell_len
+
+    return rich_cell_len(text)
+
+
+def as_text(cell: Any) -> Any:
+    """A cell as Rich's ``Text``."""
+    from rich.text import Text
+
+    return cell if isinstance(cell, Text) else Text(cell.plain, style=cell.style)
 
 
 class Grid:
@@ -49,9 +76,9 @@ class Grid:
         self.wrap = {i for i, c in enumerate(columns) if c in wrapping}
         self.drop = [columns.index(c) for c in drop if c in columns]
         self.title = title
-        self.rows: list[Sequence[Text]] = []
+        self.rows: list[Sequence[Any]] = []
 
-    def add_row(self, *cells: Text) -> None:
+    def add_row(self, *cells: Any) -> None:
         assert len(cells) == len(self.columns), (cells, self.columns)
         self.rows.append(cells)
 
@@ -87,7 +114,21 @@ class Grid:
             widths[max(wrapping, key=lambda i: widths[i])] -= 1
         return shown, [widths[i] for i in shown]
 
-    def __rich_console__(self, console: Any, options: Any) -> Iterator[Text]:
+    def plain_text(self) -> str:
+        """The lines Rich draws into a pipe or a file (every column, one line a row, no
+        style), drawn without Rich."""
+        widths = self.natural()
+        lines = [self.title] if self.title else []
+        for row in [self.columns, *([c.plain for c in r] for r in self.rows)]:
+            cells = [
+                f"{c}{' ' * (w - cell_len(c) + GAP)}" for c, w in zip(row, widths, strict=True)
+            ]
+            lines.append(("".join(cells[:-1]) + row[-1]).rstrip())
+        return "".join(f"{line}\n" for line in lines)
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        from rich.text import Text
+
         terminal = console.is_terminal
         if terminal:
             shown, widths = self.layout(options.max_width)
@@ -98,7 +139,7 @@ class Grid:
             out.append(self.title + "\n", style="italic")
         header = [Text(c, style="bold") for c in self.columns]
         for row in [header, *self.rows]:
-            cells = [row[i] for i in shown]
+            cells = [as_text(row[i]) for i in shown]
             wrap = {n for n, i in enumerate(shown) if i in self.wrap} if terminal else set()
             for line in _lines(cells, widths, wrap, console):
                 out.append_text(line)
@@ -106,9 +147,11 @@ class Grid:
         yield out
 
 
-def _lines(row: Sequence[Text], widths: list[int], wrap: set[int], console: Any) -> Iterator[Text]:
+def _lines(row: Sequence[Any], widths: list[int], wrap: set[int], console: Any) -> Iterator[Any]:
     """One row as lines: more than one when a wrapping cell wraps."""
-    cells: list[list[Text]] = []
+    from rich.text import Text
+
+    cells: list[list[Any]] = []
     for i, cell in enumerate(row):
         if i in wrap and cell_len(cell.plain) > widths[i]:
             cells.append(list(cell.wrap(console, widths[i])))

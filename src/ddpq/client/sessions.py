@@ -115,7 +115,7 @@ def shell(
                 raise
             common.fail(submission.refusal(exc.detail), 2)
         say(f"job {job['id']}: a session on {_gpu_words(gpus)}; Ctrl-C cancels it while it waits")
-        _start(c, job["id"], key, relay)
+        _start(_staying(c, answered=True), job["id"], key, relay)
 
 
 def _start(c: Any, job_id: int, key: int | None, relay: Any) -> None:
@@ -143,7 +143,8 @@ def attach(
     from ddpq.client import relay
 
     key = _detach_key(detach_key)
-    with common.client() as c:
+    with common.client() as api:
+        c = _staying(api)
         job = c.show(job_id)
         if not job.get("interactive"):
             common.fail(f"job {job_id} is not an interactive session (`ddpq logs -f {job_id}`)", 2)
@@ -175,6 +176,17 @@ class EndedFirst(Exception):
     def __init__(self, job: dict[str, Any]) -> None:
         super().__init__(job["id"])
         self.job = job
+
+
+def _staying(api: Any, answered: bool = False) -> Any:
+    """``api`` whose calls wait for the daemon through a restart (the session runs on, and
+    its terminal is the shim's, not the daemon's): ``client.reconnect``."""
+    from ddpq.client.reconnect import Staying, StayingApi
+
+    staying = Staying(say)
+    if answered:
+        staying.back()
+    return StayingApi(api, staying)
 
 
 def say(line: str) -> None:

@@ -5,26 +5,9 @@ itself is ``client.draw``'s, which imports this module; `ddpq reservations` is
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from ddpq.client.format import Data
-
-GpuMemOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--gpu-mem",
-        metavar="SIZE|auto",
-        help="share GPUs by memory: reserve SIZE (10G, 512M) on each GPU instead of taking "
-        "it whole, or auto: what earlier runs of this job (same --name, else same command) "
-        "were measured to use, plus a margin (a whole GPU until one has run)",
-    ),
-]
-GpuShareOpt = Annotated[
-    int | None,
-    typer.Option("--gpu-share", metavar="N", help="with --gpu-mem: at most N jobs on its GPU"),
-]
 
 
 class BadOption(ValueError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # ASCII digits only: float() and \d would also take "nan", "inf", "1e400", "1_000" and
@@ -87,7 +86,12 @@ def parse_size(text: str) -> int:
     whole, fraction, unit = m.groups()
     scale = _SIZE_UNITS[unit or ""]
     # Decimal: exact, and no float overflow on a fraction of hundreds of digits.
-    size = int(whole) * scale if whole is not None else int(Decimal(fraction) * scale)
+    if whole is not None:
+        size = int(whole) * scale
+    else:
+        from decimal import Decimal  # only for a fraction: ~2 ms to import
+
+        size = int(Decimal(fraction) * scale)
     if size > _MAX_SIZE:
         raise ValueError(f"{text!r} is too large a size")
     return size

@@ -72,6 +72,17 @@ class GuardedH11Protocol(H11Protocol):
             return
         self._sync_timer()
 
+    def shutdown(self) -> None:
+        # A body still streaming when the daemon stops is a followed log (`ddpq logs -f`,
+        # the page's): it lasts as long as its job, and uvicorn waits for every response
+        # before it stops, so a restart would wait for the job. It is cut instead; the
+        # client takes it up again from its byte once the daemon is back (client.reconnect).
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started and not cycle.response_complete:
+            self.transport.close()
+            return
+        super().shutdown()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
         super().connection_lost(exc)
