@@ -5,6 +5,7 @@ not what this file checks; ``tests/test_update_restart_e2e.py`` runs real ones."
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +48,7 @@ def end(home: Path, job_id: int, state: JobState) -> None:
     now = time.time()
     with Database(home / "ddpq.db").write() as s:
         path = [JobState.QUEUED, JobState.STARTING, JobState.RUNNING, state]
-        for old, new in zip(path, path[1:], strict=False):
+        for old, new in itertools.pairwise(path):
             assert transitions.move(s, job_id, old, new, "test", now)
         settling.settle_dependents(s, job_id, now)
 
