@@ -46,6 +46,7 @@ from ddpq.schemas.common import (
     Text,
     derive_name,
 )
+from ddpq.schemas.edits import JobChanges
 from ddpq.schemas.jobs import (
     AttemptOut,
     CancelResult,
@@ -100,6 +101,7 @@ __all__ = [
     "HiddenOut",
     "HostJob",
     "HostOut",
+    "JobChanges",
     "JobDetail",
     "JobEnvOut",
     "JobList",

@@ -21,6 +21,7 @@ from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
 from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.routes import (
     devices,
+    job_edits,
     jobs,
     logs,
     meta,
@@ -38,6 +39,7 @@ from ddpq.store.headroom import Reserve
 ROUTERS = (
     meta.router,
     jobs.router,
+    job_edits.router,
     queue.router,
     logs.router,
     progress.router,

@@ -1,0 +1,26 @@
+"""A job's fields changed after its submission (``ddpq update``), and the note a restart
+leaves. Both are written by ``store.transitions``: the row's new values and the event
+that says so in one guarded write. Flush, never commit: the caller owns the transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from ddpq.store import transitions
+from ddpq.store.models import Job
+
+
+def update_job(
+    session: Session, job: Job, values: Mapping[str, Any], reason: str, now: float
+) -> bool:
+    """Set ``values`` on ``job``'s row with an event (its state unchanged); False, with
+    nothing written, if it is not in the state it was read in any more."""
+    return transitions.move(session, job.id, job.state, job.state, reason, now, **values)
+
+
+def note_restart(session: Session, new: Job, of: int, by: str, now: float) -> None:
+    """The new job's history says which job it runs again, and who asked."""
+    transitions.note(session, new.id, new.state, f"restart of job {of} by {by}", now)
