@@ -1,8 +1,8 @@
 """The client's commands of the ``ddpq`` command line (Typer + Rich), put together.
 
 Each group of commands has its module: ``submit``; ``jobs`` (ls, show, logs, cancel, hold,
-release, preempt); ``devices`` (gpus, watch); ``usage``; ``sessions`` (shell, attach);
-``account`` (login, whoami, and ``tokens``: `ddpq token ...`); ``reservations``. What they
+release, preempt); ``edits`` (update, restart); ``devices`` (gpus, watch); ``usage``;
+``sessions`` (shell, attach); ``account`` (login, whoami, and ``tokens``: `ddpq token ...`); ``reservations``. What they
 share (the app and its global options, the connection, one-line failures, the error
 boundary ``run``) is ``client.common``, which imports none of them. This module only puts
 them on ``app``, in the order `ddpq --help` lists them; ``ddpq.entry`` adds the daemon's
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from ddpq.client import account, devices, jobs, reservations, sessions, submit, usage
+from ddpq.client import account, devices, edits, jobs, reservations, sessions, submit, usage
 from ddpq.client.coercion import QuickCommand
 from ddpq.client.common import app, run
 
@@ -40,3 +40,4 @@ sessions.register(app)  # shell, attach
 account.register(app)  # login, whoami, token
 app.command("version", cls=QuickCommand)(version)
 reservations.register(app)
+edits.register(app)  # update, restart

@@ -16,9 +16,9 @@ from ddpq.store.models import Job
 def update_job(
     session: Session, job: Job, values: Mapping[str, Any], reason: str, now: float
 ) -> bool:
-    """Set ``values`` on ``job``'s row with an event (its state unchanged); False, with
-    nothing written, if it is not in the state it was read in any more."""
-    return transitions.move(session, job.id, job.state, job.state, reason, now, **values)
+    """Set ``values`` on ``job``'s row with an event (its state and the reason it waits
+    unchanged); False, with nothing written, if it is not in the state it was read in."""
+    return transitions.edit(session, job.id, job.state, reason, now, **values)
 
 
 def note_restart(session: Session, new: Job, of: int, by: str, now: float) -> None:
