@@ -2,11 +2,12 @@
 
 Each group of commands has its module: ``submit``; ``jobs`` (ls, show, logs, cancel, hold,
 release, preempt); ``edits`` (update, restart); ``devices`` (gpus, watch); ``usage``;
-``sessions`` (shell, attach); ``account`` (login, whoami, and ``tokens``: `ddpq token ...`); ``reservations``. What they
-share (the app and its global options, the connection, one-line failures, the error
-boundary ``run``) is ``client.common``, which imports none of them. This module only puts
-them on ``app``, in the order `ddpq --help` lists them; ``ddpq.entry`` adds the daemon's
-commands (``ddpq.daemon``), which this package never imports.
+``sessions`` (shell, attach); ``account`` (login, whoami, and ``tokens``: `ddpq token ...`);
+``reservations``. What they share (the app and its global options, the connection,
+one-line failures, the error boundary ``run``) is ``client.common``, which imports none of
+them. This module only puts them on ``app``, in the order `ddpq --help` lists them;
+``ddpq.entry`` adds the daemon's commands (``ddpq.daemon``), which this package never
+imports.
 
 Quick as the shell: the commands speak to the daemon through ``JsonApi`` (the standard
 library's HTTP, the answers as plain JSON) and draw from that JSON, so none imports httpx or
