@@ -173,3 +173,22 @@ def test_after_and_another_kind_on_one_job_is_refused(c: TestClient) -> None:
     assert f"{first} is named as both afterok and afterany" in r.json()["detail"]
     r = c.post("/v1/jobs", json={"command": ["true"], "dependency": 5})
     assert r.status_code == 422  # strict: a string only
+
+
+def test_a_renamed_job_leaves_its_old_names_singletons_and_joins_its_new_ones(
+    c: TestClient,
+) -> None:
+    first = submit(c, name="a")["id"]
+    other = submit(c, name="b")["id"]
+    waiting = submit(c, name="a", dependency="singleton")["id"]
+    assert show(c, waiting)["state"] == "held"
+    r = c.patch(f"/v1/jobs/{first}", json={"name": "c"})
+    assert r.status_code == 200, r.text
+    assert show(c, waiting)["state"] == "queued"  # nothing earlier is named a now
+    r = c.patch(f"/v1/jobs/{waiting}", json={"name": "b"})
+    assert r.status_code == 200, r.text
+    moved = show(c, waiting)
+    assert (moved["state"], moved["reason"]) == (
+        "held",
+        f"singleton: waiting for job {other} of the same name and user to end",
+    )

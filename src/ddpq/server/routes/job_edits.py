@@ -74,6 +74,8 @@ def update(
                 reason = f"updated by {who.name}: {edits.described(old, body.values())}"
                 if not edit_store.update_job(s, job, values, reason, now):
                     raise ApiError(409, "conflict", f"job {job_id} moved on meanwhile; try again")
+                if "name" in values:
+                    edit_store.settle_renamed(s, job, spec.name, now)
             if body.hold is not None:
                 try:
                     job_store.set_hold(s, job, body.hold, now)
