@@ -152,6 +152,7 @@ def test_singleton_runs_one_job_of_a_name_and_user_at_a_time(c: TestClient, home
         ("afterok:1|afterany:2", 422, "is not a job id"),
         ("x" * 3000, 422, "dependency"),
         ("afterok:999", 404, "no job 999"),
+        ("afterany:2", 404, "no job 2"),  # its own id to be: not there when it is named
         ("afterany:s999", 404, "no sweep 999"),
     ],
 )

@@ -511,7 +511,7 @@ def test_dependency_kinds_upgrade_keeps_dependencies_as_afterok_and_downgrade_dr
         ]
         assert conn.execute("SELECT singleton FROM jobs").fetchall() == [(0,), (0,)]
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
-        assert "ix_jobs_owner_name" in indexes
+        assert "ix_jobs_owner_name_state" in indexes
     migrate(path)
     db = Database(path)
     with db.read() as s:

@@ -2,7 +2,7 @@
 
 ``job_dependencies.kind`` and ``sweep_dependencies.kind`` (afterok, afterany or afternotok;
 every existing row is afterok, which ``--after`` always meant), ``jobs.singleton`` (false
-for existing jobs) and the index a singleton's wait is found by (owner, name).
+for existing jobs) and the index a singleton's wait is found by (owner, name, state).
 
 Revision ID: 0023d
 Revises: 0022t
@@ -25,20 +25,16 @@ _KIND = "afterok"
 def upgrade() -> None:
     for table in ("job_dependencies", "sweep_dependencies"):
         with op.batch_alter_table(table) as batch:
-            batch.add_column(
-                sa.Column("kind", sa.String(16), nullable=False, server_default=_KIND)
-            )
+            batch.add_column(sa.Column("kind", sa.String(16), nullable=False, server_default=_KIND))
     with op.batch_alter_table("jobs") as batch:
-        batch.add_column(
-            sa.Column("singleton", sa.Boolean(), nullable=False, server_default="0")
-        )
-    op.create_index("ix_jobs_owner_name", "jobs", ["owner", "name"])
+        batch.add_column(sa.Column("singleton", sa.Boolean(), nullable=False, server_default="0"))
+    op.create_index("ix_jobs_owner_name_state", "jobs", ["owner", "name", "state"])
 
 
 def downgrade() -> None:
     # Plain columns without an index or constraint on them: SQLite (3.35+) drops them in
     # place, so no table is copied (jobs keeps its AUTOINCREMENT, 0021j).
-    op.drop_index("ix_jobs_owner_name", table_name="jobs")
+    op.drop_index("ix_jobs_owner_name_state", table_name="jobs")
     op.execute("ALTER TABLE jobs DROP COLUMN singleton")
     op.execute("ALTER TABLE sweep_dependencies DROP COLUMN kind")
     op.execute("ALTER TABLE job_dependencies DROP COLUMN kind")

@@ -15,7 +15,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
 from ddpq.core.deps import Kind, SweepStanding, waiting_place
 from ddpq.core.spec import JobSpec
-from ddpq.core.states import TERMINAL, JobState
+from ddpq.core.states import ACTIVE, TERMINAL, WAITING, JobState
 from ddpq.store.models import Job, JobDependency, Sweep, SweepDependency
 from ddpq.store.models.job import DEPENDENCY_FIELDS
 
@@ -115,6 +115,9 @@ def dependency_rows(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str,
 
 
 _EARLIER = aliased(Job)
+# Named, not "not terminal": each is a seek on (owner, name, state), never a walk over all
+# the ended jobs of a name (a user's thousands of runs of "train").
+_UNENDED = sorted(WAITING | ACTIVE)
 
 
 def earlier_of_many(session: Session, job_ids: Iterable[int]) -> dict[int, list[int]]:
@@ -130,10 +133,11 @@ def earlier_of_many(session: Session, job_ids: Iterable[int]) -> dict[int, list[
             _EARLIER,
             (_EARLIER.owner == Job.owner) & (_EARLIER.name == Job.name) & (_EARLIER.id < Job.id),
         )
-        .where(Job.id.in_(ids), Job.singleton.is_(True), _EARLIER.state.not_in(list(TERMINAL)))
-        .order_by(_EARLIER.id)
+        .where(Job.id.in_(ids), Job.singleton.is_(True), _EARLIER.state.in_(_UNENDED))
     )
-    for job_id, other in session.execute(query):
+    # Sorted here: an ORDER BY made SQLite walk the owner's jobs by id instead (measured
+    # 53 ms an end with 20,000 of them, against 0.1 ms on the index).
+    for job_id, other in sorted(session.execute(query).tuples()):
         out.setdefault(job_id, []).append(other)
     return out
 

@@ -121,8 +121,8 @@ class Job(Base):
         # ``store.queue``).
         Index("ix_jobs_state_owner_sweep", "state", "owner", "sweep_id"),
         Index("ix_jobs_sweep_state", "sweep_id", "state"),
-        # A singleton's question when a job ends: who waits on its owner and name (0023d).
-        Index("ix_jobs_owner_name", "owner", "name"),
+        # A singleton's question when a job ends: who is held on its owner and name (0023d).
+        Index("ix_jobs_owner_name_state", "owner", "name", "state"),
         # Ids only grow, never reused (migration 0021j, ``store.ids``).
         {"sqlite_autoincrement": True},
     )
