@@ -698,7 +698,7 @@ def test_the_schema_shows_what_the_server_enforces(api: TestClient) -> None:
         ("PUT", "/v1/jobs", "GET, POST"),
         ("DELETE", "/v1/jobs", "GET, POST"),
         ("PATCH", "/v1/jobs", "GET, POST"),
-        ("DELETE", "/v1/jobs/1", "GET"),
+        ("DELETE", "/v1/jobs/1", "GET, PATCH"),  # PATCH: ddpq update
         ("GET", "/v1/jobs/1/cancel", "POST"),
         ("POST", "/healthz", "GET"),
     ],

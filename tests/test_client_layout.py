@@ -137,6 +137,8 @@ def test_the_command_line_is_the_one_entry_mounts_in_the_order_help_lists() -> N
         "whoami",
         "version",
         "reservations",
+        "update",
+        "restart",
         "token",
     ]
 

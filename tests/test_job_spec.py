@@ -65,18 +65,29 @@ def db(tmp_path: Path) -> Database:
     return Database(tmp_path / "ddpq.db")
 
 
-def succeeded_job_and_sweep(db: Database) -> tuple[int, int]:
-    """A job and a one-member sweep that have both succeeded (set in place: how they ran
-    is not what this file checks)."""
+def ended_waits(db: Database) -> dict[str, tuple[int, ...]]:
+    """A job and a one-member sweep for each dependency field, ended as its kind asks
+    (succeeded; failed for afternotok), set in place: how they ran is not what this file
+    checks."""
     plain = JobSpec(name="dep", owner="alice", command=["true"], cwd="/", gpus=1)
     member = sweeps.NewMember(0, "m", ["true"], {})
+    out: dict[str, tuple[int, ...]] = {}
     with db.write() as s:
-        dep = jobs.create_job(s, plain, 1.0).id
-        sweep = sweeps.create_sweep(s, sweeps.NewSweep(plain, {}, {}, None, None, [member]), 1.0).id
-        s.connection().execute(
-            update(JOBS).where(JOBS.c.state == JobState.QUEUED).values(state=JobState.SUCCEEDED)
-        )
-    return dep, sweep
+        for field in sorted(KEPT_ELSEWHERE):
+            if field.endswith("sweeps"):
+                new = sweeps.NewSweep(plain, {}, {}, None, None, [member])
+                out[field] = (sweeps.create_sweep(s, new, 1.0).id,)
+                where = JOBS.c.sweep_id == out[field][0]
+            else:
+                out[field] = (jobs.create_job(s, plain, 1.0).id,)
+                where = JOBS.c.id == out[field][0]
+            ended = JobState.FAILED if "notok" in field else JobState.SUCCEEDED
+            s.connection().execute(update(JOBS).where(where).values(state=ended))
+    return out
+
+
+def no_waits() -> dict[str, tuple[int, ...]]:
+    return dict.fromkeys(KEPT_ELSEWHERE, ())
 
 
 def test_every_field_is_a_jobs_column_or_kept_in_a_table_of_its_own() -> None:
@@ -86,8 +97,7 @@ def test_every_field_is_a_jobs_column_or_kept_in_a_table_of_its_own() -> None:
 
 
 def test_every_field_round_trips_through_the_store(db: Database) -> None:
-    dep, sweep = succeeded_job_and_sweep(db)
-    spec = full_spec(after=(dep,), after_sweeps=(sweep,))
+    spec = full_spec(**ended_waits(db))
     with db.write() as s:
         job_id = jobs.create_job(s, spec, 2.0).id
     with db.read() as s:
@@ -97,15 +107,14 @@ def test_every_field_round_trips_through_the_store(db: Database) -> None:
 
 
 def test_a_queued_job_is_returned_as_written_with_its_spec(db: Database) -> None:
-    spec = full_spec(hold=False, after=(), after_sweeps=())
+    spec = full_spec(hold=False, singleton=False, **no_waits())
     with db.write() as s:
         written = jobs.create_job(s, spec, 2.0)
     assert written.spec() == spec  # the snapshot create_job returns, unread
 
 
 def test_a_lease_carries_the_spec_as_submitted(db: Database) -> None:
-    dep, sweep = succeeded_job_and_sweep(db)
-    spec = full_spec(hold=False, after=(dep,), after_sweeps=(sweep,))
+    spec = full_spec(hold=False, **ended_waits(db))
     with db.write() as s:
         job_id = jobs.create_job(s, spec, 2.0).id
         placed = attempts.Placed(job_id, (0, 1), 29600, "/jobs/x", 0.1, mem_bytes=1 << 30)
@@ -130,7 +139,7 @@ def test_the_worker_launches_the_spec_it_read_back(tmp_path: Path) -> None:
     runnable = dict(gpus=1, nodes=1, gpus_per_node=None, hold=False, interactive=False, cpus=1)
     shared = dict(gpu_mem_bytes=None, gpu_mem_auto=False, gpu_share=None, idle_s=None)
     hardware = dict(gpu_link=None, gpu_type="FAK")  # fake GPUs' model is "fake"
-    spec = full_spec(**runnable, **shared, **hardware, after=(), after_sweeps=())
+    spec = full_spec(**runnable, **shared, **hardware, **no_waits())
     with rig.api.write() as s:
         job_id = jobs.create_job(s, spec, rig.clock()).id
     rig.step()

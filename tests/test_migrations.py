@@ -11,7 +11,7 @@ from alembic import command
 from ddpq.core.states import ATTEMPT_ONLY, JobState
 from ddpq.store import notifications as notification_store
 from ddpq.store.db import Database, alembic_config, migrate
-from ddpq.store.jobs import get_job
+from ddpq.store.jobs import get_job, spec_of
 
 JOB_COLUMNS = (
     "name, owner, command, cwd, env, launcher, gpus, priority, max_retries, attempt, "
@@ -428,6 +428,7 @@ def test_gpu_topology_upgrade_keeps_jobs_and_downgrade_drops_its_columns(tmp_pat
             (queued, None, None)
         ]
         conn.execute("UPDATE jobs SET gpu_link = 'NV', gpu_type = 'A100'")
+    migrate(path)  # later revisions add job columns the head's model reads
     db = Database(path)
     with db.read() as s:
         spec = get_job(s, queued).spec()
@@ -513,3 +514,34 @@ def test_plan_window_index_upgrade_and_downgrade(tmp_path: Path) -> None:
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
         assert not {"ix_jobs_plan_shape", "ix_jobs_unplanned"} & indexes
         assert conn.execute("SELECT id FROM jobs").fetchall() == [(queued,)]
+
+
+def test_dependency_kinds_upgrade_keeps_dependencies_as_afterok_and_downgrade_drops_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0023w")
+    with sqlite3.connect(path) as conn:
+        first = _insert_job(conn, "succeeded")
+        held = _insert_job(conn, "held")
+        conn.execute("INSERT INTO job_dependencies VALUES (?, ?)", (held, first))
+    _at(path, "0023d")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT * FROM job_dependencies").fetchall() == [
+            (held, first, "afterok")
+        ]
+        assert conn.execute("SELECT singleton FROM jobs").fetchall() == [(0,), (0,)]
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
+        assert "ix_jobs_owner_name_state" in indexes
+    migrate(path)
+    db = Database(path)
+    with db.read() as s:
+        spec = spec_of(s, get_job(s, held))
+    db.dispose()
+    assert (spec.after, spec.after_any, spec.singleton) == ((first,), (), False)
+    command.downgrade(alembic_config(path), "0023w")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT * FROM job_dependencies").fetchall() == [(held, first)]
+        assert "singleton" not in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        assert "AUTOINCREMENT" in _table_sql(conn, "jobs")
+    migrate(path)  # and up again

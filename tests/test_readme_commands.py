@@ -66,6 +66,9 @@ NOT_RUN = {
     "ddpq submit --gpu-mem 10G --gpus 2 --torchrun -- ddp.py": "as above",
     "ddpq submit --gpu-mem 5G --gpu-share 2 -- python a.py": "as above",
     "ddpq submit --name sweep-a --gpu-mem auto -- python a.py": "as above",
+    "ddpq update 7 --priority 5 --gpus 2 --time-limit 1h": (
+        "job 7 here has run already (tests/test_update_restart_e2e.py updates a held job)"
+    ),
 }
 
 # Submissions whose jobs must run to success here, as their comment promises.
@@ -125,10 +128,11 @@ def run_line(
         return " ".join(ids.get(word, word) for word in m[0].split(" "))
 
     line = re.sub(
-        r"(?<!\S)(?:show|cancel|attach|preempt|release|hold|--after|-f)(?: (?:\d+|s\d+))+",
+        r"(?<!\S)(?:show|cancel|attach|preempt|release|hold|restart|--after|-f)(?: (?:\d+|s\d+))+",
         replaced,
         line,
     )
+    line = re.sub(r"(after(?:ok|any|notok)):(\d+)", lambda m: f"{m[1]}:{ids.get(m[2], m[2])}", line)
     admin = line.startswith("sudo ")
     if admin:  # the test runs as the daemon's own account: straight to its state folder
         line = line.removeprefix("sudo ")

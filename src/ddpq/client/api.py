@@ -164,6 +164,15 @@ class JsonApi:
         data: Data = self._json("POST", f"/v1/jobs/{job_id}/preempt")
         return data
 
+    def update(self, job_id: int, changes: Mapping[str, Any]) -> Data:
+        """Change a job (``JobChanges``' fields); the job as it is now."""
+        data: Data = self._json("PATCH", f"/v1/jobs/{job_id}", body=dict(changes))
+        return data
+
+    def restart(self, job_id: int, changes: Mapping[str, Any]) -> Data:
+        """Queue a new job with ``job_id``'s spec and ``changes``; the new job."""
+        return self._created(self._json("POST", f"/v1/jobs/{job_id}/restart", body=dict(changes)))
+
     def submit_sweep(self, sweep: Mapping[str, Any]) -> Data:
         """Queue a sweep (``SweepSubmit``'s fields: a template and params or an array)."""
         return self._created(self._json("POST", "/v1/sweeps", body=dict(sweep)))

@@ -205,7 +205,9 @@ def job_lines(j: Data) -> list[str]:
     lines.append(f"  priority   {j['priority']}")
     if j["time_limit_s"]:
         lines.append(f"  time limit {human_duration(j['time_limit_s'])}")
-    if j["after"]:
+    if j.get("dependency"):  # every kind, as sbatch's --dependency (after: afterok only)
+        lines.append(f"  depends on {safe(j['dependency'])}")
+    elif j["after"]:
         lines.append(f"  after      {', '.join(map(str, j['after']))}")
     lines.append(f"  attempt    {j['attempt']} (retries allowed: {j['retries']})")
     if j["exit_code"] is not None or j["exit_signal"] is not None:

@@ -75,6 +75,7 @@ SUBMIT: Spec = (
     ("gpu_type", TEXT, None, ("--gpu-type",)),
     ("cpus", INT, None, ("--cpus",)),
     ("mem", TEXT, None, ("--mem",)),
+    ("dependency", TEXT, None, ("--dependency",)),
 )
 
 _INT = re.compile(r"\s*[+-]?[0-9]+\s*")  # what client.coercion takes as a whole number

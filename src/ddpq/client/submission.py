@@ -46,6 +46,7 @@ OPTION_OF = {
     "gpu_type": "--gpu-type",
     "cpus": "--cpus",
     "mem": "--mem",
+    "dependency": "--dependency",
 }
 # Fields whose problems name a variable (``env.KEY: ...``): the name is kept.
 KEYED = {"env", "exported_env"}

@@ -32,6 +32,15 @@ AfterOpt = Annotated[
         help="start only after job ID (or every member of sweep sN) succeeded (repeatable)"
     ),
 ]
+DependencyOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="KIND:ID[:ID...],...",
+        help="as sbatch's: afterok, afterany (ended), afternotok (ended without success) "
+        "on job IDs or sweeps sN, and singleton (after earlier jobs of your name ended); "
+        "one that can never be met cancels the job",
+    ),
+]
 HoldOpt = Annotated[bool, typer.Option(help="queue it held until `ddpq release`")]
 EnvOpt = Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE, over --export")]
 ExportOpt = Annotated[
@@ -155,6 +164,7 @@ def submit(
     gpu_type: GpuTypeOpt = None,
     cpus: CpusOpt = None,
     mem: MemOpt = None,
+    dependency: DependencyOpt = None,
 ) -> None:
     """Queue a job: `ddpq submit --gpus 2 -- python train.py` or `ddpq submit resnet18 --gpus 2`.
 

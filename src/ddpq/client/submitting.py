@@ -50,6 +50,7 @@ def submit_with(argv: list[str], o: dict[str, Any]) -> None:
             "gpu_type",
             "cpus",
             "mem",
+            "dependency",
         )
     }
     plain["slurm_options"] = o["slurm_opt"] or []

@@ -19,7 +19,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ddpq.core import sbatch
+from ddpq.core import dependency_text, sbatch
 
 SBATCH = "#SBATCH"
 DDPQ = "#DDPQ"
@@ -129,15 +129,17 @@ def gpu_count(value: str, *, gres: bool) -> str:
 
 
 def dependency(value: str) -> list[str]:
-    """``afterok:ID[:ID...]`` as ``--after ID`` each (ddpq's ``--after`` is afterok)."""
-    words = []
+    """``--dependency`` as ddpq's own, its job ids without what ddpq has no use for: an
+    array task's ``_N`` (the whole sweep is waited on as ``sN`` only when written so) and a
+    delay's ``+MINUTES``. The daemon reads the kinds (``core.dependency_text``)."""
+    items = []
     for part in value.split(","):
-        kind, _, ids = part.partition(":")
-        if kind != "afterok" or not ids:
-            raise ValueError(f"{part!r}: ddpq waits only for afterok:ID[:ID...]")
-        for job_id in ids.split(":"):
-            words += ["--after", job_id.split("_")[0].split("+")[0]]
-    return words
+        kind, sep, ids = part.partition(":")
+        plain = [job_id.split("_")[0].split("+")[0] for job_id in ids.split(":")] if sep else []
+        items.append(":".join([kind, *plain]))
+    text = ",".join(items)
+    dependency_text.parse(text)  # a kind or an id ddpq cannot take: refused with its line
+    return ["--dependency", text]
 
 
 def export(value: str) -> list[str]:

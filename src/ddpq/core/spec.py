@@ -56,3 +56,12 @@ class JobSpec:
     # daemon's defaults when it is placed (``core.hostres``).
     cpus: int | None = None
     ram_bytes: int | None = None
+    # Slurm's other dependency kinds (``--dependency``, ``core.deps``): jobs and sweeps
+    # that must end (afterany) or end without success (afternotok); ``after`` and
+    # ``after_sweeps`` are afterok. singleton: waits until every earlier job of its owner
+    # with its name has ended.
+    after_any: tuple[int, ...] = ()
+    after_notok: tuple[int, ...] = ()
+    after_any_sweeps: tuple[int, ...] = ()
+    after_notok_sweeps: tuple[int, ...] = ()
+    singleton: bool = False

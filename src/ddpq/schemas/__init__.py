@@ -46,6 +46,7 @@ from ddpq.schemas.common import (
     Text,
     derive_name,
 )
+from ddpq.schemas.edits import JobChanges
 from ddpq.schemas.history import HistoryPage, HistoryRow
 from ddpq.schemas.jobs import (
     AttemptOut,
@@ -103,6 +104,7 @@ __all__ = [
     "HistoryRow",
     "HostJob",
     "HostOut",
+    "JobChanges",
     "JobDetail",
     "JobEnvOut",
     "JobList",

@@ -113,6 +113,11 @@ class JobOut(BaseModel):
     progress: dict[str, Any] | None
     job_dir: str | None
     after_sweeps: list[int] = Field(default_factory=list)
+    dependency: str = Field(
+        default="",
+        description="all it waits on as Slurm's --dependency text (afterok:1:s2,afterany:3,"
+        "singleton); `after` and `after_sweeps` are its afterok part",
+    )
     sweep_id: int | None = Field(default=None, description="the sweep this job is a member of")
     sweep_index: int | None = Field(default=None, description="its index in that sweep")
     gpu_mem: int | None = Field(

@@ -3,7 +3,7 @@ their limits. The rules that span fields or read the core are in ``submit_rules`
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -164,6 +164,15 @@ class JobSubmit(BaseModel):
         "default: the daemon's default_mem (per GPU: default_mem_per_gpu), none if unset",
         json_schema_extra={"examples": ["4G", 4294967296]},
     )
+    dependency: Text | None = Field(
+        default=None,
+        max_length=2048,
+        description="Slurm's --dependency: afterok:ID[:ID...], afterany:..., afternotok:... "
+        "and singleton, comma-separated (all must hold); an ID is a job's id or sN, every "
+        "member of sweep N. A dependency that can never be met (afterok on a job that "
+        "failed, afternotok on one that succeeded) ends this job cancelled with that reason",
+        json_schema_extra={"examples": ["afterok:12:13,afterany:s4", "singleton"]},
+    )
     # Only where the daemon runs jobs on Slurm (`--executor slurm`, docs/slurm.md).
     nodes: int = Field(
         default=1, ge=1, le=MAX_NODES, description="hosts it spans (with gpus_per_node)"
@@ -282,6 +291,20 @@ class JobSubmit(BaseModel):
         if self.gpu_type is not None and self.gpus == 0:
             self.gpus = 1  # a GPU of that type: one, unless it says more
         return self
+
+    @field_validator("dependency")
+    @classmethod
+    def _dependency(cls, v: str | None) -> str | None:
+        return rules.check_dependency(v)
+
+    @model_validator(mode="after")
+    def _waits(self) -> JobSubmit:
+        rules.spec_waits(self)  # refuses a job or sweep named under two kinds
+        return self
+
+    def waits(self) -> dict[str, Any]:
+        """Its dependencies as ``JobSpec`` fields (``after``: afterok, ... , singleton)."""
+        return rules.spec_waits(self)
 
     @model_validator(mode="after")
     def _command_or_workload(self) -> JobSubmit:

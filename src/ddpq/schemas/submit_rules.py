@@ -5,10 +5,11 @@ the message the API answers with. The model's validators call them in its field 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ddpq.core import hostres, jobenv, sharing
+from ddpq.core import dependency_text, hostres, jobenv, sharing
 from ddpq.core import slurm as core_slurm
+from ddpq.core.deps import Kind
 from ddpq.core.interactive import uses_port
 from ddpq.core.topology import TopologyError, required_class
 from ddpq.core.units import parse_size, size_for_people
@@ -226,3 +227,40 @@ def check_command_or_workload(job: JobSubmit) -> None:
             raise ValueError("args: only a workload takes args; put them in the command")
     elif job.command:
         raise ValueError("give either a command or a workload, not both")
+
+
+def check_dependency(value: str | None) -> str | None:
+    """Slurm's ``--dependency`` text, read by ``core.dependency_text`` (its reason if not)."""
+    if value is None:
+        return None
+    try:
+        dependency_text.parse(value)
+    except ValueError as exc:
+        raise ValueError(f"dependency: {exc}") from None
+    return value
+
+
+def spec_waits(job: JobSubmit) -> dict[str, Any]:
+    """The ``JobSpec`` dependency fields of ``job``: ``after`` and ``after_sweeps`` with
+    the dependency's afterok ones, and the other kinds; a job or sweep named under two
+    kinds is refused."""
+    parsed = dependency_text.parse(job.dependency) if job.dependency else None
+    jobs = dict.fromkeys(job.after, Kind.OK)
+    sweeps = dict.fromkeys(job.after_sweeps, Kind.OK)
+    if parsed is not None:
+        for into, more, mark in ((jobs, parsed.jobs, ""), (sweeps, parsed.sweeps, "s")):
+            for i, kind in more.items():
+                if into.setdefault(i, kind) is not kind:
+                    raise ValueError(f"dependency: {mark}{i} is named as both afterok and {kind}")
+    out: dict[str, Any] = {"singleton": parsed is not None and parsed.singleton}
+    for kind, (field, sweep_field) in _FIELDS.items():
+        out[field] = tuple(sorted(i for i, k in jobs.items() if k is kind))
+        out[sweep_field] = tuple(sorted(i for i, k in sweeps.items() if k is kind))
+    return out
+
+
+_FIELDS = {
+    Kind.OK: ("after", "after_sweeps"),
+    Kind.ANY: ("after_any", "after_any_sweeps"),
+    Kind.NOTOK: ("after_notok", "after_notok_sweeps"),
+}

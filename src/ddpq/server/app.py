@@ -22,6 +22,7 @@ from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.routes import (
     devices,
     history,
+    job_edits,
     jobs,
     logs,
     meta,
@@ -39,6 +40,7 @@ from ddpq.store.headroom import Reserve
 ROUTERS = (
     meta.router,
     jobs.router,
+    job_edits.router,
     queue.router,
     logs.router,
     progress.router,

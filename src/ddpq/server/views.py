@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ddpq.core.dependency_text import text_of
+from ddpq.core.deps import Kind
+from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, JobState
 from ddpq.core.untrusted import clean_text
 from ddpq.jobdir import JobDir
@@ -29,6 +33,7 @@ from ddpq.store import notifications as notification_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store.db import Session
 from ddpq.store.models import Job, Sweep
+from ddpq.store.models.job import DEPENDENCY_FIELDS
 
 T = TypeVar("T")
 
@@ -60,14 +65,14 @@ def ts_req(value: float) -> datetime:
 def job_out(
     job: Job,
     leases: tuple[list[int], int | None],
-    after: list[int],
-    after_sweeps: list[int] | None = None,
+    waits: Mapping[str, Sequence[int]],
     shared_mem: int | None = None,
     peak_mem: int | None = None,
     host: tuple[list[int], int | None] = ([], None),
 ) -> JobOut:
     """``shared_mem``: what its live shared leases reserve on each GPU; ``peak_mem``: its
-    latest attempt's measured peak; ``host``: the CPUs and host memory it holds now."""
+    latest attempt's measured peak; ``host``: the CPUs and host memory it holds now;
+    ``waits``: what it waits on, by ``JobSpec`` field (``store.dependencies.fields_of_many``)."""
     gpus, port = leases
     return JobOut(
         id=job.id,
@@ -87,7 +92,7 @@ def job_out(
         time_limit_s=job.time_limit_s,
         retries=job.max_retries,
         attempt=job.attempt,
-        after=after,
+        after=list(waits.get("after", [])),
         hold=job.user_hold,
         preemptible=job.preemptible,
         preemptions=job.preemptions,
@@ -100,7 +105,8 @@ def job_out(
         ),
         progress=servable(job.progress),
         job_dir=servable(job.job_dir),
-        after_sweeps=after_sweeps or [],
+        after_sweeps=list(waits.get("after_sweeps", [])),
+        dependency=dependency_text_of(waits, job.singleton),
         sweep_id=job.sweep_id,
         sweep_index=job.sweep_index,
         gpu_mem=job.gpu_mem_bytes,
@@ -118,6 +124,23 @@ def job_out(
     )
 
 
+def spec_waits(spec: JobSpec) -> dict[str, Sequence[int]]:
+    """A spec's dependencies by field, as ``fields_of_many`` reads them back."""
+    return {name: sorted(set(getattr(spec, name))) for name in DEPENDENCY_FIELDS.values()}
+
+
+def dependency_text_of(waits: Mapping[str, Sequence[int]], singleton: bool) -> str:
+    """What the job waits on as ``--dependency`` text (empty: nothing)."""
+    kinds = {
+        Kind(kind): (
+            tuple(waits.get(DEPENDENCY_FIELDS[(kind, False)], ())),
+            tuple(waits.get(DEPENDENCY_FIELDS[(kind, True)], ())),
+        )
+        for kind in Kind
+    }
+    return text_of(kinds, singleton)
+
+
 def attach_socket(job: Job) -> str | None:
     """Where a running session's terminal is served (its shim makes it once it starts)."""
     if not job.interactive or job.state is not JobState.RUNNING or job.job_dir is None:
@@ -131,16 +154,14 @@ def jobs_out(session: Session, jobs: list[Job]) -> list[JobOut]:
     held = lease_store.by_job(live)
     shares = lease_store.shares(live)
     # One query each for the whole page, not one per job.
-    after = dependencies.dependencies_of_many(session, ids)
-    after_sweeps = dependencies.sweep_dependencies_of_many(session, ids)
+    waits = dependencies.fields_of_many(session, ids)
     peaks = memory_store.latest_peaks(session, [j.id for j in jobs if j.attempt])
     hosts = host_store.held_by(session, [j.id for j in jobs if j.state in ACTIVE])
     return [
         job_out(
             j,
             held.get(j.id, ([], None)),
-            after.get(j.id, []),
-            after_sweeps.get(j.id, []),
+            waits.get(j.id, {}),
             shares.get(j.id, (None, None))[0],
             peaks.get(j.id),
             hosts.get(j.id, ([], None)),

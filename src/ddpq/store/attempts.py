@@ -43,6 +43,7 @@ from ddpq.store.models import (
     SweepDependency,
     spec_of,
 )
+from ddpq.store.models.job import DEPENDENCY_FIELDS
 from ddpq.store.transitions import Change
 
 _jobs = cast(Table, Job.__table__)
@@ -90,16 +91,19 @@ class Leased:
 
 
 # Built once, for the worker's hot path: the leased jobs' rows (their specs, and which
-# attempt this is) and what they waited for (their specs' ``after`` and ``after_sweeps``).
+# attempt this is) and what they waited for (their specs' dependency fields, by kind).
 _IDS: BindParameter[int] = bindparam("ids", expanding=True)
 _LEASED_ROWS = select(
     _jobs.c.id, _jobs.c.attempt, *(_jobs.c[column] for column in SPEC_COLUMNS.values())
 ).where(_jobs.c.id.in_(_IDS), _jobs.c.state == JobState.QUEUED)
 _WAITED_FOR = union_all(
     select(
-        _deps.c.job_id, _deps.c.depends_on.label("waits_on"), literal("after").label("field")
+        _deps.c.job_id,
+        _deps.c.depends_on.label("waits_on"),
+        _deps.c.kind,
+        literal(False).label("sweep"),
     ).where(_deps.c.job_id.in_(_IDS)),
-    select(_sweep_deps.c.job_id, _sweep_deps.c.sweep_id, literal("after_sweeps")).where(
+    select(_sweep_deps.c.job_id, _sweep_deps.c.sweep_id, _sweep_deps.c.kind, literal(True)).where(
         _sweep_deps.c.job_id.in_(_IDS)
     ),
 ).order_by("waits_on")
@@ -152,7 +156,8 @@ def lease_and_start(session: Session, placed: Sequence[Placed], now: float) -> l
     )
     waited: dict[int, dict[str, list[int]]] = {row.id: {} for row in rows}
     if waited:
-        for job_id, on, field in conn.execute(_WAITED_FOR, {"ids": list(waited)}):
+        for job_id, on, kind, sweep in conn.execute(_WAITED_FOR, {"ids": list(waited)}):
+            field = DEPENDENCY_FIELDS[(kind, bool(sweep))]
             waited[job_id].setdefault(field, []).append(on)
     out = [
         Leased(

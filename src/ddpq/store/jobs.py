@@ -17,11 +17,10 @@ from ddpq.core.states import ACTIVE, TERMINAL, JobState
 from ddpq.store import settling, transitions
 from ddpq.store.dependencies import (
     checked_standings,
-    dependencies_of,
-    dependencies_of_many,
+    dependency_rows,
     dependency_states,
-    sweep_dependencies_of_many,
-    sweep_standings,
+    fields_of_many,
+    waiting_of_many,
 )
 from ddpq.store.models import (
     PLAN_SHAPE_INDEX,
@@ -55,32 +54,37 @@ def create_job(session: Session, spec: JobSpec, now: float) -> Job:
     the store's functions). Core inserts of prepared statements: every submission comes
     through here, and the ORM's unit of work would cost more than the rest of the request.
     """
-    after = sorted(set(spec.after))
-    dep_states = dependency_states(session, after)
-    missing = sorted(set(after) - set(dep_states))
-    if missing:
-        raise UnknownJob(missing[0])
-    after_sweeps = sorted(set(spec.after_sweeps))
-    standings = checked_standings(session, after_sweeps)
+    on_jobs, on_sweeps = dependency_rows(spec)
+    check_known(session, on_jobs, on_sweeps)
     conn = session.connection()
     values = new_row(spec, JobState.QUEUED, "", now)
     key = conn.execute(_INSERT_JOB, values).inserted_primary_key
     assert key is not None
     job_id = int(key[0])
-    if after:
-        conn.execute(_INSERT_DEPENDENCY, [{"job_id": job_id, "depends_on": d} for d in after])
-    if after_sweeps:
-        rows = [{"job_id": job_id, "sweep_id": d} for d in after_sweeps]
-        conn.execute(_INSERT_SWEEP_DEPENDENCY, rows)
+    if on_jobs:
+        conn.execute(_INSERT_DEPENDENCY, [{"job_id": job_id, **d} for d in on_jobs])
+    if on_sweeps:
+        conn.execute(_INSERT_SWEEP_DEPENDENCY, [{"job_id": job_id, **d} for d in on_sweeps])
     transitions.submitted(session, [job_id], now)
-    if not (after or after_sweeps or spec.hold):
+    if not (on_jobs or on_sweeps or spec.hold or spec.singleton):
         # Queued as it is: the row just written, without reading it back.
         return Job(id=job_id, **values)
     job = get_job(session, job_id)
-    settling.settle_waiting(session, job, dep_states, standings, now)
+    settling.settle_waiting(session, job, waiting_of_many(session, [job_id])[job_id], now)
     session.flush()
     session.expunge(job)
     return job
+
+
+def check_known(
+    session: Session, on_jobs: Sequence[Mapping[str, Any]], on_sweeps: Sequence[Mapping[str, Any]]
+) -> None:
+    """UnknownJob or UnknownSweep for the first job or sweep waited on that is not there."""
+    wanted = sorted({d["depends_on"] for d in on_jobs})
+    missing = sorted(set(wanted) - set(dependency_states(session, wanted)))
+    if missing:
+        raise UnknownJob(missing[0])
+    checked_standings(session, sorted({d["sweep_id"] for d in on_sweeps}))
 
 
 def get_job(session: Session, job_id: int) -> Job:
@@ -92,8 +96,7 @@ def get_job(session: Session, job_id: int) -> Job:
 
 def spec_of(session: Session, job: Job) -> JobSpec:
     """What ``job`` was submitted with (its row's spec, and its dependencies)."""
-    after = dependencies_of_many(session, [job.id]).get(job.id, [])
-    return job.spec(after, sweep_dependencies_of_many(session, [job.id]).get(job.id, []))
+    return job.spec(**fields_of_many(session, [job.id]).get(job.id, {}))
 
 
 def list_jobs(
@@ -361,9 +364,7 @@ def set_hold(session: Session, job: Job, hold: bool, now: float) -> None:
             f"job {job.id} is {state.value}; only a waiting job can be held or released"
         )
     job.user_hold = hold
-    deps = dependency_states(session, dependencies_of(session, job.id))
-    sweeps = sweep_dependencies_of_many(session, [job.id]).get(job.id, [])
-    settling.settle_waiting(session, job, deps, sweep_standings(session, sweeps), now)
+    settling.settle_waiting(session, job, waiting_of_many(session, [job.id])[job.id], now)
 
 
 def recent_runs(session: Session, since: float) -> list[Run]:

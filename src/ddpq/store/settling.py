@@ -4,32 +4,21 @@ Flush, never commit: the caller owns the transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from sqlalchemy import BindParameter, bindparam, select, union
 from sqlalchemy.orm import Session, aliased
 
-from ddpq.core.deps import SweepStanding, settle_change, waiting_place
+from ddpq.core.deps import settle_change
 from ddpq.core.states import TERMINAL, JobState
 from ddpq.store import transitions
-from ddpq.store.dependencies import (
-    dependencies_of_many,
-    dependency_states,
-    sweep_dependencies_of_many,
-    sweep_standings,
-)
+from ddpq.store.dependencies import Waiting, waiting_of_many
 from ddpq.store.models import Job, JobDependency, SweepDependency
 
 
-def settle_waiting(
-    session: Session,
-    job: Job,
-    dep_states: Mapping[int, JobState],
-    standings: Mapping[int, SweepStanding],
-    now: float,
-) -> None:
+def settle_waiting(session: Session, job: Job, waiting: Waiting, now: float) -> None:
     """Put a waiting job where its dependencies and hold say it belongs."""
-    place = waiting_place(dep_states, standings, job.user_hold)
+    place = waiting.place(job.user_hold)
     change = settle_change(job.state, job.reason, place)
     if change is None:
         return
@@ -51,24 +40,16 @@ def finish(session: Session, job: Job, state: JobState, reason: str, now: float)
 
 
 def settle_jobs(session: Session, jobs: Sequence[Job], now: float) -> None:
-    """Settle held jobs, all at once: their dependencies read in four queries, their
+    """Settle held jobs, all at once: their dependencies read in a few queries, their
     changes written together, and the dependents of those cancelled settled next, level
     by level (a sweep's thousand members doomed by one failed job cost a few statements,
     not a cascade per member)."""
-    ids = [j.id for j in jobs]
-    deps = dependencies_of_many(session, ids)
-    states = dependency_states(session, {d for ds in deps.values() for d in ds})
-    sweeps = sweep_dependencies_of_many(session, ids)
-    standings = sweep_standings(session, {s for ss in sweeps.values() for s in ss})
+    waiting = waiting_of_many(session, [j.id for j in jobs if j.state is JobState.HELD])
     changes: list[transitions.Change] = []
     for job in jobs:
         if job.state is not JobState.HELD:
             continue
-        place = waiting_place(
-            {d: states[d] for d in deps.get(job.id, [])},
-            {s: standings[s] for s in sweeps.get(job.id, []) if s in standings},
-            job.user_hold,
-        )
+        place = waiting[job.id].place(job.user_hold)
         change = settle_change(job.state, job.reason, place)
         if change is not None:  # held -> held: a new reason, not a transition
             changes.append(transitions.Change(job.id, job.state, *change))
@@ -79,7 +60,7 @@ def settle_jobs(session: Session, jobs: Sequence[Job], now: float) -> None:
 
 def settle_dependents(session: Session, job_id: int, now: float) -> None:
     """A job has ended for good: release, or cancel, the held jobs that wait on it, or on
-    the sweep it belongs to."""
+    the sweep it belongs to, and the singletons of its owner and name after it."""
     settle_dependents_many(session, [job_id], now)
 
 
@@ -87,6 +68,7 @@ def settle_dependents(session: Session, job_id: int, now: float) -> None:
 # column proxies, and loading two ORM queries' rows per ended job was most of the cost of
 # recording an end. Only the ids are read; the jobs are loaded only when there are any.
 _MEMBER = aliased(Job)
+_LATER = aliased(Job)
 _ENDED: BindParameter[int] = bindparam("ended", expanding=True)
 _HELD_ON_THEM = union(
     select(JobDependency.job_id)
@@ -96,6 +78,9 @@ _HELD_ON_THEM = union(
     .join(Job, Job.id == SweepDependency.job_id)
     .join(_MEMBER, _MEMBER.sweep_id == SweepDependency.sweep_id)
     .where(_MEMBER.id.in_(_ENDED), Job.state == JobState.HELD),
+    select(_LATER.id)
+    .join(Job, (Job.owner == _LATER.owner) & (Job.name == _LATER.name) & (Job.id < _LATER.id))
+    .where(Job.id.in_(_ENDED), _LATER.state == JobState.HELD, _LATER.singleton.is_(True)),
 )
 
 

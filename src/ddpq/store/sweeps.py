@@ -17,7 +17,7 @@ from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core import sweeps as core_sweeps
-from ddpq.core.deps import settle_change, waiting_place
+from ddpq.core.deps import Kind, settle_change
 from ddpq.core.scheduler import NO_SWEEP_CAPS, SweepCaps
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, TERMINAL, WAITING, JobState
@@ -60,7 +60,7 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
     Returns the sweep row, detached from the session.
     """
     job = spec.job
-    after, after_sweeps, state, reason = _where_members_start(session, job)
+    on_jobs, on_sweeps, state, reason = _where_members_start(session, job)
     conn = session.connection()
     sweep_row = {
         "name": job.name,
@@ -89,32 +89,39 @@ def create_sweep(session: Session, spec: NewSweep, now: float) -> Sweep:
     if state is not JobState.QUEUED:
         changes = [transitions.Change(i, JobState.QUEUED, state, reason) for i in ids]
         transitions.move_many(session, changes, now)
-    if after:
-        deps = [{"job_id": i, "depends_on": d} for i in ids for d in after]
+    if on_jobs:
+        deps = [{"job_id": i, **d} for i in ids for d in on_jobs]
         conn.execute(insert(cast(Table, JobDependency.__table__)), deps)
-    if after_sweeps:
-        on = [{"job_id": i, "sweep_id": d} for i in ids for d in after_sweeps]
+    if on_sweeps:
+        on = [{"job_id": i, **d} for i in ids for d in on_sweeps]
         conn.execute(insert(cast(Table, SweepDependency.__table__)), on)
+    if job.singleton and state is JobState.HELD:
+        written = session.scalars(select(Job).where(Job.id.in_(ids)).order_by(Job.id))
+        settling.settle_jobs(session, list(written), now)
     return Sweep(id=sweep_id, **sweep_row)
 
 
 def _where_members_start(
     session: Session, job: JobSpec
-) -> tuple[list[int], list[int], JobState, str]:
-    """The jobs and sweeps the members wait on (refused if unknown), and the state and
-    reason every member starts in: they all wait on the same things."""
-    after = sorted(set(job.after))
-    dep_states = dependencies.dependency_states(session, after)
-    missing = sorted(set(after) - set(dep_states))
-    if missing:
-        raise job_store.UnknownJob(missing[0])
-    after_sweeps = sorted(set(job.after_sweeps))
-    standings = dependencies.checked_standings(session, after_sweeps)
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], JobState, str]:
+    """The job and sweep dependency rows of the members (refused if one names what is not
+    there), and the state and reason every member starts in: they all wait on the same
+    things (a singleton's members are settled each on its own once written)."""
+    on_jobs, on_sweeps = dependencies.dependency_rows(job)
+    job_store.check_known(session, on_jobs, on_sweeps)
     change = None
-    if after or after_sweeps or job.hold:
-        change = settle_change(JobState.QUEUED, "", waiting_place(dep_states, standings, job.hold))
+    if on_jobs or on_sweeps or job.hold or job.singleton:
+        waiting = dependencies.Waiting(
+            dependencies.dependency_states(session, [d["depends_on"] for d in on_jobs]),
+            dependencies.sweep_standings(session, [d["sweep_id"] for d in on_sweeps]),
+            {d["depends_on"]: Kind(d["kind"]) for d in on_jobs},
+            {d["sweep_id"]: Kind(d["kind"]) for d in on_sweeps},
+        )
+        change = settle_change(JobState.QUEUED, "", waiting.place(job.hold))
     state, reason = change or (JobState.QUEUED, "")
-    return after, after_sweeps, state, reason
+    if job.singleton and state is JobState.QUEUED:
+        state, reason = JobState.HELD, "singleton"  # each member settled once written
+    return on_jobs, on_sweeps, state, reason
 
 
 def _member_rows(spec: NewSweep, sweep_id: int, now: float) -> list[dict[str, Any]]:
@@ -288,17 +295,10 @@ def set_sweep_hold(session: Session, sweep_id: int, hold: bool, now: float) -> A
         update(_jobs).where(_jobs.c.id == bindparam("b_id")).values(user_hold=hold),
         [{"b_id": i} for i in ids],
     )
-    deps = dependencies.dependencies_of_many(session, ids)
-    states = dependencies.dependency_states(session, {d for ds in deps.values() for d in ds})
-    on_sweeps = dependencies.sweep_dependencies_of_many(session, ids)
-    standings = dependencies.sweep_standings(session, {s for ss in on_sweeps.values() for s in ss})
+    waiting = dependencies.waiting_of_many(session, ids)
     moves, doomed = [], []
     for row in rows:
-        place = waiting_place(
-            {d: states[d] for d in deps.get(row.id, [])},
-            {s: standings[s] for s in on_sweeps.get(row.id, []) if s in standings},
-            hold,
-        )
+        place = waiting[row.id].place(hold)
         change = settle_change(row.state, row.reason, place)
         if change is None:
             continue

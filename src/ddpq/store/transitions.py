@@ -163,6 +163,24 @@ def move_job(session: Session, job: Job, new: JobState, reason: str, now: float)
     return move(session, job.id, job.state, new, reason, now)
 
 
+def edit(
+    session: Session, job_id: int, state: JobState, reason: str, now: float, **values: Any
+) -> bool:
+    """Set ``values`` on a job's row with a line in its history (``reason``), its state and
+    its reason (why it waits) kept; False, with nothing written, if it is not in ``state``
+    any more (the same guard as a move's: the event first, the row under it)."""
+    event = {"b_id": job_id, "b_at": now, "b_old": state, "b_new": state, "b_reason": reason}
+    conn = session.connection()
+    if not conn.execute(_INSERT_GUARDED_EVENT, [event]).rowcount:
+        return False
+    conn.execute(update(_jobs).where(_jobs.c.id == job_id, _jobs.c.state == state).values(**values))
+    job = session.identity_map.get(identity_key(Job, job_id)) if session.identity_map else None
+    if job is not None:
+        for key, value in values.items():
+            set_committed_value(job, key, value)
+    return True
+
+
 def submitted(session: Session, job_ids: Iterable[int], now: float) -> None:
     """The first line of new jobs' histories (a job is born queued: any other state it
     starts in is reached through ``move_many``)."""

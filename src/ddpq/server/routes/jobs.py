@@ -74,9 +74,7 @@ def submit(
         queue_caps.refuse_if_over(s, settings, spec.owner, 1)
         job = job_store.create_job(s, spec, time.time())
         # A new job holds no lease, and its dependencies are the ones just given.
-        out = views.job_out(
-            job, ([], None), sorted(set(spec.after)), sorted(set(spec.after_sweeps))
-        )
+        out = views.job_out(job, ([], None), views.spec_waits(spec))
     wake.nudge(settings.wake_socket)
     return out
 
@@ -149,9 +147,8 @@ def submitted_spec(
         priority=body.priority,
         time_limit_s=body.time_limit_s,
         max_retries=body.retries,
-        after=tuple(body.after),
         hold=body.hold,
-        after_sweeps=tuple(body.after_sweeps),
+        **body.waits(),  # after, after_sweeps, the other kinds, singleton
         notify_url=body.notify or settings.notify_url,
         preemptible=body.preemptible,
         preempt_signal=body.preempt_signal,

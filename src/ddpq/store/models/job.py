@@ -129,6 +129,9 @@ class Job(Base):
     # daemon's defaults, applied when it is placed (core.hostres).
     cpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
     ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # --dependency singleton (core.deps, migration 0023d): waits for earlier jobs of its
+    # owner and name to end.
+    singleton: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),
@@ -152,15 +155,17 @@ class Job(Base):
         Index("ix_jobs_plan_shape", *PLAN_SHAPE_INDEX),
         # Queued jobs no pass has given a reason yet (``store.jobs.say_unplanned``).
         Index("ix_jobs_unplanned", "id", sqlite_where=text(UNPLANNED)),
+        # A singleton's question when a job ends: who is held on its owner and name (0023d).
+        Index("ix_jobs_owner_name_state", "owner", "name", "state"),
         # Ids only grow, never reused (migration 0021j, ``store.ids``).
         {"sqlite_autoincrement": True},
     )
 
-    def spec(self, after: Iterable[int] = (), after_sweeps: Iterable[int] = ()) -> JobSpec:
+    def spec(self, **waits: Iterable[int]) -> JobSpec:
         """What the job asks for, read back from its row (``spec_of``); its dependencies
-        are in their own tables, so the caller that wants them passes them (``store.jobs
-        .spec_of`` reads them)."""
-        return spec_of(self, after, after_sweeps)
+        are in their own tables, so the caller that wants them passes them by field
+        (``store.jobs.spec_of`` reads them)."""
+        return spec_of(self, **waits)
 
 
 # ---- the one mapping between a JobSpec and the jobs table --------------------------
@@ -170,7 +175,16 @@ class Job(Base):
 # otherwise, and tuples (a JSON list in the row, NULL when empty). Adding a field to the
 # spec is then: the field, and a migration for its column.
 
-KEPT_ELSEWHERE = frozenset({"after", "after_sweeps"})  # job_dependencies, sweep_dependencies
+# In job_dependencies and sweep_dependencies, each row with its kind (``DEPENDENCY_FIELDS``).
+DEPENDENCY_FIELDS = {
+    ("afterok", False): "after",
+    ("afterany", False): "after_any",
+    ("afternotok", False): "after_notok",
+    ("afterok", True): "after_sweeps",
+    ("afterany", True): "after_any_sweeps",
+    ("afternotok", True): "after_notok_sweeps",
+}
+KEPT_ELSEWHERE = frozenset(DEPENDENCY_FIELDS.values())
 RENAMED = {"hold": "user_hold"}  # its column predates the spec's name
 SPEC_COLUMNS: dict[str, str] = {
     f.name: RENAMED.get(f.name, f.name) for f in fields(JobSpec) if f.name not in KEPT_ELSEWHERE
@@ -207,7 +221,12 @@ def _read(name: str, value: Any) -> Any:
     return value
 
 
-def spec_of(row: Any, after: Iterable[int] = (), after_sweeps: Iterable[int] = ()) -> JobSpec:
-    """The spec a jobs row (a ``Job``, or a Core row with the SPEC_COLUMNS) holds."""
+def spec_of(row: Any, **waits: Iterable[int]) -> JobSpec:
+    """The spec a jobs row (a ``Job``, or a Core row with the SPEC_COLUMNS) holds, with
+    the dependencies ``waits`` gives by field (those of ``KEPT_ELSEWHERE``)."""
     values = {name: _read(name, getattr(row, column)) for name, column in SPEC_COLUMNS.items()}
-    return JobSpec(**values, after=tuple(after), after_sweeps=tuple(after_sweeps))
+    unknown = set(waits) - KEPT_ELSEWHERE
+    if unknown:
+        raise TypeError(f"not a dependency field: {sorted(unknown)}")
+    values.update({k: tuple(v) for k, v in waits.items()})
+    return JobSpec(**values)

@@ -74,6 +74,8 @@ class JobDependency(Base):
     depends_on: Mapped[int] = mapped_column(
         ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True
     )
+    # afterok (``--after``), afterany or afternotok (``core.deps.Kind``, migration 0023d).
+    kind: Mapped[str] = mapped_column(String(16), default="afterok", server_default="afterok")
 
 
 class SweepDependency(Base):
@@ -85,6 +87,7 @@ class SweepDependency(Base):
     sweep_id: Mapped[int] = mapped_column(
         ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True, index=True
     )
+    kind: Mapped[str] = mapped_column(String(16), default="afterok", server_default="afterok")
 
 
 class JobEvent(Base):
