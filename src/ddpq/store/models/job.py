@@ -103,6 +103,9 @@ class Job(Base):
     # daemon's defaults, applied when it is placed (core.hostres).
     cpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
     ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # When the worker expects it to start while it is queued (NULL: unknown; migration
+    # 0023p, ``worker.forecast``): not part of the spec, rewritten every few passes.
+    predicted_start: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),
