@@ -428,6 +428,7 @@ def test_gpu_topology_upgrade_keeps_jobs_and_downgrade_drops_its_columns(tmp_pat
             (queued, None, None)
         ]
         conn.execute("UPDATE jobs SET gpu_link = 'NV', gpu_type = 'A100'")
+    command.upgrade(alembic_config(path), "head")  # the models are the newest schema's
     db = Database(path)
     with db.read() as s:
         spec = get_job(s, queued).spec()

@@ -190,7 +190,12 @@ class _Jobs(BaseSettings):
     ] = False
     # core.policy; chosen by trace replay.
     policy: Annotated[
-        Policy, Public("policy", "scheduling policy: fairshare, las (preempts), or fifo")
+        Policy,
+        Public(
+            "policy",
+            "scheduling policy: las (preempts), srpt-progress (by progress; preempts), "
+            "fairshare, or fifo",
+        ),
     ] = DEFAULT_POLICY
     preempt_grace_s: Annotated[
         Seconds,

@@ -4,8 +4,9 @@ The decision is ``core.scheduler``'s (one pass of its pipeline, which also says 
 other job waits); this gathers the world it decides in from the store (the queue, the
 leases held, recent use per owner, limits, reservations, what ``auto`` jobs were measured
 to use) and from this host (which ports are really free, what the GPUs' memory holds),
-writes the waiting reasons, asks for preemptions under ``las``, and leases the chosen
-jobs their resources.
+writes the waiting reasons, asks for preemptions under ``las`` and ``srpt-progress``
+(whose estimates, and every queued job's predicted start, are ``worker.forecast``'s), and
+leases the chosen jobs their resources.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from ddpq.config import Settings
 from ddpq.core import scheduler
-from ddpq.core.policy import Order, Policy
+from ddpq.core.policy import PREEMPTING, Order, Policy
 from ddpq.core.preempt import Guards, Running, Waiting, victims
 from ddpq.core.rules import recent_usage
 from ddpq.core.scheduler import preemption
@@ -33,6 +34,7 @@ from ddpq.store import memory as memory_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
+from ddpq.worker.forecast import Foresight
 from ddpq.worker.host import HostSetup, host_setup
 from ddpq.worker.ports import PortGate
 
@@ -78,6 +80,10 @@ class Holding:
             )
             for j in self.active
         ]
+
+    def with_gpus(self) -> list[tuple[job_store.RunningView, int]]:
+        """Each lease holder and how many GPUs it holds."""
+        return [(j, len(self.held.get(j.id, ([], None))[0])) for j in self.active]
 
     def gpus(self) -> list[list[int]]:
         """Each lease holder's GPUs."""
@@ -128,6 +134,7 @@ class Scheduler:
         self.ports = ports or PortGate()
         self.last_port: int | None = None
         self.usage = RecentUsage(settings)
+        self.foresight = Foresight()  # srpt-progress's estimates, the predicted starts
 
     def lease_next(
         self,
@@ -156,6 +163,9 @@ class Scheduler:
         if cfg.policy is Policy.LAS:  # ranked by the service each job has had so far
             served = attempt_store.attained(s, [c.id for c in candidates], now)
             candidates = [replace(c, attained_s=served.get(c.id, 0.0)) for c in candidates]
+        holders = holding.with_gpus()
+        if cfg.policy is Policy.SRPT_PROGRESS:  # by estimated remaining GPU-time
+            order = self.foresight.srpt_order(s, order, candidates, holders, now)
         decided = scheduler.decide(candidates, world, order)
         # Never launched on a port that fails its test-bind: swapped for a spare one that
         # passes, or the job waits (and its reason says who holds the ports).
@@ -167,13 +177,15 @@ class Scheduler:
             for job_id, why in decided.reasons.items()
         }
         reasons.update(dict.fromkeys(dropped, port_wait))  # it fit, but for a port
-        if cfg.policy is Policy.LAS:
+        if cfg.policy in PREEMPTING:
             ready = preemption.waiting_for_gpus(
                 candidates, decided, placements, world.sweep_caps, dropped
             )
             free = preemption.free_after(usable_gpus, holding.gpus(), placements)
             preempt_for(s, cfg, ready, holding, free, order, now)
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
+        total = len(usable_gpus)
+        self.foresight.forecast(s, order, total, candidates, placements, holders, now)
         for p in placements:
             if p.port is not None:
                 self.last_port = p.port  # the next pass starts its rotation after it

@@ -179,8 +179,7 @@ def plan_forward(
         for j in running
     ]
     head = [
-        (j.seen.id, j.seen.gpus, length_left(j, history, now), j.not_before)
-        for j in queued[:limit]
+        (j.seen.id, j.seen.gpus, length_left(j, history, now), j.not_before) for j in queued[:limit]
     ]
     out = forecast(total_gpus, ends, head, now, limit)
     out.update({j.seen.id: None for j in queued[limit:]})
