@@ -5,9 +5,9 @@ predicted starts the worker writes back."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, delete, desc, func, insert, select, update
+from sqlalchemy import Table, bindparam, delete, desc, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core.scheduler.forecast import done_of
@@ -19,6 +19,7 @@ from ddpq.store.models import Attempt, Job, ProgressSample
 KEPT = RATE_WINDOW + 1
 # Finished jobs read for the history (the newest): ``History`` keeps 500 per class.
 HISTORY_JOBS = 2000
+_jobs = cast(Table, Job.__table__)
 
 
 def record_samples(session: Session, progress: Mapping[int, Mapping[str, Any]], now: float) -> None:
@@ -105,8 +106,8 @@ def set_predicted(session: Session, starts: Mapping[int, float | None]) -> None:
     """Write queued jobs' predicted starts (None: unknown); one executemany."""
     if starts:
         session.connection().execute(
-            update(Job.__table__)
-            .where(Job.__table__.c.id == bindparam("job_id"))
+            update(_jobs)
+            .where(_jobs.c.id == bindparam("job_id"))
             .values(predicted_start=bindparam("start")),
             [{"job_id": i, "start": t} for i, t in starts.items()],
         )
