@@ -69,6 +69,10 @@ def test_without_progress_or_limit_the_history_of_its_class_gives_the_length() -
     assert length_left(two_gpus, history, 0.0) == 150.0  # mean 300 GPU-s over 2 GPUs
     assert length_left(two_gpus, History(), 0.0) is None  # no history: unknown
     assert length_left(two_gpus, None, 0.0) is None
+    # A time limit caps what the history says; alone (Slurm's way), it is the length.
+    assert length_left(Job(seen(2, gpus=2), time_limit_s=1000.0), history, 0.0) == 150.0
+    assert length_left(Job(seen(2, gpus=2), time_limit_s=100.0), history, 0.0) == 100.0
+    assert length_left(Job(seen(2, gpus=2), time_limit_s=1000.0), None, 0.0) == 1000.0
 
 
 def test_jobs_start_in_order_as_running_ones_end() -> None:
@@ -116,3 +120,14 @@ def test_planning_forward_estimates_each_job_then_forecasts() -> None:
     assert starts == {2: 100.0}
     # Slurm's answer: the job ahead has no limit, so nobody knows.
     assert plan_forward(1, [ahead], [behind], None, 10.0) == {2: None}
+
+
+def test_in_order_no_job_starts_before_the_one_ahead_of_it() -> None:
+    queue = [(1, 2, 50.0, None), (2, 1, 10.0, None)]
+    assert forecast(2, [(1, 100.0)], queue, 0.0) == {1: 100.0, 2: 0.0}  # backfilled
+    assert forecast(2, [(1, 100.0)], queue, 0.0, in_order=True) == {1: 100.0, 2: 150.0}
+    # Behind a job nobody can place, nobody knows.
+    assert forecast(1, [(1, None)], [(1, 1, 5.0, None), (2, 0, 5.0, None)], 0.0, in_order=True) == {
+        1: None,
+        2: None,
+    }

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ddpq.core import scheduler
-from ddpq.core.policy import Order
+from ddpq.core.policy import Backfill, Order
 from ddpq.core.scheduler.forecast import MAX_FORECAST, Job, plan_forward
 from ddpq.core.scheduler.policy_progress import History, Record, Seen, estimates, over_band
 from ddpq.store import attempts as attempt_store
@@ -129,6 +129,7 @@ class Foresight:
             ],
             self.history(s, now),
             now,
+            in_order=order.backfill is Backfill.NONE,
         )
         # Beyond the head: unknown, written only where a start was written before.
         starts.update({q.id: None for q in waiting[MAX_FORECAST:] if self._written.get(q.id)})

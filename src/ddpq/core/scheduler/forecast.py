@@ -2,9 +2,10 @@
 time, in the policy's order, with each job's expected length.
 
 A job's length comes from the same estimates ``srpt-progress`` ranks by
-(``policy_progress``): its own measured rate over its progress records, capped by its
-time limit; else its time limit; else the mean remaining GPU-time of the finished jobs of
-its class that ran longer than it has (``expected_left``), over its GPUs; else unknown.
+(``policy_progress``): its own measured rate over its progress records; else the mean
+remaining GPU-time of the finished jobs of its class that ran longer than it has
+(``expected_left``), over its GPUs; either capped by its time limit; else its time limit;
+else unknown.
 ``limits_only`` is Slurm's ``squeue --start``: time limits alone, the baseline the replay
 compares with.
 
@@ -80,14 +81,15 @@ class Job:
 
 def length_left(job: Job, history: History | None, now: float) -> float | None:
     """Seconds ``job`` is expected to run from ``now`` (a running one) or from its start (a
-    queued one). ``history`` None: its time limit alone."""
+    queued one): its measured rate's, else its class's history's, either capped by its
+    time limit; else its time limit; else None. ``history`` None: its time limit alone."""
     seen = job.seen
     begun = job.started_at if job.started_at is not None else now
     limit = None if job.time_limit_s is None else max(0.0, begun + job.time_limit_s - now)
     if history is None:
         return limit
     left = remaining_s(seen.records, now, seen.running) if seen.records else None
-    if left is None and limit is None:
+    if left is None:
         ordered, sums = history.samples(seen.owner, seen.workload)
         gpu_s = expected_left(ordered, sums, seen.attained_s)
         left = None if gpu_s is None else gpu_s / max(1, seen.gpus)
@@ -144,21 +146,26 @@ def forecast(
     queue: Sequence[tuple[int, int, float | None, float | None]],
     now: float,
     limit: int = MAX_FORECAST,
+    in_order: bool = False,
 ) -> dict[int, float | None]:
     """Each queued job's expected start. ``running``: (GPUs, expected end or None);
-    ``queue``, in the policy's order: (id, GPUs, expected length or None, not before)."""
+    ``queue``, in the policy's order: (id, GPUs, expected length or None, not before).
+    ``in_order``: no job starts before the one ahead of it (``fifo``: no backfill)."""
     profile = Profile(now, total_gpus - sum(g for g, _ in running))
     for gpus, end in running:
         if end is not None:
             profile.change(max(end, now), math.inf, gpus)
     out: dict[int, float | None] = {}
+    floor: float | None = now  # in order: the start of the job ahead (None: unknown)
     for k, (job_id, gpus, length, not_before) in enumerate(queue):
-        after = max(now, not_before or now)
-        if k >= limit or gpus > total_gpus:
+        if k >= limit or gpus > total_gpus or floor is None:
             out[job_id] = None
             continue
+        after = max(now, not_before or now, floor if in_order else now)
         start = profile.earliest(gpus, length, after) if gpus else after
         out[job_id] = start
+        if in_order:
+            floor = start
         if start is not None and gpus:
             profile.change(start, math.inf if length is None else start + length, -gpus)
     return out
@@ -171,6 +178,7 @@ def plan_forward(
     history: History | None,
     now: float,
     limit: int = MAX_FORECAST,
+    in_order: bool = False,
 ) -> dict[int, float | None]:
     """``forecast`` with each job's length estimated (``length_left``); ``queued`` in the
     policy's order. Only the first ``limit`` queued jobs' lengths are estimated."""
@@ -181,6 +189,6 @@ def plan_forward(
     head = [
         (j.seen.id, j.seen.gpus, length_left(j, history, now), j.not_before) for j in queued[:limit]
     ]
-    out = forecast(total_gpus, ends, head, now, limit)
+    out = forecast(total_gpus, ends, head, now, limit, in_order)
     out.update({j.seen.id: None for j in queued[limit:]})
     return out
