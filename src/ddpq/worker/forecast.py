@@ -5,9 +5,10 @@ start, written to ``jobs.predicted_start`` (``core.scheduler.forecast``).
 Both are made from the store: the newest progress records of each job and the GPU-time of
 recently finished jobs (``store.progress``), and the service each job has had
 (``store.attempts.attained``). The history is read at most every ``HISTORY_TTL_S``; the
-forecast is made at most every ``FORECAST_EVERY_S`` and for the first ``MAX_FORECAST``
-jobs in the policy's order, and only the starts that moved are written: a flood of queued
-jobs costs a pass one sort it makes anyway.
+estimates and the forecast are made at most every ``FORECAST_EVERY_S``, the forecast for
+the first ``MAX_FORECAST`` jobs in the policy's order, and only the starts that moved are
+written: a flood of queued jobs costs most passes nothing, and one every few seconds a
+sort and a few queries over the live jobs.
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ class Foresight:
         self._written: dict[int, float | None] = {}
         self._forecast_at = float("-inf")
         self._first = True
+        # srpt-progress's last estimates: when, each job's, the owners over their band.
+        self._ranked: tuple[float, dict[int, float], frozenset[str]] = (
+            float("-inf"),
+            {},
+            frozenset(),
+        )
 
     def history(self, s: Session, now: float) -> History:
         read_at, history = self._history
@@ -85,12 +92,18 @@ class Foresight:
         running: Sequence[tuple[RunningView, int]],
         now: float,
     ) -> Order:
-        """``order`` with each live job's estimate and the owners over their band."""
+        """``order`` with each live job's estimate and the owners over their band, made
+        again at most every ``FORECAST_EVERY_S`` (a job newer than them ranks as one with
+        no estimate until then: ``core.policy.NO_ESTIMATE_S``)."""
+        ranked_at, remaining, band = self._ranked
+        if now - ranked_at < FORECAST_EVERY_S:
+            return replace(order, remaining=remaining, over_band=band)
         known = Known.read(s, [q.id for q in queued] + [r.id for r, _ in running], now)
         seen = [known.seen(q.id, q.owner, q.gpus, False) for q in queued]
         seen += [known.seen(r.id, r.owner, gpus, True) for r, gpus in running]
         guesses = estimates(seen, self.history(s, now), now)
         band = over_band(order.usage, (x.owner for x in seen))
+        self._ranked = (now, guesses, band)
         return replace(order, remaining=guesses, over_band=band)
 
     def forecast(
