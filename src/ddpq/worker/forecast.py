@@ -13,6 +13,7 @@ sort and a few queries over the live jobs.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -27,6 +28,9 @@ from ddpq.store.jobs import RunningView
 
 HISTORY_TTL_S = 60.0
 FORECAST_EVERY_S = 2.0
+# Each is made again no sooner than this many times what it took last (seconds of work
+# measured, the worker's clock waited): at most ~1/COST_FACTOR of the worker's time.
+COST_FACTOR = 10.0
 # A start that moved less than this is not written again (a pass's own jitter).
 MOVED_S = 1.0
 
@@ -68,6 +72,9 @@ class Foresight:
         self._written: dict[int, float | None] = {}
         self._forecast_at = float("-inf")
         self._first = True
+        # How long to wait before the next forecast or estimates at least: COST_FACTOR
+        # times what the last took, so that a huge queue spends a bounded share on them.
+        self._forecast_for = self._ranked_for = 0.0
         # srpt-progress's last estimates: when, each job's, the owners over their band.
         self._ranked: tuple[float, dict[int, float], frozenset[str]] = (
             float("-inf"),
@@ -93,16 +100,19 @@ class Foresight:
         now: float,
     ) -> Order:
         """``order`` with each live job's estimate and the owners over their band, made
-        again at most every ``FORECAST_EVERY_S`` (a job newer than them ranks as one with
-        no estimate until then: ``core.policy.NO_ESTIMATE_S``)."""
+        again at most every ``FORECAST_EVERY_S`` (or ``COST_FACTOR`` times their cost; a job
+        newer than them ranks as one with no estimate until then: ``NO_ESTIMATE_S``)."""
         ranked_at, remaining, band = self._ranked
-        if now - ranked_at < FORECAST_EVERY_S:
+        if now - ranked_at < max(FORECAST_EVERY_S, self._ranked_for):
             return replace(order, remaining=remaining, over_band=band)
+        t0 = time.perf_counter()
         known = Known.read(s, [q.id for q in queued] + [r.id for r, _ in running], now)
-        seen = [known.seen(q.id, q.owner, q.gpus, False) for q in queued]
-        seen += [known.seen(r.id, r.owner, gpus, True) for r, gpus in running]
-        guesses = estimates(seen, self.history(s, now), now)
-        band = over_band(order.usage, (x.owner for x in seen))
+        # ``estimates`` ranks each (owner, workload, service) without records once.
+        jobs = [(q.id, q.owner, q.gpus, False) for q in queued]
+        jobs += [(r.id, r.owner, gpus, True) for r, gpus in running]
+        guesses = estimates((known.seen(*job) for job in jobs), self.history(s, now), now)
+        band = over_band(order.usage, {owner for _, owner, _, _ in jobs})
+        self._ranked_for = COST_FACTOR * (time.perf_counter() - t0)
         self._ranked = (now, guesses, band)
         return replace(order, remaining=guesses, over_band=band)
 
@@ -118,9 +128,9 @@ class Foresight:
     ) -> None:
         """Every ``FORECAST_EVERY_S``: predict when each job of ``queued`` that this pass
         does not start (``placements``) starts, and write the starts that moved."""
-        if now - self._forecast_at < FORECAST_EVERY_S:
+        if now - self._forecast_at < max(FORECAST_EVERY_S, self._forecast_for):
             return
-        self._forecast_at = now
+        self._forecast_at, t0 = now, time.perf_counter()
         placed = {p.job_id: len(p.gpus) for p in placements}
         starting = [
             (RunningView(q.id, q.owner, now, q.time_limit_s, None, None), placed[q.id])
@@ -156,6 +166,7 @@ class Foresight:
         }
         progress_store.set_predicted(s, moved)
         self._written, self._first = dict(starts), False
+        self._forecast_for = COST_FACTOR * (time.perf_counter() - t0)
 
 
 def _moved(before: float | None, after: float | None) -> bool:
