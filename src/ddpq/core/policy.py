@@ -92,7 +92,9 @@ class Order:
         if self.policy is Policy.FIFO:
             return (job.submitted_at, job.id)
         if self.policy is Policy.SRPT_PROGRESS:
-            return (*self.rank(job), job.submitted_at, job.id)
+            # Between equal estimates (new jobs of unknown length), fair share decides.
+            share = self.usage.get(job.owner, 0.0)
+            return (*self.rank(job), share, job.submitted_at, job.id)
         if self.policy is Policy.LAS:
             # Within a queue, fair share between users, then submission order.
             queue = las_queue(job.attained_s, self.thresholds)
