@@ -70,7 +70,7 @@ def measure(policy: Policy, jobs: int, passes: int) -> tuple[float, float, float
         try:
             sight = rig.worker.scheduler.foresight
             watches = [Stopwatch(sight.forecast), Stopwatch(sight.srpt_order)]
-            sight.forecast, sight.srpt_order = watches  # type: ignore[method-assign]
+            sight.forecast, sight.srpt_order = watches  # type: ignore[method-assign,assignment]
             fill(rig, jobs)
             rig.step()
             for w in watches:

@@ -85,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         trace.write(jobs, args.write_trace)
         return 0
     jobs = trace.mark_preemptible(jobs, args.preemptible, args.seed)
-    if args.predict:
-        jobs = trace.mark_limits(jobs, args.seed)
+    jobs = trace.mark_limits(jobs, args.seed) if args.predict else jobs
     guards = Guards(args.min_run, args.max_preemptions, args.restart_cost)
     rows = []
     for name in args.policy or ["default"]:
