@@ -106,3 +106,22 @@ def test_a_queued_job_is_predicted_from_the_time_limit_ahead_of_it(tmp_path: Pat
         assert predicted(rig, third) == rig.clock() + 100.0
     finally:
         rig.close()
+
+
+def test_each_job_keeps_its_own_newest_samples(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path / "two", fake_gpus=2)
+    try:
+        one, two = rig.submit(), rig.submit()
+        rig.step()
+        for step in range(1, 9):
+            rig.clock.advance(10.0)
+            report(rig, one, step, 100)
+            if step <= 3:
+                report(rig, two, step, 100)
+            rig.step()
+        with rig.api.read() as s:
+            records = progress_store.records_of(s, [one, two])
+        assert [r.done for r in records[one]] == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+        assert [r.done for r in records[two]] == [1.0, 2.0, 3.0]  # untouched by one's
+    finally:
+        rig.close()

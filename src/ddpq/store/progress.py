@@ -40,18 +40,16 @@ def record_samples(session: Session, progress: Mapping[int, Mapping[str, Any]], 
             for i, n in attempts
         ],
     )
-    for job_id, _ in attempts:
-        newest = (
-            select(ProgressSample.id)
-            .where(ProgressSample.job_id == job_id)
-            .order_by(desc(ProgressSample.id))
-            .limit(KEPT)
-        )
-        session.execute(
-            delete(ProgressSample).where(
-                ProgressSample.job_id == job_id, ProgressSample.id.not_in(newest)
-            )
-        )
+    # All but each job's newest KEPT, in one statement however many jobs reported.
+    ids = [job_id for job_id, _ in attempts]
+    rank = (
+        func.row_number()
+        .over(partition_by=ProgressSample.job_id, order_by=desc(ProgressSample.id))
+        .label("rank")
+    )
+    ranked = select(ProgressSample.id, rank).where(ProgressSample.job_id.in_(ids)).subquery()
+    old = select(ranked.c.id).where(ranked.c.rank > KEPT)
+    session.execute(delete(ProgressSample).where(ProgressSample.id.in_(old)))
 
 
 def records_of(session: Session, job_ids: Iterable[int]) -> dict[int, list[Record]]:
