@@ -545,3 +545,29 @@ def test_dependency_kinds_upgrade_keeps_dependencies_as_afterok_and_downgrade_dr
         assert "singleton" not in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
         assert "AUTOINCREMENT" in _table_sql(conn, "jobs")
     migrate(path)  # and up again
+
+
+def test_progress_history_upgrade_keeps_jobs_and_downgrade_drops_its_table_and_column(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0023d")
+    with sqlite3.connect(path) as conn:
+        queued = _insert_job(conn, "queued")
+    _at(path, "0023p")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT id, predicted_start FROM jobs").fetchall() == [(queued, None)]
+        conn.execute(
+            "INSERT INTO progress_samples (job_id, attempt, at, done, total) "
+            "VALUES (?, 1, 5.0, 3, 10)",
+            (queued,),
+        )
+        assert "AUTOINCREMENT" in _table_sql(conn, "jobs")  # ids never reused (0021j)
+    command.downgrade(alembic_config(path), "0023d")
+    with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "predicted_start" not in columns and "progress_samples" not in tables
+        assert conn.execute("SELECT id FROM jobs").fetchall() == [(queued,)]
+        assert "AUTOINCREMENT" in _table_sql(conn, "jobs")
+    migrate(path)  # and up again

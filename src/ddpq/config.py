@@ -28,7 +28,6 @@ from ddpq.config_values import (
     read_ephemeral_range,
 )
 from ddpq.core.names import MAX_SOCKET_PATH, SOCKET_FILE
-from ddpq.core.policy import Policy
 
 # Named here for the modules that import them from ddpq.config.
 __all__ = [
@@ -132,13 +131,6 @@ def _check_on_this_machine(
             ephemeral = None
     if ephemeral is not None:
         check_port_range(settings.port_range, ephemeral)
-    if runs_jobs and settings.policy is Policy.SRPT_PROGRESS:
-        # Its ranks need each job's progress history and finished jobs' history, which
-        # the worker does not keep yet: it would run as FIFO with greedy backfill, silently.
-        raise ConfigError(
-            "--policy srpt-progress is replay-only for now (python -m ddpq.sim): the "
-            "worker does not yet keep the progress history it ranks by; use las"
-        )
     maximum, default = settings.idle_max_s, settings.idle_default_s
     if maximum is not None and (default is None or default > maximum):
         # Checked here, not per source: a flag may raise the maximum a file's default needs.

@@ -190,7 +190,7 @@ class _Jobs(BaseSettings):
     ] = False
     # core.policy; chosen by trace replay.
     policy: Annotated[
-        Policy, Public("policy", "scheduling policy: fairshare, las (preempts), or fifo")
+        Policy, Public("policy", "scheduling policy: las, srpt-progress, fairshare or fifo")
     ] = DEFAULT_POLICY
     preempt_grace_s: Annotated[
         Seconds,

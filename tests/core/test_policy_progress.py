@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpq.config import ConfigError, Settings
+from ddpq.config import Settings
 from ddpq.core.policy import Order, Policy
 from ddpq.core.preempt import Guards, Running, Waiting, victims
 from ddpq.core.scheduler.policy_progress import (
@@ -155,7 +155,8 @@ def test_srpt_preempts_only_a_job_estimated_far_longer() -> None:
     assert p.victim == 10
 
 
-def test_the_daemon_refuses_the_policy_it_cannot_rank_by_yet(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path, policy=Policy.SRPT_PROGRESS)
-    with pytest.raises(ConfigError, match="srpt-progress is replay-only for now"):
-        settings.validate((32768, 60999))
+def test_the_daemon_takes_the_policy_now_that_the_worker_keeps_its_history(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(home=tmp_path, policy=Policy.SRPT_PROGRESS, allow_root_without_auth=True)
+    settings.validate((32768, 60999))  # no ConfigError: worker.forecast feeds it

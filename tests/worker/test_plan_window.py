@@ -20,7 +20,7 @@ from ddpq.core.spec import JobSpec
 from ddpq.core.states import JobState
 from ddpq.store import jobs as job_store
 from ddpq.store import sweeps as sweep_store
-from ddpq.worker.scheduling import BEHIND_ALIKE, PLAN_WINDOW
+from ddpq.worker.scheduling import BEHIND_ALIKE, PLAN_WINDOW, WINDOWED
 from tests.worker.rig import Rig, make_rig
 
 Q, R = JobState.QUEUED, JobState.RUNNING
@@ -59,12 +59,13 @@ def test_a_retried_job_is_read_beyond_the_window(rig: Rig) -> None:
     assert planned(rig, 1) == sorted([first, later[1]])
 
 
+@pytest.mark.parametrize("policy", [Policy.FAIRSHARE, Policy.SRPT_PROGRESS])
 def test_jobs_past_the_window_say_why_and_start_in_the_order_a_full_pass_gives(
-    tmp_path: Path,
+    tmp_path: Path, policy: Policy
 ) -> None:
     orders = []
     for window in (None, 3):
-        r = make_rig(tmp_path / f"home-{window}", fake_gpus=2, policy=Policy.FAIRSHARE)
+        r = make_rig(tmp_path / f"home-{window}", fake_gpus=2, policy=policy)
         r.worker.scheduler.window = window
         try:
             ids = [r.submit(gpus=1, owner=o) for o in ["alice"] * 7 + ["bob"] * 2]
@@ -111,13 +112,14 @@ def test_a_pass_that_starts_a_whole_window_passes_again_at_once(tmp_path: Path) 
         r.close()
 
 
-def test_the_window_is_on_by_default_only_where_alike_jobs_rank_by_submission(
+def test_the_window_is_on_by_default_where_alike_jobs_rank_by_submission(
     tmp_path: Path,
 ) -> None:
-    for policy, window in [(Policy.LAS, PLAN_WINDOW), (Policy.SRPT_PROGRESS, None)]:
+    assert frozenset(Policy) == WINDOWED  # today, every policy
+    for policy in (Policy.LAS, Policy.SRPT_PROGRESS):
         r = make_rig(tmp_path / policy.value, policy=policy)
         try:
-            assert r.worker.scheduler.window == window
+            assert r.worker.scheduler.window == PLAN_WINDOW
         finally:
             r.close()
 

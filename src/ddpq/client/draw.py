@@ -9,6 +9,7 @@ Rich itself is imported only when something is drawn. The views take the API's J
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from ddpq.client.format import Data, Dumps, as_data, safe, text
@@ -46,8 +47,21 @@ def show(table: Any) -> None:
 
 # `ls`'s columns; on a narrow terminal the first of DROP go first (``grid.Grid``), then
 # PROGRESS and REASON wrap. REASON comes last, as squeue's NODELIST(REASON) does.
-JOB_COLUMNS = ("ID", "NAME", "OWNER", "STATE", "GPUS", "MEM", "PORT", "PROGRESS", "AGE", "REASON")
-JOB_DROP = ("MEM", "PORT", "AGE", "OWNER")
+# START: when a queued job is expected to start (``squeue --start``'s column).
+JOB_COLUMNS = (
+    "ID",
+    "NAME",
+    "OWNER",
+    "STATE",
+    "GPUS",
+    "MEM",
+    "PORT",
+    "PROGRESS",
+    "AGE",
+    "START",
+    "REASON",
+)
+JOB_DROP = ("MEM", "PORT", "AGE", "START", "OWNER")
 JOB_WRAP = ("PROGRESS", "REASON")
 
 
@@ -71,12 +85,27 @@ def jobs_table(jobs: Iterable[Data | Dumps]) -> Any:
             str(j["leases"]["port"] or ""),
             progress_line(j["progress"]),
             age(j["submitted_at"]),
+            start_text(j),
             reason_text(j),
         )
         row = [Cell(sanitize(cell)) for cell in cells]
         row.insert(3, state_cell(j["state"]))
         table.add_row(*row)
     return table
+
+
+def start_text(job: Data, now: datetime | None = None) -> str:
+    """When a queued job is expected to start, from now ("in 4m10s", "now"), "?" when the
+    daemon cannot tell; nothing for a job that does not wait in the queue."""
+    from ddpq.client.format import when
+    from ddpq.core.units import human_duration
+
+    if job["state"] != JobState.QUEUED.value:
+        return ""
+    if not job.get("predicted_start"):
+        return "?"
+    left = (when(job["predicted_start"]) - (now or datetime.now(UTC))).total_seconds()
+    return "now" if left < 1 else f"in {human_duration(left)}"
 
 
 def reason_text(job: Data) -> str:
@@ -180,7 +209,7 @@ def render_job(job: Data | Dumps, tail: bytes) -> None:
 
 def job_lines(j: Data) -> list[str]:
     """`show`'s lines under the job's title: what it asked for, holds, and has done."""
-    from ddpq.client.format import notify_lines, progress_line, sanitize
+    from ddpq.client.format import notify_lines, progress_line, sanitize, when
     from ddpq.client.host import host_lines
     from ddpq.client.sharing import memory_lines
     from ddpq.core.units import human_duration
@@ -202,6 +231,10 @@ def job_lines(j: Data) -> list[str]:
     if leases["port"]:
         lines.append(f"  port       {leases['port']}")
     lines += session_lines(j)
+    if j["state"] == JobState.QUEUED.value:  # the forecast (START in ls)
+        at = j.get("predicted_start")
+        clock = f" (at {when(at).astimezone():%H:%M:%S})" if at else ""
+        lines.append(f"  start      {start_text(j) if at else 'unknown'}{clock}")
     lines.append(f"  priority   {j['priority']}")
     if j["time_limit_s"]:
         lines.append(f"  time limit {human_duration(j['time_limit_s'])}")

@@ -144,6 +144,11 @@ class JobOut(BaseModel):
     mem: int | None = Field(
         default=None, description="host memory in bytes asked for (null: the default)"
     )
+    predicted_start: datetime | None = Field(
+        default=None,
+        description="a queued job: when the daemon expects it to start, from the jobs "
+        "ahead of it and their progress, time limits and history (null: unknown)",
+    )
 
 
 class JobDetail(JobOut):

@@ -121,6 +121,8 @@ def job_out(
         attach=attach_socket(job),
         cpus=job.cpus,
         mem=job.ram_bytes,
+        # Written by the worker (worker.forecast); meaningful only while the job waits.
+        predicted_start=ts(job.predicted_start) if job.state is JobState.QUEUED else None,
     )
 
 

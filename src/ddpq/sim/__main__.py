@@ -9,7 +9,10 @@
 ``--policy`` repeats to compare policies on the same trace; ``default`` is what the daemon
 does out of the box, ``oracle`` SRPT on true remaining times (the bound). No policy sees a
 job's duration: a job with ``reports_progress`` writes its fraction done every
-``--progress-interval`` seconds. Figures in seconds; ``--json`` for scripts.
+``--progress-interval`` seconds. ``--predict``: each job's start as the daemon predicts it
+at submission, against its actual start (jobs without a ``time_limit`` get one, as users
+overstate them: ``trace.mark_limits``), with every estimate and from time limits alone.
+Figures in seconds; ``--json`` for scripts.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--restart-cost", type=float, default=Guards.restart_cost_s, metavar="S")
     ap.add_argument("--min-run", type=float, default=Guards.min_run_s, metavar="S")
     ap.add_argument("--max-preemptions", type=int, default=Guards.max_preemptions)
+    ap.add_argument("--predict", action="store_true", help="measure the predicted starts")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     fractions = (args.preemptible, 0.0 if args.reports_progress is None else args.reports_progress)
@@ -81,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         trace.write(jobs, args.write_trace)
         return 0
     jobs = trace.mark_preemptible(jobs, args.preemptible, args.seed)
+    jobs = trace.mark_limits(jobs, args.seed) if args.predict else jobs
     guards = Guards(args.min_run, args.max_preemptions, args.restart_cost)
     rows = []
     for name in args.policy or ["default"]:
@@ -92,12 +97,16 @@ def main(argv: list[str] | None = None) -> int:
             guards,
             progress_interval_s=args.progress_interval,
             progress_error=args.progress_error,
+            predict=args.predict,
         )
         rows.append(report.figures(result))
     if args.json:
         print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
     else:
         print(report.table(rows))
+        if args.predict:
+            print()
+            print(report.start_table(rows))
     return 0
 
 

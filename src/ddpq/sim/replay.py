@@ -16,12 +16,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ddpq.core.policy import LAS_THRESHOLDS, PREEMPTING, Order, Policy
+from ddpq.core.policy import LAS_THRESHOLDS, PREEMPTING, Backfill, Order, Policy
 from ddpq.core.preempt import DEFAULT_GUARDS, Guards, Running, Waiting, victims
 from ddpq.core.rules import Run, recent_usage
 from ddpq.core.scheduler import QueuedJob, RunningJob, plan
 from ddpq.core.scheduler.policy_progress import History, estimates, over_band
 from ddpq.core.topology import NO_HARDWARE, Hardware
+from ddpq.sim.foresee import Forecasts, predict_arrivals
 from ddpq.sim.jobs import SimJob
 from ddpq.sim.trace import TraceJob
 
@@ -44,6 +45,7 @@ class Result:
     runs: list[Run] = field(default_factory=list)
     history: History = field(default_factory=History)  # finished jobs' GPU-time
     progress_interval_s: float = PROGRESS_INTERVAL_S
+    forecasts: Forecasts | None = None  # starts predicted at submission (``predict``)
 
 
 def replay(
@@ -55,11 +57,13 @@ def replay(
     progress_interval_s: float = PROGRESS_INTERVAL_S,
     progress_error: float = 0.0,
     hardware: Hardware = NO_HARDWARE,
+    predict: bool = False,
 ) -> Result:
     """Replay ``trace`` on ``gpus`` GPUs under ``policy`` (a ``Policy`` or ``oracle``).
     ``progress_error``: each reporting job's records are off by a factor drawn (per job,
     seeded by its id) from 1 ± this, as if its step count were wrong. ``hardware``: the
-    box's links, for the placer (``sim.links`` compares placements)."""
+    box's links, for the placer (``sim.links`` compares placements). ``predict``: each
+    job's start predicted at its submission, kept in ``Result.forecasts`` (``sim.foresee``)."""
     if policy not in POLICIES:
         raise ValueError(f"no policy {policy!r}: one of {', '.join(POLICIES)}")
     if policy == ORACLE:
@@ -69,11 +73,16 @@ def replay(
     queued: list[SimJob] = []
     running: dict[int, SimJob] = {}
     result = Result(list(jobs.values()), gpus, str(policy), progress_interval_s=progress_interval_s)
+    result.forecasts = Forecasts() if predict else None
     t = 0.0
     while arrivals or queued or running:
+        arrived = []
         while arrivals and arrivals[0].trace.submit_s <= t + EPSILON:
-            queued.append(arrivals.pop(0))
+            arrived.append(arrivals.pop(0))
+        queued.extend(arrived)
         _schedule(t, queued, running, gpus, guards, thresholds, result, hardware)
+        if result.forecasts is not None and arrived:
+            _predict(t, arrived, queued, running, gpus, thresholds, result)
         upcoming = _next_events(t, arrivals, queued, running, guards, result, thresholds)
         if not upcoming:
             break  # only jobs that can never fit are left: they stay unfinished
@@ -81,6 +90,30 @@ def replay(
         for job in [j for j in running.values() if j.end_at <= t + EPSILON]:
             _end(job, job.end_at, running, result)
     return result
+
+
+def _predict(
+    t: float,
+    arrived: list[SimJob],
+    queued: list[SimJob],
+    running: dict[int, SimJob],
+    gpus: int,
+    thresholds: Sequence[float],
+    result: Result,
+) -> None:
+    assert result.forecasts is not None
+    order = _order(t, queued, running, thresholds, result)
+
+    def key(job: SimJob) -> tuple[float, ...]:
+        return order.key(_queued(job))
+
+    interval = result.progress_interval_s
+    live = list(running.values())
+    in_order = order.backfill is Backfill.NONE
+    forecasts = result.forecasts
+    predict_arrivals(
+        t, arrived, queued, live, gpus, key, result.history, interval, forecasts, in_order
+    )
 
 
 def _bias(job_id: int, error: float) -> float:

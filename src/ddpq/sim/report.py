@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ddpq.sim.foresee import errors
 from ddpq.sim.replay import Result, percentile
 
 
@@ -23,7 +24,7 @@ def figures(result: Result) -> dict[str, Any]:
     by_user: dict[str, float] = {}
     for j in result.jobs:
         by_user[j.trace.user] = by_user.get(j.trace.user, 0.0) + j.busy_gpu_s
-    return {
+    out = {
         "policy": result.policy,
         "gpus": result.gpus,
         "jobs": len(result.jobs),
@@ -36,6 +37,12 @@ def figures(result: Result) -> dict[str, Any]:
         "preemptions_per_job": _mean([float(j.preemptions) for j in result.jobs]),
         "user_share": {u: (s / busy if busy else 0.0) for u, s in sorted(by_user.items())},
     }
+    if result.forecasts is not None:  # the starts predicted at submission
+        out["start_error"] = {
+            "estimates": errors(result.jobs, result.forecasts.full),
+            "time_limits": errors(result.jobs, result.forecasts.limits),
+        }
+    return out
 
 
 def _mean(values: list[float]) -> float:
@@ -61,3 +68,26 @@ def _h(seconds: float) -> str:
     if math.isnan(seconds):
         return "-"
     return f"{seconds:.0f} s" if seconds < 3600 else f"{seconds / 3600:.2f} h"
+
+
+def start_table(rows: list[dict[str, Any]]) -> str:
+    """The predicted starts' error, over the jobs that waited: |predicted - actual| over
+    the wait, median and p90, from every estimate and from time limits alone; and the
+    share of those jobs with a prediction (unknown ones are not in the figures)."""
+    lines = [
+        "| policy | jobs that waited | estimates: median | p90 | known "
+        "| time limits: median | p90 | known |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        e, lim = r["start_error"]["estimates"], r["start_error"]["time_limits"]
+        lines.append(
+            f"| {r['policy']} | {e['waited']:.0f} | {_pct(e['median'])} | {_pct(e['p90'])} | "
+            f"{_pct(e['known'])} | {_pct(lim['median'])} | {_pct(lim['p90'])} | "
+            f"{_pct(lim['known'])} |"
+        )
+    return "\n".join(lines)
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.0f}%"

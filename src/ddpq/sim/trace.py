@@ -12,7 +12,8 @@ from pathlib import Path
 # The columns a trace must have (as the Tiresias simulator's, shared/traces/); others ignored
 # but for ``user``, ``priority``, ``reports_progress`` (1: the job writes its fraction done
 # every ``--progress-interval``; 0 or absent: never) and ``workload`` (or the Tiresias
-# trace's ``model_name``: with the user, the class of its history for the Gittins rank).
+# trace's ``model_name``: with the user, the class of its history for the Gittins rank) and
+# ``time_limit`` (seconds, as ``--time`` would say; empty: none).
 REQUIRED = ("job_id", "num_gpu", "submit_time", "duration")
 
 
@@ -31,6 +32,7 @@ class TraceJob:
     preemptible: bool = True
     reports_progress: bool = False
     workload: str = ""
+    time_limit_s: float | None = None  # as its user asked (``mark_limits``); never enforced
 
 
 def read(path: Path) -> list[TraceJob]:
@@ -58,10 +60,13 @@ def parse(rows: Iterable[dict[str, str]], where: str = "trace") -> list[TraceJob
                 priority=int(row.get("priority") or 0),
                 reports_progress=_flag(row.get("reports_progress")),
                 workload=(row.get("workload") or row.get("model_name") or "").strip(),
+                time_limit_s=float(row["time_limit"])
+                if (row.get("time_limit") or "").strip()
+                else None,
             )
         except ValueError as exc:
             raise TraceError(f"{where}:{number}: {exc}") from None
-        numbers = (job.submit_s, job.duration_s)
+        numbers = (job.submit_s, job.duration_s, job.time_limit_s or 0.0)
         if job.gpus < 0 or not all(math.isfinite(x) and x >= 0 for x in numbers):
             raise TraceError(f"{where}:{number}: GPUs, times and durations must be >= 0")
         jobs.append(job)
@@ -90,6 +95,28 @@ def mark_progress(jobs: list[TraceJob], fraction: float, seed: int) -> list[Trac
     do not. Its own random stream, so ``--preemptible`` draws the same either way."""
     rng = random.Random(f"progress-{seed}")
     return [replace(j, reports_progress=rng.random() < fraction) for j in jobs]
+
+
+# Time limits as users ask for them (``mark_limits``): their job's length overstated by a
+# factor in this range, rounded up to the next half hour (Slurm users' habit).
+LIMIT_FACTORS, LIMIT_STEP_S = (1.5, 4.0), 1800.0
+
+
+def mark_limits(jobs: list[TraceJob], seed: int) -> list[TraceJob]:
+    """A time limit for each job without one: its length times a factor drawn uniformly
+    from ``LIMIT_FACTORS``, rounded up to ``LIMIT_STEP_S``. Never enforced by the replay:
+    it is what ``squeue --start`` predicts from, and the forecast's cap."""
+    rng = random.Random(f"limits-{seed}")
+    return [
+        j
+        if j.time_limit_s is not None
+        else replace(
+            j,
+            time_limit_s=LIMIT_STEP_S
+            * math.ceil(j.duration_s * rng.uniform(*LIMIT_FACTORS) / LIMIT_STEP_S),
+        )
+        for j in jobs
+    ]
 
 
 # The generated trace's shape (see ``generate``).
@@ -160,7 +187,7 @@ def lab(count: int, seed: int, users: int = 4, gpus: int = 8, load: float = 0.9)
 def write(jobs: Iterable[TraceJob], path: Path) -> None:
     with path.open("w", newline="") as f:
         out = csv.writer(f)
-        out.writerow([*REQUIRED, "user", "priority", "reports_progress", "workload"])
+        out.writerow([*REQUIRED, "user", "priority", "reports_progress", "workload", "time_limit"])
         for j in jobs:
             out.writerow(
                 [
@@ -172,5 +199,6 @@ def write(jobs: Iterable[TraceJob], path: Path) -> None:
                     j.priority,
                     int(j.reports_progress),
                     j.workload,
+                    "" if j.time_limit_s is None else j.time_limit_s,
                 ]
             )

@@ -34,6 +34,7 @@ from ddpq.core.states import ACTIVE, JobState
 from ddpq.core.units import size_for_people
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
+from ddpq.store import progress as progress_store
 from ddpq.store import settling, transitions
 from ddpq.store.models import (
     SPEC_COLUMNS,
@@ -364,8 +365,13 @@ def request_stop_all(session: Session, why: StopRequest) -> None:
     )
 
 
-def record_progress(session: Session, progress: Mapping[int, dict[str, Any]]) -> None:
-    """The newest progress of running jobs (no event: it changes every few seconds)."""
+def record_progress(
+    session: Session, progress: Mapping[int, dict[str, Any]], now: float | None = None
+) -> None:
+    """The newest progress of running jobs (no event: it changes every few seconds); with
+    ``now``, also kept as a sample their rate is measured from (``store.progress``)."""
+    if progress and now is not None:
+        progress_store.record_samples(session, progress, now)
     if progress:
         # Not state IN (...): an expanding IN cannot be part of an executemany, and this
         # is one for all the jobs whose progress changed (an OR of the states can).

@@ -369,7 +369,7 @@ class Worker:
                 fresh[job_id] = progress
         if fresh:
             with self.db.write() as s:
-                attempt_store.record_progress(s, fresh)
+                attempt_store.record_progress(s, fresh, now)
             self._progress.update(fresh)
 
     def _read_waits(self) -> None:

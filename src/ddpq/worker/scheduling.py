@@ -4,8 +4,9 @@ The decision is ``core.scheduler``'s (one pass of its pipeline, which also says 
 other job waits); this gathers the world it decides in from the store (the queue, the
 leases held, recent use per owner, limits, reservations, what ``auto`` jobs were measured
 to use) and from this host (which ports are really free, what the GPUs' memory holds),
-writes the waiting reasons, asks for preemptions under ``las``, and leases the chosen
-jobs their resources.
+writes the waiting reasons, asks for preemptions under ``las`` and ``srpt-progress``
+(whose estimates, and every queued job's predicted start, are ``worker.forecast``'s), and
+leases the chosen jobs their resources.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from ddpq.config import Settings
 from ddpq.core import scheduler
-from ddpq.core.policy import Order, Policy
+from ddpq.core.policy import PREEMPTING, Order, Policy
 from ddpq.core.preempt import Guards, Running, Waiting, victims
 from ddpq.core.rules import recent_usage
 from ddpq.core.scheduler import preemption
@@ -33,6 +34,7 @@ from ddpq.store import memory as memory_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
+from ddpq.worker.forecast import Foresight
 from ddpq.worker.host import HostSetup, host_setup
 from ddpq.worker.ports import PortGate
 
@@ -47,8 +49,12 @@ USAGE_TTL_S = 5.0
 # what one pass could start of one shape on a large host (the worker passes again at
 # once when a pass started this many).
 PLAN_WINDOW = 256
-# Policies that rank two alike jobs by submission alone, and so may plan a window.
-WINDOWED = frozenset({Policy.FIFO, Policy.FAIRSHARE, Policy.LAS})
+# Policies that rank two alike jobs by submission alone, and so may plan a window. Every
+# one does: ``srpt-progress`` ranks a job that never ran by the history of its owner and
+# ``mem_key`` and by its GPUs and time limit, all part of its shape, so alike jobs tie
+# and submission decides between them as the window's index order does. A policy that
+# ranked alike jobs apart would be left out here (the pass then reads the whole queue).
+WINDOWED = frozenset({Policy.FIFO, Policy.FAIRSHARE, Policy.LAS, Policy.SRPT_PROGRESS})
 BEHIND_ALIKE = "waiting behind earlier queued jobs like it"
 AUTO_BY_ID = 2000  # the most queued ids asked about by id (learned)
 
@@ -88,6 +94,10 @@ class Holding:
             )
             for j in self.active
         ]
+
+    def with_gpus(self) -> list[tuple[job_store.RunningView, int]]:
+        """Each lease holder and how many GPUs it holds."""
+        return [(j, len(self.held.get(j.id, ([], None))[0])) for j in self.active]
 
     def gpus(self) -> list[list[int]]:
         """Each lease holder's GPUs."""
@@ -139,6 +149,7 @@ class Scheduler:
         self.last_port: int | None = None
         self.usage = RecentUsage(settings)
         self.window = PLAN_WINDOW if settings.policy in WINDOWED else None
+        self.foresight = Foresight()  # srpt-progress's estimates, the predicted starts
 
     def lease_next(
         self,
@@ -168,6 +179,9 @@ class Scheduler:
         if cfg.policy is Policy.LAS:  # ranked by the service each job has had so far
             served = attempt_store.attained(s, [c.id for c in candidates], now)
             candidates = [replace(c, attained_s=served.get(c.id, 0.0)) for c in candidates]
+        holders = holding.with_gpus()
+        if cfg.policy is Policy.SRPT_PROGRESS:  # by estimated remaining GPU-time
+            order = self.foresight.srpt_order(s, order, candidates, holders, now)
         decided = scheduler.decide(candidates, world, order)
         # Never launched on a port that fails its test-bind: swapped for a spare one that
         # passes, or the job waits (and its reason says who holds the ports).
@@ -179,13 +193,15 @@ class Scheduler:
             for job_id, why in decided.reasons.items()
         }
         reasons.update(dict.fromkeys(dropped, port_wait))  # it fit, but for a port
-        if cfg.policy is Policy.LAS:
+        if cfg.policy in PREEMPTING:
             ready = preemption.waiting_for_gpus(
                 candidates, decided, placements, world.sweep_caps, dropped
             )
             free = preemption.free_after(usable_gpus, holding.gpus(), placements)
             preempt_for(s, cfg, ready, holding, free, order, now)
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
+        total = len(usable_gpus)
+        self.foresight.forecast(s, order, total, candidates, placements, holders, now)
         for p in placements:
             if p.port is not None:
                 self.last_port = p.port  # the next pass starts its rotation after it

@@ -160,7 +160,20 @@ def estimate(job: Seen, history: History, now: float) -> float:
 
 
 def estimates(jobs: Iterable[Seen], history: History, now: float) -> dict[int, float]:
-    return {job.id: estimate(job, history, now) for job in jobs}
+    """``estimate`` of each job; the Gittins rank computed once per owner, workload and
+    service (a queue of thousands of new jobs of a few commands costs a few ranks)."""
+    out: dict[int, float] = {}
+    ranks: dict[tuple[str, str, float], float] = {}
+    for job in jobs:
+        left = remaining_s(job.records, now, job.running) if job.records else None
+        if left is not None:
+            out[job.id] = left * max(1, job.gpus)
+            continue
+        key = (job.owner, job.workload, job.attained_s)
+        if key not in ranks:
+            ranks[key] = gittins_rank(*history.samples(job.owner, job.workload), job.attained_s)
+        out[job.id] = ranks[key]
+    return out
 
 
 def over_band(

@@ -128,7 +128,11 @@ function progressCell(job) {
 
 function timeText(job) {
   if (ui.states.waiting.has(job.state)) {
-    return "waiting " + duration(secondsSince(job.submitted_at));
+    const waited = "waiting " + duration(secondsSince(job.submitted_at));
+    // The daemon's forecast (predicted_start; null: unknown), as ddpq ls's START.
+    if (job.state !== "queued" || !job.predicted_start) return waited;
+    const left = -secondsSince(job.predicted_start);
+    return waited + (left < 1 ? " · starts now" : " · starts in " + duration(left));
   }
   if (!job.started_at) return "";
   const end = job.ended_at ? Date.parse(job.ended_at) : undefined;

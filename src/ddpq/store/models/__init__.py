@@ -15,6 +15,7 @@ from ddpq.store.models.job import (
     new_row,
     spec_of,
 )
+from ddpq.store.models.progress import ProgressSample
 from ddpq.store.models.tables import (
     LEASE_CHECK,
     Attempt,
@@ -50,6 +51,7 @@ __all__ = [
     "Lease",
     "Notification",
     "OutsideUse",
+    "ProgressSample",
     "RetentionPass",
     "RetentionTotal",
     "Sweep",

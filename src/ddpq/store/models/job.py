@@ -132,6 +132,9 @@ class Job(Base):
     # --dependency singleton (core.deps, migration 0023d): waits for earlier jobs of its
     # owner and name to end.
     singleton: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # When the worker expects it to start while it is queued (NULL: unknown; migration
+    # 0023p, ``worker.forecast``): not part of the spec, rewritten every few passes.
+    predicted_start: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),
