@@ -193,3 +193,18 @@ def test_a_renamed_job_leaves_its_old_names_singletons_and_joins_its_new_ones(
         "held",
         f"singleton: waiting for job {other} of the same name and user to end",
     )
+
+
+def test_a_job_renamed_to_a_later_queued_singletons_name_holds_it_back(c: TestClient) -> None:
+    """The later singleton was queued (nothing of its name before it); the earlier job now
+    named like it must end first, so it is held again, with the reason."""
+    earlier = submit(c, name="x")["id"]
+    later = submit(c, name="train", dependency="singleton")["id"]
+    assert show(c, later)["state"] == "queued"
+    r = c.patch(f"/v1/jobs/{earlier}", json={"name": "train"})
+    assert r.status_code == 200, r.text
+    held = show(c, later)
+    assert (held["state"], held["reason"]) == (
+        "held",
+        f"singleton: waiting for job {earlier} of the same name and user to end",
+    )

@@ -146,6 +146,16 @@ def test_sharing_or_typed_jobs_keep_a_gpu(c: TestClient) -> None:
     assert r.status_code == 422 and "shares GPUs by memory" in r.json()["detail"]
 
 
+def test_a_change_is_held_to_the_rules_a_submission_is(c: TestClient) -> None:
+    linked = submit(c, gpus=2, gpu_link="nvlink")
+    r = patch(c, linked["id"], gpus=1)
+    assert r.status_code == 422 and "2 or more GPUs" in r.json()["detail"]
+    session = submit(c, gpus=1, interactive=True, command=["serve", "--port", "{port}"])
+    r = patch(c, session["id"], gpus=0)
+    assert r.status_code == 422 and "{port} needs a leased port" in r.json()["detail"]
+    assert patch(c, linked["id"], gpus=3).status_code == 200
+
+
 def test_restart_queues_a_new_job_with_the_same_spec(c: TestClient, home: Path) -> None:
     first = submit(c, command=["echo", "hi"], name="train", gpus=1, time_limit_s=60)
     waiting = c.post(f"/v1/jobs/{first['id']}/restart")
@@ -189,7 +199,11 @@ def test_with_auth_only_the_owner_changes_or_restarts_and_priority_stays_capped(
         r = c.post(f"/v1/jobs/{job}/restart", headers=auth, json={"priority": 500})
         assert r.status_code == 403  # as a submission: only admins set that
         r = c.post(f"/v1/jobs/{job}/restart", headers=auth)
+        assert r.status_code == 403  # nor keeps the 500 the admin gave the first run
+        assert "priority: at most 100 for users" in r.json()["detail"]
+        r = c.post(f"/v1/jobs/{job}/restart", headers=auth, json={"priority": 5})
         assert r.status_code == 201 and r.json()["owner"] == "alice"
+        assert r.json()["priority"] == 5
 
 
 @contextmanager

@@ -5,6 +5,7 @@ the message the API answers with. The model's validators call them in its field 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ddpq.core import dependency_text, hostres, jobenv, sharing
@@ -52,11 +53,29 @@ def check_gpu_type(v: str | None) -> str | None:
     return v
 
 
+def hardware_refusal(
+    gpus: int, nodes: int, gpu_link: str | None, gpu_type: str | None
+) -> str | None:
+    """Why a job may not ask for this link or type on these GPUs (None: it may). Checked
+    at submission and again when ``ddpq update`` changes its GPUs."""
+    if gpu_link is not None and gpus < 2:
+        return "gpu_link: only for a job on 2 or more GPUs (a link joins two)"
+    if (gpu_type is not None or gpu_link is not None) and nodes > 1:
+        return "gpu_link, gpu_type: a job on this host's GPUs only (nodes of 1)"
+    return None
+
+
+def session_port_refusal(interactive: bool, gpus: int, command: Sequence[str]) -> str | None:
+    """A session whose command names ``{port}`` needs one, and only GPU jobs lease ports."""
+    if interactive and gpus == 0 and uses_port(command):
+        return "command: {port} needs a leased port, which only jobs on GPUs get"
+    return None
+
+
 def check_hardware(job: JobSubmit) -> None:
-    if job.gpu_link is not None and job.gpus < 2:
-        raise ValueError("gpu_link: only for a job on 2 or more GPUs (a link joins two)")
-    if (job.gpu_type is not None or job.gpu_link is not None) and job.nodes > 1:
-        raise ValueError("gpu_link, gpu_type: a job on this host's GPUs only (nodes of 1)")
+    why = hardware_refusal(job.gpus, job.nodes, job.gpu_link, job.gpu_type)
+    if why is not None:
+        raise ValueError(why)
 
 
 def check_partition(v: str | None) -> str | None:
@@ -213,8 +232,9 @@ def check_session(job: JobSubmit) -> None:
     for wrong, field, why in refused:
         if wrong:
             raise ValueError(f"{field}: {why}")
-    if job.gpus == 0 and uses_port(job.command):
-        raise ValueError("command: {port} needs a leased port, which only jobs on GPUs get")
+    refusal = session_port_refusal(job.interactive, job.gpus, job.command)
+    if refusal is not None:
+        raise ValueError(refusal)
 
 
 def check_command_or_workload(job: JobSubmit) -> None:

@@ -30,15 +30,22 @@ def note_restart(session: Session, new: Job, of: int, by: str, now: float) -> No
 
 
 def settle_renamed(session: Session, job: Job, old_name: str, now: float) -> None:
-    """A job's name changed: it, if a singleton, and the held singletons after it of its
-    owner with its old or new name wait on other jobs now."""
+    """A job's name changed: it, if a singleton, and the waiting singletons after it of its
+    owner with its old or new name wait on other jobs now. A later one already queued
+    (nothing of the new name was before it) is held again: it must not start before
+    this job, the way a singleton is kept from starting is its hold."""
     if job.singleton and job.state in (JobState.QUEUED, JobState.HELD):
         settling.settle_waiting(session, job, waiting_of_many(session, [job.id])[job.id], now)
     later = select(Job).where(
         Job.owner == job.owner,
         Job.name.in_([old_name, job.name]),
         Job.id > job.id,
-        Job.state == JobState.HELD,
+        Job.state.in_([JobState.QUEUED, JobState.HELD]),
         Job.singleton.is_(True),
     )
-    settling.settle_jobs(session, list(session.scalars(later.order_by(Job.id))), now)
+    after = list(session.scalars(later.order_by(Job.id)))
+    queued = [j for j in after if j.state is JobState.QUEUED]
+    waiting = waiting_of_many(session, [j.id for j in queued])
+    for j in queued:
+        settling.settle_waiting(session, j, waiting[j.id], now)
+    settling.settle_jobs(session, [j for j in after if j.state is JobState.HELD], now)

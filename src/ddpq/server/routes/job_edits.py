@@ -16,13 +16,20 @@ from ddpq.config import Settings
 from ddpq.core import edits
 from ddpq.core.spec import JobSpec
 from ddpq.executors.capabilities import capabilities
-from ddpq.schemas import USER_PRIORITY_MAX, JobChanges, JobOut
+from ddpq.schemas import JobChanges, JobOut
+from ddpq.schemas.submit_rules import hardware_refusal, session_port_refusal
 from ddpq.server import queue_caps, views
-from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, may_touch, proven_account
+from ddpq.server.deps import Auth, DatabaseDep, SettingsDep, may_touch, proven_account
 from ddpq.server.errors import CONFLICT, NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiError
 from ddpq.server.host_limits import refuse_beyond_host
 from ddpq.server.params import JobId
-from ddpq.server.routes.jobs import check_gpus, refuse_if_disk_short
+from ddpq.server.routes.jobs import (
+    check_cwd,
+    check_gpus,
+    check_priority,
+    cluster_options,
+    refuse_if_disk_short,
+)
 from ddpq.store import edits as edit_store
 from ddpq.store import jobs as job_store
 from ddpq.store import memory as memory_store
@@ -121,7 +128,12 @@ def restart(
         spec = replace(spec, run_as=run_as, hold=bool(changes.hold))
         if "name" in values:
             spec = replace(spec, mem_key=memory_store.mem_key(values["name"], spec.command))
+        # As a new submission: the priority it carries over (an admin may have raised it)
+        # and the daemon's rules as they are now, not as they were at the first submission.
+        check_priority(spec.priority, who)
+        spec = replace(spec, slurm_options=cluster_options(spec, settings))
         checked(s, spec, settings)
+        check_cwd(settings, db, spec.cwd, spec.owner, spec.run_as)
         queue_caps.refuse_if_over(s, settings, spec.owner, 1)
         now = time.time()
         new = job_store.create_job(s, spec, now)
@@ -129,16 +141,6 @@ def restart(
         out = views.job_out(new, ([], None), views.spec_waits(spec))
     wake.nudge(settings.wake_socket)
     return out
-
-
-def check_priority(priority: int | None, who: Caller) -> None:
-    """The rule of a submission: above ``USER_PRIORITY_MAX`` needs an admin."""
-    if priority is not None and priority > USER_PRIORITY_MAX and not who.admin:
-        raise ApiError(
-            403,
-            "forbidden",
-            f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
-        )
 
 
 def checked(s: Session, spec: JobSpec, settings: Settings) -> None:
@@ -149,8 +151,12 @@ def checked(s: Session, spec: JobSpec, settings: Settings) -> None:
         raise ApiError(422, "invalid", "gpus: a job that asks for a GPU type needs one")
     if spec.gpus_per_node is not None and spec.gpus != spec.nodes * spec.gpus_per_node:
         raise ApiError(422, "invalid", "gpus: a job over nodes has gpus_per_node on each")
-    why = capabilities(settings.executor).refuses(spec)
-    if why is not None:
-        raise ApiError(422, "invalid", why)
+    for why in (
+        hardware_refusal(spec.gpus, spec.nodes, spec.gpu_link, spec.gpu_type),
+        session_port_refusal(spec.interactive, spec.gpus, spec.command),
+        capabilities(settings.executor).refuses(spec),
+    ):
+        if why is not None:
+            raise ApiError(422, "invalid", why)
     refuse_beyond_host(spec, settings)
     check_gpus(s, spec.gpus, spec.gpu_mem_bytes, settings)

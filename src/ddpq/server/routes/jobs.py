@@ -97,12 +97,7 @@ def job_spec(
     # "owner" is believed only from TCP callers without --auth (who could name anyone).
     owner = who.name if settings.auth or who.via == "socket" else (body.owner or who.name)
     run_as = proven_account(who, settings)
-    if body.priority > USER_PRIORITY_MAX and not who.admin:
-        raise ApiError(
-            403,
-            "forbidden",
-            f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
-        )
+    check_priority(body.priority, who)
     swept = command is not None
     if command is None:
         command = body.command
@@ -240,6 +235,16 @@ def check_gpus(
             f"gpu_mem: asked for {size_for_people(gpu_mem)} on each of {gpus} GPU(s); "
             f"the GPUs here have at most {size_for_people(memory.largest())} to share "
             f"({size_for_people(headroom)} of each is kept free)",
+        )
+
+
+def check_priority(priority: int | None, who: Caller) -> None:
+    """Above ``USER_PRIORITY_MAX`` needs an admin: at submission, update and restart."""
+    if priority is not None and priority > USER_PRIORITY_MAX and not who.admin:
+        raise ApiError(
+            403,
+            "forbidden",
+            f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
         )
 
 
