@@ -127,3 +127,18 @@ def test_the_topology_is_read_once_while_the_same_gpus_are_there(tmp_path: Path)
     assert len(asked) == 2  # the same GPUs: nothing asked again
     cached_topology(nvml, [0, 1], ["GPU-a", "GPU-c"])  # one was replaced: read afresh
     assert len(asked) == 4
+
+
+def test_a_read_the_driver_left_incomplete_is_asked_again() -> None:
+    asked: list[tuple[int, int]] = []
+    nvml = stub({}, {})  # no pair described: "not supported"
+    plain = nvml.nvmlDeviceGetTopologyCommonAncestor
+
+    def counted(a: int, b: int) -> int:
+        asked.append((a, b))
+        return int(plain(a, b))
+
+    nvml.nvmlDeviceGetTopologyCommonAncestor = counted
+    assert [links for _, _, links in cached_topology(nvml, [0, 1], ["G-x", "G-y"])] == [(), ()]
+    cached_topology(nvml, [0, 1], ["G-x", "G-y"])
+    assert len(asked) == 4  # not kept: asked again on the next look

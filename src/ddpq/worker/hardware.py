@@ -123,9 +123,14 @@ def cached_topology(pynvml: Any, handles: Sequence[Any], uuids: Sequence[str]) -
     """``nvml_topology``, read once for a given set of GPUs."""
     global _last_read
     key = tuple(uuids)
-    if _last_read is None or _last_read[0] != key:
-        _last_read = (key, nvml_topology(pynvml, handles))
-    return _last_read[1]
+    if _last_read is not None and _last_read[0] == key:
+        return _last_read[1]
+    placed = nvml_topology(pynvml, handles)
+    # A read with a pair the driver would not describe is not kept: the next look asks
+    # again, so one refused query at start does not stay for the worker's life.
+    if all(len(links) == len(handles) - 1 for _, _, links in placed):
+        _last_read = (key, placed)
+    return placed
 
 
 def nvml_topology(
