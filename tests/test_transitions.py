@@ -292,3 +292,19 @@ def test_notes_and_submissions_are_lines_without_a_change(db: Database) -> None:
         transitions.note(s, job_id, Q, "preemption asked for by root", 101.0)
     assert row(db, job_id)[0] is Q
     assert history(db, job_id) == [SUBMITTED, (Q, Q, "preemption asked for by root", 101.0)]
+
+
+def test_a_move_clears_the_predicted_start_of_the_queue_it_left(db: Database) -> None:
+    """A prediction is of a job waiting as the forecast last saw it: held, started or
+    ended, it would be stale when shown again (a released job waits for a new one)."""
+    from ddpq.store import progress
+
+    held, started, kept = new(db, 3)
+    with db.write() as s:
+        progress.set_predicted(s, {held: 500.0, started: 600.0, kept: 700.0})
+    with db.write() as s:
+        transitions.move_many(s, [Change(held, Q, H, "held"), Change(started, Q, ST, "go")], 101.0)
+        transitions.move(s, held, H, Q, "released", 102.0)
+    with db.read() as s:
+        shown = {i: jobs.get_job(s, i).predicted_start for i in (held, started, kept)}
+    assert shown == {held: None, started: None, kept: 700.0}

@@ -90,6 +90,9 @@ def move_many(session: Session, changes: Sequence[Change], now: float, **shared:
         extra = dict(shared)
         if new in TERMINAL and "ended_at" not in keys:
             extra.setdefault("ended_at", now)
+        # A predicted start is of a job waiting in the queue as the forecast last saw it:
+        # any move makes it stale (a held job released keeps none until forecast again).
+        extra.setdefault("predicted_start", None)
         _update(session, new, keys, group, extra)
     return [c.job_id for c in moved]
 

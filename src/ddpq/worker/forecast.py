@@ -165,6 +165,8 @@ class Foresight:
             if first or (_moved(before[i], t) if i in before else t is not None)
         }
         progress_store.set_predicted(s, moved)
+        # Only the jobs still waiting are remembered: one that left the queue (its start
+        # cleared by the move, ``store.transitions``) is new again when it comes back.
         self._written, self._first = dict(starts), False
         self._forecast_for = COST_FACTOR * (time.perf_counter() - t0)
 
