@@ -36,6 +36,7 @@ from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import progress as progress_store
 from ddpq.store import settling, transitions
+from ddpq.store.batches import batches
 from ddpq.store.models import (
     SPEC_COLUMNS,
     Attempt,
@@ -342,18 +343,18 @@ def request_preemptions(session: Session, wanted: Mapping[int, str]) -> list[int
 def attained(session: Session, job_ids: Iterable[int], now: float) -> dict[int, float]:
     """GPU-seconds each job has held over all its attempts (a running one's up to ``now``):
     the service the LAS policy ranks by."""
-    ids = list(job_ids)
-    if not ids:
-        return {}
     held = func.json_array_length(Attempt.gpus) * (
         func.coalesce(Attempt.ended_at, now) - Attempt.started_at
     )
-    rows = session.execute(
-        select(Attempt.job_id, func.sum(held))
-        .where(Attempt.job_id.in_(ids))
-        .group_by(Attempt.job_id)
-    )
-    return {job_id: float(total or 0.0) for job_id, total in rows}
+    out: dict[int, float] = {}
+    for batch in batches(job_ids):
+        rows = session.execute(
+            select(Attempt.job_id, func.sum(held))
+            .where(Attempt.job_id.in_(batch))
+            .group_by(Attempt.job_id)
+        )
+        out.update({job_id: float(total or 0.0) for job_id, total in rows})
+    return out
 
 
 def request_stop_all(session: Session, why: StopRequest) -> None:

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from ddpq.core.scheduler.forecast import done_of
 from ddpq.core.scheduler.policy_progress import RATE_WINDOW, Record
 from ddpq.core.states import ACTIVE, JobState
+from ddpq.store.batches import batches
 from ddpq.store.models import Attempt, Job, ProgressSample
 
 # Records kept per job (the newest): one more than the pairs a rate is measured over.
@@ -111,8 +112,10 @@ def set_predicted(session: Session, starts: Mapping[int, float | None]) -> None:
         )
 
 
-def workloads(session: Session) -> dict[int, str]:
-    """Each queued or running job's workload (``finished``'s class), by id."""
-    live = [JobState.QUEUED, *ACTIVE]
-    rows = session.execute(select(Job.id, Job.mem_key).where(Job.state.in_(live)))
-    return {job_id: key or "" for job_id, key in rows}
+def workloads(session: Session, job_ids: Iterable[int]) -> dict[int, str]:
+    """The workload (``finished``'s class) of each of ``job_ids``, by id."""
+    out: dict[int, str] = {}
+    for batch in batches(job_ids):
+        rows = session.execute(select(Job.id, Job.mem_key).where(Job.id.in_(batch)))
+        out.update({job_id: key or "" for job_id, key in rows})
+    return out

@@ -47,7 +47,7 @@ class Known:
     def read(cls, s: Session, ids: Sequence[int], now: float) -> Known:
         return cls(
             progress_store.records_of(s, ids),
-            progress_store.workloads(s),
+            progress_store.workloads(s, ids),
             attempt_store.attained(s, ids, now),
         )
 
