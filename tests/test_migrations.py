@@ -547,6 +547,27 @@ def test_dependency_kinds_upgrade_keeps_dependencies_as_afterok_and_downgrade_dr
     migrate(path)  # and up again
 
 
+@pytest.mark.parametrize("waiting_on", ["afterany", "afternotok", "singleton"])
+def test_dependency_kinds_downgrade_refuses_while_a_job_waits_in_a_way_it_would_change(
+    tmp_path: Path, waiting_on: str
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0023d")
+    with sqlite3.connect(path) as conn:
+        first = _insert_job(conn, "failed")
+        held = _insert_job(conn, "held")
+        if waiting_on == "singleton":
+            conn.execute("UPDATE jobs SET singleton = 1 WHERE id = ?", (held,))
+        else:
+            conn.execute("INSERT INTO job_dependencies VALUES (?, ?, ?)", (held, first, waiting_on))
+    with pytest.raises(RuntimeError, match="cannot downgrade: 1 waiting job"):
+        command.downgrade(alembic_config(path), "0023w")
+    with sqlite3.connect(path) as conn:  # nothing dropped
+        assert "singleton" in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        conn.execute("UPDATE jobs SET state = 'cancelled' WHERE id = ?", (held,))
+    command.downgrade(alembic_config(path), "0023w")  # once it waits no more
+
+
 def test_progress_history_upgrade_keeps_jobs_and_downgrade_drops_its_table_and_column(
     tmp_path: Path,
 ) -> None:

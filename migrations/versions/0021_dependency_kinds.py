@@ -31,7 +31,24 @@ def upgrade() -> None:
     op.create_index("ix_jobs_owner_name_state", "jobs", ["owner", "name", "state"])
 
 
+# Waiting jobs the older schema could not keep as they are: one waiting with afterany or
+# afternotok would read as afterok (and be cancelled when its job fails), and a held
+# singleton has nothing the older daemon would ever release it for.
+_UNKEPT = """
+SELECT count(*) FROM jobs WHERE state IN ('queued', 'held') AND (singleton = 1
+    OR id IN (SELECT job_id FROM job_dependencies WHERE kind != 'afterok')
+    OR id IN (SELECT job_id FROM sweep_dependencies WHERE kind != 'afterok'))
+"""
+
+
 def downgrade() -> None:
+    unkept = op.get_bind().execute(sa.text(_UNKEPT)).scalar_one()
+    if unkept:
+        raise RuntimeError(
+            f"cannot downgrade: {unkept} waiting job(s) use --dependency afterany, "
+            "afternotok or singleton, which the older version would change; cancel or "
+            "release them first"
+        )
     # Plain columns without an index or constraint on them: SQLite (3.35+) drops them in
     # place, so no table is copied (jobs keeps its AUTOINCREMENT, 0021j).
     op.drop_index("ix_jobs_owner_name_state", table_name="jobs")
