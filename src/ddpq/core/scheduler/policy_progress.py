@@ -149,31 +149,32 @@ class Seen:
     records: Sequence[Record] = ()
 
 
-def estimate(job: Seen, history: History, now: float) -> float:
+def estimate(
+    job: Seen,
+    history: History,
+    now: float,
+    ranks: dict[tuple[str, str, float], float] | None = None,
+) -> float:
     """``job``'s rank in GPU-seconds: its remaining GPU-time from its measured progress,
-    else its Gittins rank from its class's history."""
+    else its Gittins rank from its class's history (kept in ``ranks`` by owner, workload
+    and service, when given, for the next job of the same)."""
     left = remaining_s(job.records, now, job.running) if job.records else None
     if left is not None:
         return left * max(1, job.gpus)
-    ordered, sums = history.samples(job.owner, job.workload)
-    return gittins_rank(ordered, sums, job.attained_s)
+    key = (job.owner, job.workload, job.attained_s)
+    if ranks is not None and key in ranks:
+        return ranks[key]
+    rank = gittins_rank(*history.samples(job.owner, job.workload), job.attained_s)
+    if ranks is not None:
+        ranks[key] = rank
+    return rank
 
 
 def estimates(jobs: Iterable[Seen], history: History, now: float) -> dict[int, float]:
     """``estimate`` of each job; the Gittins rank computed once per owner, workload and
     service (a queue of thousands of new jobs of a few commands costs a few ranks)."""
-    out: dict[int, float] = {}
     ranks: dict[tuple[str, str, float], float] = {}
-    for job in jobs:
-        left = remaining_s(job.records, now, job.running) if job.records else None
-        if left is not None:
-            out[job.id] = left * max(1, job.gpus)
-            continue
-        key = (job.owner, job.workload, job.attained_s)
-        if key not in ranks:
-            ranks[key] = gittins_rank(*history.samples(job.owner, job.workload), job.attained_s)
-        out[job.id] = ranks[key]
-    return out
+    return {job.id: estimate(job, history, now, ranks) for job in jobs}
 
 
 def over_band(
