@@ -340,12 +340,18 @@ def request_preemptions(session: Session, wanted: Mapping[int, str]) -> list[int
     return asked
 
 
+def gpu_seconds(until: Any) -> Any:
+    """An attempt's GPU-seconds as SQL: its GPUs times its run, one still running counted
+    up to ``until`` (a value or an expression)."""
+    return func.json_array_length(Attempt.gpus) * (
+        func.coalesce(Attempt.ended_at, until) - Attempt.started_at
+    )
+
+
 def attained(session: Session, job_ids: Iterable[int], now: float) -> dict[int, float]:
     """GPU-seconds each job has held over all its attempts (a running one's up to ``now``):
     the service the LAS policy ranks by."""
-    held = func.json_array_length(Attempt.gpus) * (
-        func.coalesce(Attempt.ended_at, now) - Attempt.started_at
-    )
+    held = gpu_seconds(now)
     out: dict[int, float] = {}
     for batch in batches(job_ids):
         rows = session.execute(

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from ddpq.core.scheduler.forecast import done_of
 from ddpq.core.scheduler.policy_progress import RATE_WINDOW, Record
 from ddpq.core.states import ACTIVE, JobState
+from ddpq.store.attempts import gpu_seconds
 from ddpq.store.batches import batches
 from ddpq.store.models import Attempt, Job, ProgressSample
 
@@ -89,9 +90,7 @@ def finished(session: Session, limit: int = HISTORY_JOBS) -> list[tuple[str, str
         .limit(limit)
         .subquery()
     )
-    held = func.json_array_length(Attempt.gpus) * (
-        func.coalesce(Attempt.ended_at, Attempt.started_at) - Attempt.started_at
-    )
+    held = gpu_seconds(Attempt.started_at)  # the job succeeded: every attempt ended
     rows = session.execute(
         select(recent.c.owner, recent.c.mem_key, func.sum(held))
         .join(Attempt, Attempt.job_id == recent.c.id)
