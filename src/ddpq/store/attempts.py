@@ -37,6 +37,7 @@ from ddpq.store import leases as lease_store
 from ddpq.store import progress as progress_store
 from ddpq.store import settling, transitions
 from ddpq.store.batches import batches
+from ddpq.store.gpu_time import gpu_seconds
 from ddpq.store.models import (
     SPEC_COLUMNS,
     Attempt,
@@ -338,14 +339,6 @@ def request_preemptions(session: Session, wanted: Mapping[int, str]) -> list[int
         if result.rowcount == 1:
             asked.append(job_id)
     return asked
-
-
-def gpu_seconds(until: Any) -> Any:
-    """An attempt's GPU-seconds as SQL: its GPUs times its run, one still running counted
-    up to ``until`` (a value or an expression)."""
-    return func.json_array_length(Attempt.gpus) * (
-        func.coalesce(Attempt.ended_at, until) - Attempt.started_at
-    )
 
 
 def attained(session: Session, job_ids: Iterable[int], now: float) -> dict[int, float]:

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 from ddpq.core.scheduler.forecast import done_of
 from ddpq.core.scheduler.policy_progress import RATE_WINDOW, Record
 from ddpq.core.states import ACTIVE, JobState
-from ddpq.store.attempts import gpu_seconds
 from ddpq.store.batches import batches
+from ddpq.store.gpu_time import gpu_seconds
 from ddpq.store.models import Attempt, Job, ProgressSample
 
 # Records kept per job (the newest): one more than the pairs a rate is measured over.
