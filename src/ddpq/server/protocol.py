@@ -73,12 +73,13 @@ class GuardedH11Protocol(H11Protocol):
         self._sync_timer()
 
     def shutdown(self) -> None:
-        # A body still streaming when the daemon stops is a followed log (`ddpq logs -f`,
-        # the page's): it lasts as long as its job, and uvicorn waits for every response
-        # before it stops, so a restart would wait for the job. It is cut instead; the
-        # client takes it up again from its byte once the daemon is back (client.reconnect).
+        # A followed log (`ddpq logs -f`, the page's; its route marks it) lasts as long as
+        # its job, and uvicorn waits for every response before it stops, so a restart
+        # would wait for the job. It is cut instead; the client takes it up again from its
+        # byte once the daemon is back (client.reconnect). Any other response finishes.
         cycle = self.cycle
-        if cycle is not None and cycle.response_started and not cycle.response_complete:
+        follows = cycle is not None and (cycle.scope.get("state") or {}).get("follows_a_job")
+        if follows and cycle.response_started and not cycle.response_complete:
             self.transport.close()
             return
         super().shutdown()

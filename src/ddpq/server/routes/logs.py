@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -36,6 +36,7 @@ STREAM = Caller("ddpq", True)
     responses={200: {"content": {"text/plain": {}}, "description": "log bytes"}},
 )
 def read_log(
+    request: Request,
     job_id: JobId,
     who: Auth,
     db: DatabaseDep,
@@ -46,6 +47,9 @@ def read_log(
     """Log bytes from ``offset``; ``follow=true``: a chunked stream until the job ends."""
     path, state = log_target(db, job_id, who)
     if follow:
+        # Marked for the daemon's shutdown, which cuts this stream rather than wait for
+        # the job to end (``server.protocol``); every other response is let finish.
+        request.state.follows_a_job = True
         return StreamingResponse(follow_log(db, job_id, path, offset), media_type="text/plain")
     data, size = read(path, offset, limit)
     return Response(
