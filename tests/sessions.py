@@ -141,12 +141,23 @@ class Client:
 class Terminal:
     """A command on a pseudo-terminal of its own (its controlling one), as a user's."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], rows: int = 24, cols: int = 80):
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        rows: int = 24,
+        cols: int = 80,
+        sigint_ignored: bool = False,
+    ):
+        """``sigint_ignored``: started as by a parent that ignores SIGINT (some test
+        runners' workers), which Python keeps: ^C must still do what it promises."""
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
         def own_terminal() -> None:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            if sigint_ignored:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
 
         self.proc = subprocess.Popen(
             argv,

@@ -301,6 +301,9 @@ def test_why_slurm_keeps_a_job_waiting_is_told(
         slurm.set("100", "PENDING", reason)
         executor.ended()
     assert executor.waiting() == {1: "waiting in Slurm: Resources"}
+    slurm.set("100", "PENDING", "")  # a look between two of Slurm's passes: no reason
+    executor.ended()
+    assert executor.waiting() == {1: "waiting in Slurm: Resources"}  # not a start
     slurm.set("100", "RUNNING", nodes="n[1-2]")
     executor.ended()
     executor.ended()

@@ -53,6 +53,8 @@ def watch(
     all_: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
 ) -> None:
     """A live view of the queue and the GPU map, with progress bars. Ctrl-C to leave."""
+    import signal
+
     from rich.live import Live
 
     from ddpq.client.draw import console
@@ -60,6 +62,9 @@ def watch(
     from ddpq.client.reconnect import Staying
     from ddpq.client.watchview import render
 
+    # "Ctrl-C to leave" even when started with SIGINT ignored (a parent that ignores it, as
+    # a test runner's worker may): Python keeps an inherited SIG_IGN.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with client() as c, Live(console=console(), auto_refresh=False, screen=False) as live:
 
         def say(line: str) -> None:  # above the live view, which stays as it was

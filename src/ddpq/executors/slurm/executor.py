@@ -63,6 +63,7 @@ class Watched:
     record_due: float | None = None  # Slurm says it ended; its record is awaited until
     kill_at: float | None = None  # stopped: cancel it through Slurm if still there then
     told: str = ""  # the latest line about it written into the job's log
+    waits_for: str = ""  # the latest reason Slurm gave for keeping it waiting
 
 
 class SlurmExecutor:
@@ -279,9 +280,14 @@ class SlurmExecutor:
         reason (``waiting in Slurm: Resources``)."""
         reasons = {}
         for job_id, w in self._watched.items():
+            if w.job is not None and not w.job.waiting:
+                continue  # it runs (or ended): its wait is over
+            # A look that gave no reason (squeue's moment between two of its passes, or a
+            # look that missed the job) is not a start: the last reason stands.
             why = states.waiting_reason(w.job) if w.job is not None else None
-            if why is not None:
-                reasons[job_id] = why
+            w.waits_for = why or w.waits_for
+            if w.waits_for:
+                reasons[job_id] = w.waits_for
         return reasons
 
     def tell(self, job_id: int, message: str) -> bool:
