@@ -36,10 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from machine import cpu_model, free_port
+from machine import cpu_model, free_port, start_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,31 +63,6 @@ def run_ms(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     if proc.returncode:
         raise SystemExit(f"{argv} exited {proc.returncode}")
     return wall, (usage.ru_utime + usage.ru_stime) * 1000
-
-
-def start_daemon(home: Path, port: int) -> subprocess.Popen[bytes]:
-    args = ["serve", "--home", str(home), "--port", str(port), "--fake-gpus", "2"]
-    if os.geteuid() == 0:  # a throwaway loopback daemon
-        args.append("--allow-root")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddpq", *args],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                return proc
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log = (home / "daemon.log").read_text()
-                raise SystemExit(f"the daemon did not start: {log}") from None
-            time.sleep(0.05)
 
 
 def main() -> None:

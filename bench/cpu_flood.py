@@ -3,7 +3,7 @@
 
     PYTHONPATH=src python bench/cpu_flood.py [--jobs 10000] [--seconds 60] [--sleep 0.5]
 
-Starts a real daemon (`ls_flood.start_daemon`: this checkout, a temporary home,
+Starts a real daemon (`machine.start_daemon`: this checkout, a temporary home,
 `--fake-gpus 2`, no cap on waiting jobs; cores and memory at their defaults: the host's
 cores, 90% of its memory), submits one array of `--jobs`
 CPU-only jobs (`sleep --sleep`, each leasing the one core a job that names none takes), and
@@ -30,8 +30,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ls_flood import start_daemon  # the same throwaway loopback daemon (no queue cap)
-from machine import cpu_model, free_port
+from ls_flood import NO_QUEUE_CAP
+from machine import cpu_model, free_port, start_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +112,7 @@ def main() -> None:
         home = Path(tmp) / "home"
         home.mkdir()
         port = free_port()
-        proc = start_daemon(home, port)
+        proc = start_daemon(home, port, *NO_QUEUE_CAP)
         try:
             r = flood(f"http://127.0.0.1:{port}", args.jobs, args.seconds, args.sleep)
         finally:

@@ -35,9 +35,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from machine import cpu_model, free_port
+from machine import cpu_model, free_port, start_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
+NO_QUEUE_CAP = ("--max-queued-per-user", "0")  # the flood is the point here
 FLOOD = "flood"
 ARRAYS, MEMBERS = 6, 10_000
 
@@ -46,32 +47,6 @@ def wall_ms(argv: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
     return (time.perf_counter() - t0) * 1000
-
-
-def start_daemon(home: Path, port: int) -> subprocess.Popen[bytes]:
-    args = ["serve", "--home", str(home), "--port", str(port), "--fake-gpus", "2"]
-    args += ["--max-queued-per-user", "0"]  # the flood is the point here
-    if os.geteuid() == 0:  # a throwaway loopback daemon
-        args.append("--allow-root")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddpq", *args],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                return proc
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log = (home / "daemon.log").read_text()
-                raise SystemExit(f"the daemon did not start: {log}") from None
-            time.sleep(0.05)
 
 
 def post(url: str, body: dict[str, object], user: str) -> None:
@@ -126,7 +101,7 @@ def main() -> None:
 
     home = Path(tempfile.mkdtemp(prefix="ddpq-ls-flood-"))
     port = free_port()
-    daemon = start_daemon(home, port)
+    daemon = start_daemon(home, port, *NO_QUEUE_CAP)
     url = f"http://127.0.0.1:{port}"
     base = {k: v for k, v in os.environ.items() if not k.startswith("DDPQ_")}
     base["DDPQ_URL"] = url

@@ -1,10 +1,18 @@
-"""Shared by the benchmark scripts: what machine a result came from, a free port."""
+"""Shared by the benchmark scripts: what machine a result came from, a free port, a
+throwaway loopback daemon of this checkout."""
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cpu_model() -> str:
@@ -21,3 +29,30 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def start_daemon(home: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+    """``ddpq serve --fake-gpus 2`` of this checkout on loopback, ``extra`` flags added;
+    returned once ``/healthz`` answers (its output in ``home/daemon.log``)."""
+    args = ["serve", "--home", str(home), "--port", str(port), "--fake-gpus", "2", *extra]
+    if os.geteuid() == 0:  # a throwaway loopback daemon
+        args.append("--allow-root")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpq", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                text = (home / "daemon.log").read_text()
+                raise SystemExit(f"the daemon did not start: {text}") from None
+            time.sleep(0.05)  # polling a condition (healthz) with a deadline
