@@ -4,14 +4,13 @@ inert (control characters, a spreadsheet formula)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from ddpq import entry
+from tests.cli_inprocess import run_in_process
 from tests.stub_api import Answer, Request, StubApi, json_answer
 from tests.test_history_cli import a_row
 
@@ -43,13 +42,10 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
 def run(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ddpq", "history", *args])
-    monkeypatch.setenv("COLUMNS", "300")
-    with pytest.raises(SystemExit) as exc:
-        entry.main()
-        raise SystemExit(0)
-    captured = capsys.readouterr()
-    return int(exc.value.code or 0), captured.out, captured.err
+    """``ddpq history ARGS`` in this process against the stub (its exit status, out, err)."""
+    del monkeypatch, capsys  # the stub's fixture set the environment; output is captured
+    done = run_in_process("history", *args, env={"COLUMNS": "300"})
+    return done.returncode, done.stdout, done.stderr
 
 
 def test_the_query_is_yours_unless_told_and_the_window_in_utc(

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from ddpq import entry
 from ddpq.client.usage import CSV_COLUMNS
+from tests.cli_inprocess import run_in_process
 from tests.helpers import free_port
 from tests.stub_api import Answer, Request, StubApi, json_answer
 
@@ -75,13 +75,10 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
 def run(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ddpq", "usage", *args])
-    monkeypatch.setenv("COLUMNS", "200")
-    with pytest.raises(SystemExit) as exc:
-        entry.main()
-        raise SystemExit(0)
-    captured = capsys.readouterr()
-    return int(exc.value.code or 0), captured.out, captured.err
+    """``ddpq usage ARGS`` in this process against the stub (its exit status, out, err)."""
+    del monkeypatch, capsys  # the stub's fixture set the environment; output is captured
+    done = run_in_process("usage", *args, env={"COLUMNS": "200"})
+    return done.returncode, done.stdout, done.stderr
 
 
 def one_line_error(code: int, err: str, expected: int, *words: str) -> None:
