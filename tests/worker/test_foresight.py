@@ -125,3 +125,21 @@ def test_each_job_keeps_its_own_newest_samples(tmp_path: Path) -> None:
         assert [r.done for r in records[two]] == [1.0, 2.0, 3.0]  # untouched by one's
     finally:
         rig.close()
+
+
+def test_a_job_held_back_by_what_the_forecast_does_not_model_has_no_start(
+    tmp_path: Path,
+) -> None:
+    """Two GPUs but one rendezvous port: the second job waits for the port, not for a
+    GPU, so the GPU-only forecast cannot say when it starts (not "now")."""
+    rig = make_rig(tmp_path / "ports", fake_gpus=2, policy=Policy.LAS, port_range=(29600, 29600))
+    try:
+        first = rig.submit(gpus=1, time_limit_s=300.0)
+        second = rig.submit(gpus=1, time_limit_s=300.0)
+        rig.clock.advance(5.0)
+        rig.step()
+        assert rig.job(first).state is not JobState.QUEUED
+        assert rig.job(second).state is JobState.QUEUED
+        assert predicted(rig, second) is None
+    finally:
+        rig.close()

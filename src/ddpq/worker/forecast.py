@@ -14,7 +14,7 @@ sort and a few queries over the live jobs.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ddpq.core import scheduler
@@ -125,9 +125,11 @@ class Foresight:
         placements: Sequence[scheduler.Placement],
         running: Sequence[tuple[RunningView, int]],
         now: float,
+        unknown: Collection[int] = (),
     ) -> None:
         """Every ``FORECAST_EVERY_S``: predict when each job of ``queued`` that this pass
-        does not start (``placements``) starts, and write the starts that moved."""
+        does not start (``placements``) starts, and write the starts that moved; the jobs
+        ``unknown`` (held back by what the forecast does not model) have none."""
         if now - self._forecast_at < max(FORECAST_EVERY_S, self._forecast_for):
             return
         self._forecast_at, t0 = now, time.perf_counter()
@@ -154,6 +156,7 @@ class Foresight:
             now,
             in_order=order.backfill is Backfill.NONE,
         )
+        starts.update(dict.fromkeys((i for i in unknown if i in starts), None))
         # Beyond the head: unknown, written only where a start was written before.
         starts.update({q.id: None for q in waiting[MAX_FORECAST:] if self._written.get(q.id)})
         # The first forecast writes every start it makes (the rows may hold a former

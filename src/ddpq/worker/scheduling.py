@@ -56,6 +56,11 @@ PLAN_WINDOW = 256
 # ranked alike jobs apart would be left out here (the pass then reads the whole queue).
 WINDOWED = frozenset({Policy.FIFO, Policy.FAIRSHARE, Policy.LAS, Policy.SRPT_PROGRESS})
 BEHIND_ALIKE = "waiting behind earlier queued jobs like it"
+# Stages that stop a job for what the forecast does not model: the host's cores and
+# memory, rendezvous ports, an owner's caps.
+NOT_FORECAST = frozenset(
+    {"cpu_cores", "host_memory", "port_budget", "free_port", "owner_limits", "running_cap"}
+)
 AUTO_BY_ID = 2000  # the most queued ids asked about by id (learned)
 
 
@@ -201,7 +206,10 @@ class Scheduler:
             preempt_for(s, cfg, ready, holding, free, order, now)
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         total = len(usable_gpus)
-        self.foresight.forecast(s, order, total, candidates, placements, holders, now)
+        # The forecast models GPUs only: a job held back by something else has no start
+        # it could tell ("?" rather than a "now" that is not so).
+        unknown = dropped | {i for i, stage in decided.stopped_by.items() if stage in NOT_FORECAST}
+        self.foresight.forecast(s, order, total, candidates, placements, holders, now, unknown)
         for p in placements:
             if p.port is not None:
                 self.last_port = p.port  # the next pass starts its rotation after it
