@@ -346,9 +346,10 @@ def load_data(args: argparse.Namespace) -> tuple[cifar.Cifar10, str]:
 
 
 def build_model(stem: str) -> nn.Module:
-    from torchvision.models import resnet18
+    # Not torchvision's: importing it costs each rank ~2 s of CPU (resnet_model's docstring).
+    from ddpq.workloads.resnet_model import ResNet18
 
-    model: nn.Module = resnet18(weights=None, num_classes=cifar.NUM_CLASSES)
+    model = ResNet18(num_classes=cifar.NUM_CLASSES)
     if stem == "cifar":
         # 32x32 inputs: keep full resolution into layer1 instead of dividing it by 4.
         model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
