@@ -57,12 +57,12 @@ slurm:
 	      || echo "note: could not install slurm-wlm and munge; the Slurm tests will be skipped"; \
 	  else echo "note: Slurm not installed; the Slurm tests will be skipped"; fi; }
 
-# On every core (pytest-xdist); tests that must not run beside each other share an
-# xdist_group (tests/conftest.py), which --dist loadgroup runs on one worker.
+# On every core (pytest-xdist); tests that must not run beside each other are in one of
+# tests/conftest.py's GROUPS, which its scheduler runs on one worker, and the longest go first.
 # TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= auto
 test: setup browser systemd slurm
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 check: lint typecheck test
 

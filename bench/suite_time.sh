@@ -2,7 +2,7 @@
 # Time the whole test suite as `make test` runs it, with what to judge the figure by:
 # the machine (CPU, cores), its load before and after, and `python -c pass` beside it.
 #
-#   bench/suite_time.sh                 # as `make test`: every core (-n auto --dist loadgroup)
+#   bench/suite_time.sh                 # as `make test`: every core (-n auto)
 #   TEST_WORKERS=0 bench/suite_time.sh  # one process, as before pytest-xdist
 #   bench/suite_time.sh tests/worker    # a subset (the same options)
 #
@@ -28,7 +28,7 @@ PYEOF
 echo "machine:   $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 echo "python:    $("$PY" -c 'import sys; print(sys.version.split()[0])')"
 echo "before:    load $(cut -d' ' -f1-3 /proc/loadavg), python -c pass $(python_c_pass_ms) ms"
-command=("$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" --dist loadgroup --durations=30 "$@")
+command=("$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" --durations=30 "$@")
 echo "command:   ${command[*]}"
 start=$(date +%s.%N)
 set +e

@@ -7,25 +7,44 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
 from tests.helpers import Daemon, free_port
 from tests.shared_install import remove_shared_install
 from tests.template_db import remove_template
 
-# Under pytest-xdist (`make test`: `-n auto --dist loadgroup`) these run one after another
-# on one worker, never beside each other: each binds ports of the rendezvous range that the
-# others test-bind or lease (torchrun's stores, fixed --port-range blocks, held blocks that
-# free_block picked), shares the one test Slurm, or trains ResNet18 on every core.
-SERIAL_GROUP = "rendezvous-ports"
-SERIAL_PATHS = (
-    "tests/slurm/",
-    "tests/workload/",
-    "tests/worker/test_busy_ports.py",
-    "tests/test_leases.py",
+# Under pytest-xdist (`make test`: `-n auto`) the tests of one group run one after another on
+# one worker, because they share one thing:
+# - fixed --port-range blocks in 29600-29999 and blocks that free_block picks there, which the
+#   others test-bind or lease (every other test daemon leases from its own worker's range:
+#   tests/helpers.port_range_flags);
+# - the test Slurm, started once by each worker that runs one of its tests (tests/slurm/cluster.py).
+GROUPS = {
+    "rendezvous-port-blocks": (
+        "tests/worker/test_busy_ports.py",
+        "tests/test_leases.py",
+        "tests/test_resources.py",
+        "tests/test_soak.py",
+    ),
+    "test-slurm": (
+        "tests/slurm/test_executor_on_slurm.py",
+        "tests/slurm/test_script.py",
+        "tests/slurm/test_slurm_settings.py",
+        "tests/slurm/test_through_ddpq.py",
+    ),
+}
+# Sent to the workers first (the ResNet18 runs, which train two or three times each, and the
+# groups), so that no worker is left at the end alone on a three-minute test.
+LONG_FIRST = (
     "tests/test_workload_ddpq.py",
-    "tests/test_resources.py",
-    "tests/test_soak.py",
+    "tests/workload/test_preemption.py",
+    "tests/workload/test_resnet18.py",
+    *(path for paths in GROUPS.values() for path in paths),
 )
+
+
+def group_of(nodeid: str) -> str | None:
+    return next((name for name, paths in GROUPS.items() if nodeid.startswith(paths)), None)
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,13 +66,23 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(folder, quiet=1, rx=NOT_COMPILED)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its own modifyitems hook)
+class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
+    """Load scheduling with GROUPS kept together. Not xdist's `--dist loadgroup`: with pytest 9
+    its marks never reach the test's name it groups by (it sets `item._nodeid`, which pytest 9
+    no longer reads), so the tests it was to keep apart ran on every worker at once."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(nodeid) or nodeid  # a test of no group is a unit of its own
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> GroupScheduling:
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = config.rootpath
-    for item in items:
-        where = item.path.relative_to(root).as_posix()
-        if where.startswith(SERIAL_PATHS) or "slurm" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+    """The long tests first, the rest in their order (a stable sort: every worker collects the
+    same order, as xdist requires)."""
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
 
 
 @pytest.fixture(scope="session", autouse=True)
