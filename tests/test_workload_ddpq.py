@@ -90,7 +90,7 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
     retry, resumes at the step it saved, and ends with the loss of an uninterrupted run."""
     d = make_daemon("--fake-gpus", "2", "--preempt-grace", "30s", "--preempt-min-run", "0s")
     c = d.client()
-    args = [*TINY, *SLOW_STEPS, "--max-steps-per-epoch", "12", "--epochs", "2", "--deterministic"]
+    args = [*TINY, *SLOW_STEPS, "--max-steps-per-epoch", "6", "--epochs", "2", "--deterministic"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, preemptible=True))
     running = wait_state(c, job.id, "running", timeout=60)
     metrics = Path(str(running.job_dir)) / "metrics.jsonl"
