@@ -32,7 +32,7 @@ from ddpq.sim.elastic import SPEEDUP_EXPONENT
 from ddpq.sim.replay import POLICIES, PROGRESS_INTERVAL_S, replay
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m ddpq.sim", description=__doc__.split("\n")[0])
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument(
@@ -84,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--predict", action="store_true", help="measure the predicted starts")
     ap.add_argument("--json", action="store_true")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     fractions = (
         args.preemptible,
