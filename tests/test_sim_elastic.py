@@ -55,6 +55,16 @@ def test_not_before_its_minimum_run() -> None:
     assert grown.finished_at == pytest.approx(600 + 30 + 1400 / FAST)
 
 
+def test_growth_counts_against_the_cap_on_preemptions_a_shrink_does_not() -> None:
+    capped = Guards(min_run_s=600, max_preemptions=0, restart_cost_s=30)
+    jobs = [job(0, 0, 1000, 2), job(1, 0, 2000, 2, most=4)]
+    kept = {j.trace.id: j for j in replay(jobs, 4, Policy.FIFO, capped).jobs}[1]
+    assert kept.resizes == 0 and kept.finished_at == 2000
+    jobs = [job(0, 0, 2000, 2, most=4), job(1, 500, 100, 2)]
+    shrunk = {j.trace.id: j for j in replay(jobs, 4, Policy.FIFO, capped).jobs}[0]
+    assert [len(g) for g in shrunk.placed] == [4, 2] and shrunk.resizes == 1
+
+
 @pytest.mark.parametrize("policy", [Policy.FIFO, Policy.LAS])
 def test_it_shrinks_instead_of_being_preempted_for_the_first_in_line(policy: str) -> None:
     jobs = ran([job(0, 0, 2000, 2, most=4), job(1, 500, 100, 2)], 4, policy)

@@ -5,10 +5,16 @@ ranked and started as a job of its minimum. It **grows** when GPUs are free and 
 for them: at its start it takes what is free up to its maximum, at no cost; later, once it
 has run ``Guards.min_run_s`` since it last started (no thrashing), it is restarted on more
 GPUs at its next checkpoint, which costs ``Guards.restart_cost_s`` as any restart does. It
-**shrinks** instead of being preempted whole: when the job ranked first in the queue does
+**shrinks** instead of being preempted whole (a shrink is never held back: it gives back
+what was lent): when the job ranked first in the queue does
 not fit in the free GPUs but does once elastic jobs give back what they hold above their
 minimum, the jobs holding most above their minimum give back just enough (each restart
-paid). Work scales as ``jobs.speedup``: sub-linearly in GPUs.
+paid). Work scales as ``jobs.speedup``: sub-linearly in GPUs. A growth, like a preemption,
+counts against ``Guards.max_preemptions``.
+
+The daemon's own rules (``core.scheduler.elastic``, built beside this replay) differ in one
+detail: there the GPUs lent to an elastic job go back to any job waiting for GPUs, not only
+the first in line.
 
 The decisions only; ``replay`` applies them (each one is a stop and a start).
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ddpq.core.preempt import Guards
 from ddpq.sim.jobs import SimJob
 
 Resize = tuple[SimJob, tuple[int, ...]]  # a job and the GPUs it runs on from now
@@ -26,11 +33,12 @@ SPEEDUP_EXPONENT = 0.8
 
 
 def growth(
-    t: float, running: Iterable[SimJob], free: Sequence[int], min_run_s: float
+    t: float, running: Iterable[SimJob], free: Sequence[int], guards: Guards
 ) -> tuple[list[Resize], list[SimJob]]:
     """With nobody waiting: the free GPUs handed out (oldest submission first) to elastic
     jobs below their maximum. Returns the restarts (jobs that had been running) and the
-    jobs started just now that simply start wider (their ``gpus`` extended in place)."""
+    jobs started just now that simply start wider (their ``gpus`` extended in place). A
+    growth counts against ``guards.max_preemptions``, as it does in the daemon."""
     left = list(free)
     restarts: list[Resize] = []
     widened: list[SimJob] = []
@@ -39,7 +47,10 @@ def growth(
         if not left or not job.trace.elastic or room <= 0:
             continue
         just_started = job.started_at >= t - EPSILON
-        if not just_started and t - job.started_at < min_run_s:
+        stops = job.preemptions + job.resizes
+        if not just_started and (
+            t - job.started_at < guards.min_run_s or stops >= guards.max_preemptions
+        ):
             continue
         extra, left = tuple(left[:room]), left[room:]
         if just_started:
@@ -68,7 +79,8 @@ def shrinkage(need: int, running: Iterable[SimJob]) -> list[Resize]:
 
 
 def growth_times(running: Iterable[SimJob], free: int, min_run_s: float) -> list[float]:
-    """When elastic jobs below their maximum may next grow into ``free`` idle GPUs."""
+    """When elastic jobs below their maximum may next grow into ``free`` idle GPUs (one
+    past its cap on resizes gets a pass that finds nothing to do: harmless)."""
     if free <= 0:
         return []
     return [

@@ -213,7 +213,7 @@ def _schedule(
 def _grow(t: float, running: dict[int, SimJob], gpus: int, guards: Guards, result: Result) -> None:
     held = {g for j in running.values() for g in j.gpus}
     free = [g for g in range(gpus) if g not in held]
-    restarts, _ = elastic.growth(t, running.values(), free, guards.min_run_s)
+    restarts, _ = elastic.growth(t, running.values(), free, guards)
     for job, wider in restarts:
         _resize(job, wider, t, running, guards, result)
 
