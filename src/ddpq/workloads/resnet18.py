@@ -19,7 +19,10 @@ Its contract with ddpq is argv, environment and files:
 * ``checkpoint.pt`` in ``--checkpoint-dir`` or ``$DDPQ_JOB_DIR``: written by rank 0 after
   every ``--checkpoint-every`` epochs, and when preempted (temp file, fsync, rename); when
   present at start-up every rank loads it and training resumes where it was saved: at the next
-  epoch, or at the next step of a preempted epoch (format 2, see ``checkpoint_state``).
+  epoch, or at the next step of a preempted epoch (format 2, see ``checkpoint_state``), on
+  any number of ranks: the global batch of the first attempt is kept, the per-rank batch
+  rescaled (``resize.py``, docs/elastic.md; an elastic job's next attempt may have more or
+  fewer GPUs).
 * Preemption (docs/preemption.md): with ``$DDPQ_PREEMPT_SIGNAL`` set (``USR1``...), that
   signal makes the ranks agree, at their next meeting, on the step to save; rank 0 saves it
   and every rank exits ``$DDPQ_REQUEUE_EXIT`` (75). A signal during set-up (before the first
@@ -35,7 +38,8 @@ Same seed, same result: the data order and the crops/flips of an epoch are a fun
 steps already done; everything else that evolves (weights, optimizer, each rank's BatchNorm
 statistics and metric sums, the RNGs) is in the checkpoint. On the CPU with a fixed thread
 count a preempted and resumed run ends bit-identical to an uninterrupted one (tested, with and
-without ``--deterministic``). On GPUs it ends as close as two uninterrupted runs do: cuDNN's
+without ``--deterministic``) when it resumes on as many ranks; on another number it trains on
+the same images in the same global batches, with other crops and flips. On GPUs it ends as close as two uninterrupted runs do: cuDNN's
 autotuning and atomic additions make those differ in the last bits; ``--deterministic`` removes
 the autotuning and cuDNN's nondeterministic kernels (the GPU path is not tested here).
 """
