@@ -39,9 +39,10 @@ steps already done; everything else that evolves (weights, optimizer, each rank'
 statistics and metric sums, the RNGs) is in the checkpoint. On the CPU with a fixed thread
 count a preempted and resumed run ends bit-identical to an uninterrupted one (tested, with and
 without ``--deterministic``) when it resumes on as many ranks; on another number it trains on
-the same images in the same global batches, with other crops and flips. On GPUs it ends as close as two uninterrupted runs do: cuDNN's
-autotuning and atomic additions make those differ in the last bits; ``--deterministic`` removes
-the autotuning and cuDNN's nondeterministic kernels (the GPU path is not tested here).
+the same images in the same global batches, with other crops and flips. On GPUs it ends as
+close as two uninterrupted runs do: cuDNN's autotuning and atomic additions make those differ
+in the last bits; ``--deterministic`` removes the autotuning and cuDNN's nondeterministic
+kernels (the GPU path is not tested here).
 """
 
 from __future__ import annotations
