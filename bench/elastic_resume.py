@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.workload.runs import (  # noqa: E402
+    PREEMPTIBLE,
     RUN_TIMEOUT_S,
     finish,
     kill_job,
@@ -35,8 +36,6 @@ from tests.workload.runs import (  # noqa: E402
     start,
     wait_for,
 )
-
-PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 
 
 def last_epoch(job: Path) -> dict[str, Any]:

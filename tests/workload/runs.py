@@ -19,6 +19,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 RUN_TIMEOUT_S = 120.0
 TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 PREEMPT_ENV = ("DDPQ_PREEMPT_SIGNAL", "DDPQ_PREEMPT_GRACE", "DDPQ_REQUEUE_EXIT", "DDPQ_ATTEMPT")
+# A preemptible job's environment. Grace 0: the ranks meet after every step, so every step
+# but an epoch's last has a record.
+PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 
 
 def free_port() -> int:

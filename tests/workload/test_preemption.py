@@ -23,6 +23,7 @@ import torch  # noqa: E402
 from ddpq.workloads import preemption, resize  # noqa: E402
 from ddpq.workloads import resnet18 as workload  # noqa: E402
 from tests.workload.runs import (  # noqa: E402
+    PREEMPTIBLE,
     RUN_TIMEOUT_S,
     finish,
     kill_job,
@@ -34,8 +35,6 @@ from tests.workload.runs import (  # noqa: E402
 )
 
 STEPS = 12
-# Grace 0: the ranks meet after every step, so every step but an epoch's last has a record.
-PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 
 
 def load(path: Path) -> dict[str, Any]:

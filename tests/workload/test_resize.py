@@ -158,7 +158,6 @@ def test_too_many_ranks_for_the_checkpoint_is_one_readable_error() -> None:
 
 STEPS = 6
 ARGS = ["--synthetic", "200", "--max-steps-per-epoch", str(STEPS), "--epochs", "2", "--seed", "4"]
-PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 
 
 @pytest.mark.torch
@@ -168,6 +167,7 @@ def test_two_ranks_preempted_resume_on_four_at_that_step(tmp_path: Path) -> None
     import torch
 
     from tests.workload.runs import (
+        PREEMPTIBLE,
         RUN_TIMEOUT_S,
         finish,
         kill_job,
