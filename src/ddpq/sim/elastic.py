@@ -12,9 +12,11 @@ minimum, the jobs holding most above their minimum give back just enough (each r
 paid). Work scales as ``jobs.speedup``: sub-linearly in GPUs. A growth, like a preemption,
 counts against ``Guards.max_preemptions``.
 
-The daemon's own rules (``core.scheduler.elastic``, built beside this replay) differ in one
-detail: there the GPUs lent to an elastic job go back to any job waiting for GPUs, not only
-the first in line.
+The daemon's own rules (``core.scheduler.elastic``, built beside this replay) differ in two
+details: there the GPUs lent to an elastic job go back to any job waiting for GPUs, not only
+the first in line; and a job starts wide unless a job ranked ahead of it waits, where here
+it starts wide only when the queue is empty after the pass (or, ``--elastic-grow idle``,
+into what no queued job can start on).
 
 The decisions only; ``replay`` applies them (each one is a stop and a start).
 """
