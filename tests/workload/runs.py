@@ -171,3 +171,8 @@ def records(job_dir: Path) -> list[dict[str, Any]]:
     # A line being written right now is not a record yet.
     lines = path.read_text().splitlines(keepends=True)
     return [json.loads(line) for line in lines if line.endswith("\n")]
+
+
+def positions(recs: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(epoch, step) of each training and epoch record."""
+    return [(r["epoch"], r["step"]) for r in recs if r["phase"] in ("train", "epoch")]

@@ -27,6 +27,7 @@ from tests.workload.runs import (  # noqa: E402
     RUN_TIMEOUT_S,
     finish,
     kill_job,
+    positions,
     records,
     run,
     signal_ranks,
@@ -40,10 +41,6 @@ STEPS = 12
 def load(path: Path) -> dict[str, Any]:
     state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     return state
-
-
-def positions(recs: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    return [(r["epoch"], r["step"]) for r in recs if r["phase"] in ("train", "epoch")]
 
 
 def results(recs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
