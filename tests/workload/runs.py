@@ -19,6 +19,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 RUN_TIMEOUT_S = 120.0
 TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 PREEMPT_ENV = ("DDPQ_PREEMPT_SIGNAL", "DDPQ_PREEMPT_GRACE", "DDPQ_REQUEUE_EXIT", "DDPQ_ATTEMPT")
+# A preemptible job's environment. Grace 0: the ranks meet after every step, so every step
+# but an epoch's last has a record.
+PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 
 
 def free_port() -> int:
@@ -168,3 +171,8 @@ def records(job_dir: Path) -> list[dict[str, Any]]:
     # A line being written right now is not a record yet.
     lines = path.read_text().splitlines(keepends=True)
     return [json.loads(line) for line in lines if line.endswith("\n")]
+
+
+def positions(recs: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(epoch, step) of each training and epoch record."""
+    return [(r["epoch"], r["step"]) for r in recs if r["phase"] in ("train", "epoch")]

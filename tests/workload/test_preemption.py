@@ -9,7 +9,7 @@ whole-run tests wait on metrics.jsonl records and /proc, never on a fixed sleep.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,14 @@ pytestmark = pytest.mark.torch
 
 import torch  # noqa: E402
 
-from ddpq.workloads import preemption  # noqa: E402
+from ddpq.workloads import preemption, resize  # noqa: E402
 from ddpq.workloads import resnet18 as workload  # noqa: E402
 from tests.workload.runs import (  # noqa: E402
+    PREEMPTIBLE,
     RUN_TIMEOUT_S,
     finish,
     kill_job,
+    positions,
     records,
     run,
     signal_ranks,
@@ -34,17 +36,11 @@ from tests.workload.runs import (  # noqa: E402
 )
 
 STEPS = 12
-# Grace 0: the ranks meet after every step, so every step but an epoch's last has a record.
-PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 
 
 def load(path: Path) -> dict[str, Any]:
     state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     return state
-
-
-def positions(recs: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    return [(r["epoch"], r["step"]) for r in recs if r["phase"] in ("train", "epoch")]
 
 
 def results(recs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -206,16 +202,22 @@ def test_format_1_checkpoints_still_load(tmp_path: Path) -> None:
         workload.load_checkpoint(path)
 
 
-def test_a_mid_epoch_checkpoint_of_another_geometry_restarts_that_epoch() -> None:
-    cl = workload.Cluster(0, 0, 2, 2, torch.device("cpu"), False)
-    data = {"seed": 1, "world_size": 2, "batch": 8, "steps": 10, "train_size": 100}
-    mine = {"rank": 0, "step": 4}
-    state = {"step": 4, "data": data, "ranks": [mine, {"rank": 1, "step": 4}]}
-    assert workload.mid_epoch_resume(state, dict(data), cl) == (4, mine, "")
-    step, own, note = workload.mid_epoch_resume(state, {**data, "world_size": 4}, cl)
-    assert (step, own) == (0, None)
-    assert "world_size 2 (now 4)" in note and "restarts at its first step" in note
-    assert workload.mid_epoch_resume({"step": 0}, data, cl) == (0, None, "")
+def test_a_mid_epoch_checkpoint_of_another_recipe_restarts_that_epoch() -> None:
+    """Another seed, data set or batch cannot skip the same images; another number of ranks
+    can (tests/workload/test_resize.py)."""
+    data = {"seed": 1, "world_size": 2, "batch": 8, "steps": 6, "train_size": 100, "step": 4}
+
+    def recipe_for(batch: int) -> Callable[[int], resize.Recipe]:
+        return lambda world: resize.Recipe.fresh(100, world, batch, 10)
+
+    same = resize.resume_plan(data, 4, recipe_for(8), 1, 100, 2)
+    assert same.span == resize.EpochSpan(first=4, steps=6, origin=0) and same.note == ""
+    assert same.resized_from is None
+    other = resize.resume_plan(data, 4, recipe_for(16), 1, 100, 2)
+    assert other.span is None and other.split == resize.Split(2, 16, 3)
+    assert "global batch 16 (now 32)" in other.note and "restarts at its first step" in other.note
+    reseeded = resize.resume_plan(data, 4, recipe_for(8), 2, 100, 2)
+    assert reseeded.span is None and "seed 1 (now 2)" in reseeded.note
 
 
 def test_the_environment_is_read_strictly() -> None:

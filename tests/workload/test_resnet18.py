@@ -23,7 +23,7 @@ pytestmark = pytest.mark.torch
 
 import torch  # noqa: E402
 
-from ddpq.workloads import cifar  # noqa: E402
+from ddpq.workloads import cifar, resize  # noqa: E402
 from ddpq.workloads import resnet18 as workload  # noqa: E402
 from tests.workload.runs import (  # noqa: E402
     RUN_TIMEOUT_S,
@@ -151,7 +151,8 @@ def test_batch_augmentation_matches_a_per_image_reference() -> None:
     cpu = torch.device("cpu")
     cl = workload.Cluster(0, 0, 1, 1, cpu, False)
     plain = workload.DeviceData.build(data, cpu, channels_last=False)
-    plan = workload.plan_epoch(plain, cl, seed=0, epoch=3, batch=40, steps=1)
+    one_step = resize.Split(world=1, batch=40, steps=1)
+    plan = workload.plan_epoch(plain, cl, 0, 3, one_step, resize.whole_epoch(one_step))
     x, y = plain.train_batch(*plan.step(0))
     rows, cols = plan.rows.numpy(), plan.cols.numpy()
     flips = cols[:, 0] > cols[:, -1]

@@ -5,6 +5,10 @@ must not. ``seen`` is the only door from a job to a policy: the GPU-time it has 
 progress records it wrote (``reports_progress``: its fraction done, every
 ``progress_interval`` seconds of work), and its owner and workload. ``true_remaining`` is
 for the ``oracle`` only, the bound a policy is compared with.
+
+An elastic job (``TraceJob.gpus_max``) may run on more GPUs than it asked for; its
+``duration`` is its length on what it asked for, and on n GPUs it works ``speedup`` times
+as fast: (n / asked) ** ``exponent``, sub-linear (docs/elastic.md).
 """
 
 from __future__ import annotations
@@ -39,10 +43,18 @@ class SimJob:
     # What its progress records multiply its true fraction done by (capped at 1): a job
     # whose step count is wrong. 1: exact.
     progress_bias: float = 1.0
+    exponent: float = 1.0  # of an elastic job's speedup on more GPUs than it asked for
+    resizes: int = 0  # restarts on another number of GPUs (an elastic job's)
+
+    @property
+    def speed(self) -> float:
+        """Seconds of its length worked off per second on the GPUs it holds now."""
+        return speedup(len(self.gpus), self.trace.gpus, self.exponent)
 
     @property
     def end_at(self) -> float:
-        return self.started_at + self.overhead_s + (self.trace.duration_s - self.done_s)
+        left = (self.trace.duration_s - self.done_s) / self.speed
+        return self.started_at + self.overhead_s + left
 
     def attained_at(self, t: float) -> float:
         return self.attained_s + len(self.gpus) * (t - self.started_at)
@@ -50,7 +62,7 @@ class SimJob:
     def worked_at(self, t: float) -> float:
         """Seconds of its length done by ``t``, this attempt's work included."""
         now = max(0.0, t - self.started_at - self.overhead_s) if self.gpus else 0.0
-        return min(self.trace.duration_s, self.done_s + now)
+        return min(self.trace.duration_s, self.done_s + now * self.speed)
 
     def records_at(self, t: float, interval: float) -> list[Record]:
         """The progress records it has written by ``t``: one every ``interval`` seconds
@@ -60,10 +72,10 @@ class SimJob:
         out = list(self.records)
         if self.gpus:
             work_from = self.started_at + self.overhead_s
-            length = self.trace.duration_s - self.done_s
+            length = (self.trace.duration_s - self.done_s) / self.speed  # seconds left
             last = math.floor(min(t - work_from, length) / interval)
             for k in range(max(1, last - KEPT_RECORDS + 1), last + 1):
-                out.append(self._record(work_from + k * interval, k * interval))
+                out.append(self._record(work_from + k * interval, k * interval * self.speed))
         return out[-KEPT_RECORDS:]
 
     def _record(self, at: float, worked_this_attempt: float) -> Record:
@@ -96,3 +108,11 @@ class SimJob:
         self.done_s = self.worked_at(t)
         self.gpus = ()
         self.attempt += 1
+
+
+def speedup(held: int, asked: int, exponent: float) -> float:
+    """How much faster a job works on ``held`` GPUs than on the ``asked`` its length is
+    measured on: (held / asked) ** exponent, 1 when it holds what it asked for (or none)."""
+    if held == asked or held == 0 or asked == 0:
+        return 1.0
+    return float((held / asked) ** exponent)

@@ -6,7 +6,9 @@ one scheduling pass: ``core.scheduler.plan`` on the queue as the daemon would bu
 under a preempting policy ``core.preempt.victims``, exactly the functions the worker calls.
 A preempted job keeps the work it did (it checkpointed) and pays ``Guards.restart_cost_s``
 when it starts again. Policies see jobs through ``SimJob.seen`` only (no job's length);
-``oracle`` is SRPT on the true remaining GPU-time, the bound to compare with.
+``oracle`` is SRPT on the true remaining GPU-time, the bound to compare with. Elastic jobs
+grow into idle GPUs and shrink for waiting jobs as ``sim.elastic`` decides, each resize a
+restart.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ddpq.core.rules import Run, recent_usage
 from ddpq.core.scheduler import QueuedJob, RunningJob, plan
 from ddpq.core.scheduler.policy_progress import History, estimates, over_band
 from ddpq.core.topology import NO_HARDWARE, Hardware
+from ddpq.sim import elastic
 from ddpq.sim.foresee import Forecasts, predict_arrivals
 from ddpq.sim.jobs import SimJob
 from ddpq.sim.trace import TraceJob
@@ -46,6 +49,8 @@ class Result:
     history: History = field(default_factory=History)  # finished jobs' GPU-time
     progress_interval_s: float = PROGRESS_INTERVAL_S
     forecasts: Forecasts | None = None  # starts predicted at submission (``predict``)
+    elastic: bool = False  # some job is elastic: grow and shrink passes
+    grow_beside_queue: bool = False  # grow into GPUs a pass leaves idle, queue or not
 
 
 def replay(
@@ -58,22 +63,32 @@ def replay(
     progress_error: float = 0.0,
     hardware: Hardware = NO_HARDWARE,
     predict: bool = False,
+    speedup_exponent: float = elastic.SPEEDUP_EXPONENT,
+    grow_beside_queue: bool = False,
 ) -> Result:
     """Replay ``trace`` on ``gpus`` GPUs under ``policy`` (a ``Policy`` or ``oracle``).
     ``progress_error``: each reporting job's records are off by a factor drawn (per job,
     seeded by its id) from 1 ± this, as if its step count were wrong. ``hardware``: the
     box's links, for the placer (``sim.links`` compares placements). ``predict``: each
-    job's start predicted at its submission, kept in ``Result.forecasts`` (``sim.foresee``)."""
+    job's start predicted at its submission, kept in ``Result.forecasts`` (``sim.foresee``).
+    ``speedup_exponent``: an elastic job on n GPUs works (n / its minimum) ** this as fast.
+    ``grow_beside_queue``: elastic jobs also grow into GPUs that no queued job can start on
+    now (the first in line needs more), not only when the queue is empty."""
     if policy not in POLICIES:
         raise ValueError(f"no policy {policy!r}: one of {', '.join(POLICIES)}")
     if policy == ORACLE:
         guards = Guards(min_run_s=0.0, max_preemptions=2**31, restart_cost_s=guards.restart_cost_s)
-    jobs = {j.id: SimJob(j, progress_bias=_bias(j.id, progress_error)) for j in trace}
+    jobs = {
+        j.id: SimJob(j, progress_bias=_bias(j.id, progress_error), exponent=speedup_exponent)
+        for j in trace
+    }
     arrivals = sorted(jobs.values(), key=lambda j: (j.trace.submit_s, j.trace.id))
     queued: list[SimJob] = []
     running: dict[int, SimJob] = {}
     result = Result(list(jobs.values()), gpus, str(policy), progress_interval_s=progress_interval_s)
     result.forecasts = Forecasts() if predict else None
+    result.elastic = any(j.elastic for j in trace)
+    result.grow_beside_queue = grow_beside_queue
     t = 0.0
     while arrivals or queued or running:
         arrived = []
@@ -132,6 +147,9 @@ def _next_events(
     events = [j.end_at for j in running.values()]
     if arrivals:
         events.append(arrivals[0].trace.submit_s)
+    if result.elastic and (result.grow_beside_queue or not queued):
+        free = result.gpus - sum(len(j.gpus) for j in running.values())
+        events += elastic.growth_times(running.values(), free, guards.min_run_s)
     if result.policy in (Policy.SRPT_PROGRESS, ORACLE) and queued:
         for job in running.values():
             events.append(job.started_at + guards.min_run_s)  # it becomes preemptible
@@ -159,7 +177,7 @@ def _schedule(
     result: Result,
     hardware: Hardware = NO_HARDWARE,
 ) -> None:
-    for _ in range(len(queued) + len(running) + 1):  # each round preempts or ends it
+    for _ in range(2 * (len(queued) + len(running)) + 1):  # each round resizes, preempts or ends
         order = _order(t, queued, running, thresholds, result)
         waiting = [_queued(j) for j in queued]
         live = [RunningJob(j.trace.id, j.gpus, j.started_at) for j in running.values()]
@@ -171,6 +189,10 @@ def _schedule(
             job = by_id[p.job_id]
             queued.remove(job)
             _start(job, p.gpus, t, running)
+        if result.elastic and _shrink(t, queued, running, gpus, order, guards, result):
+            continue  # the first in line fits now
+        if result.elastic and (result.grow_beside_queue or not queued):
+            _grow(t, running, gpus, guards, result)
         if order.policy not in PREEMPTING or not queued:
             return
         held = sum(len(j.gpus) for j in running.values())
@@ -186,6 +208,49 @@ def _schedule(
             return
         for preemption in wanted:
             _preempt(running[preemption.victim], t, running, queued, guards, result)
+
+
+def _grow(t: float, running: dict[int, SimJob], gpus: int, guards: Guards, result: Result) -> None:
+    held = {g for j in running.values() for g in j.gpus}
+    free = [g for g in range(gpus) if g not in held]
+    restarts, _ = elastic.growth(t, running.values(), free, guards)
+    for job, wider in restarts:
+        _resize(job, wider, t, running, guards, result)
+
+
+def _shrink(
+    t: float,
+    queued: list[SimJob],
+    running: dict[int, SimJob],
+    gpus: int,
+    order: Order,
+    guards: Guards,
+    result: Result,
+) -> bool:
+    """Elastic jobs give back what the first job in line lacks, if together they can."""
+    if not queued:
+        return False
+    first = min(queued, key=lambda j: order.key(_queued(j)))
+    free = gpus - sum(len(j.gpus) for j in running.values())
+    resizes = elastic.shrinkage(first.trace.gpus - free, running.values())
+    for job, narrower in resizes:
+        _resize(job, narrower, t, running, guards, result)
+    return bool(resizes)
+
+
+def _resize(
+    job: SimJob,
+    on: tuple[int, ...],
+    t: float,
+    running: dict[int, SimJob],
+    guards: Guards,
+    result: Result,
+) -> None:
+    """Checkpoint and restart on other GPUs: the work is kept, the restart paid."""
+    _stop(job, t, running, result)
+    job.owed_restart_s = guards.restart_cost_s
+    job.resizes += 1
+    _start(job, on, t, running)
 
 
 def _order(

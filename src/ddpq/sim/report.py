@@ -35,6 +35,8 @@ def figures(result: Result) -> dict[str, Any]:
         "makespan": makespan,
         "gpu_utilisation": busy / (result.gpus * makespan) if makespan > 0 else 0.0,
         "preemptions_per_job": _mean([float(j.preemptions) for j in result.jobs]),
+        "resizes_per_job": _mean([float(j.resizes) for j in result.jobs]),
+        "elastic_jobs": sum(1 for j in result.jobs if j.trace.elastic),
         "user_share": {u: (s / busy if busy else 0.0) for u, s in sorted(by_user.items())},
     }
     if result.forecasts is not None:  # the starts predicted at submission
@@ -51,15 +53,18 @@ def _mean(values: list[float]) -> float:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The replays side by side, as a markdown table (hours for long figures)."""
+    elastic = any(r.get("elastic_jobs") for r in rows)  # a column for resizes then
     lines = [
-        "| policy | mean JCT | p99 JCT | mean queueing | makespan | GPU use | preemptions/job |",
-        "|---|---|---|---|---|---|---|",
+        "| policy | mean JCT | p99 JCT | mean queueing | makespan | GPU use | preemptions/job |"
+        + (" resizes/job |" if elastic else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if elastic else ""),
     ]
     for r in rows:
         lines.append(
             f"| {r['policy']} | {_h(r['mean_jct'])} | {_h(r['p99_jct'])} | "
             f"{_h(r['mean_queue_delay'])} | {_h(r['makespan'])} | "
             f"{100 * r['gpu_utilisation']:.1f}% | {r['preemptions_per_job']:.2f} |"
+            + (f" {r['resizes_per_job']:.2f} |" if elastic else "")
         )
     return "\n".join(lines)
 

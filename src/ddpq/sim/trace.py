@@ -13,7 +13,8 @@ from pathlib import Path
 # but for ``user``, ``priority``, ``reports_progress`` (1: the job writes its fraction done
 # every ``--progress-interval``; 0 or absent: never) and ``workload`` (or the Tiresias
 # trace's ``model_name``: with the user, the class of its history for the Gittins rank) and
-# ``time_limit`` (seconds, as ``--time`` would say; empty: none).
+# ``time_limit`` (seconds, as ``--time`` would say; empty: none) and ``gpus_max`` (an elastic
+# job's most GPUs, above ``num_gpu``, its least; empty or equal: not elastic).
 REQUIRED = ("job_id", "num_gpu", "submit_time", "duration")
 
 
@@ -33,6 +34,11 @@ class TraceJob:
     reports_progress: bool = False
     workload: str = ""
     time_limit_s: float | None = None  # as its user asked (``mark_limits``); never enforced
+    gpus_max: int = 0  # an elastic job's most GPUs (``num_gpu`` its least); 0: not elastic
+
+    @property
+    def elastic(self) -> bool:
+        return self.gpus_max > self.gpus
 
 
 def read(path: Path) -> list[TraceJob]:
@@ -63,12 +69,15 @@ def parse(rows: Iterable[dict[str, str]], where: str = "trace") -> list[TraceJob
                 time_limit_s=float(row["time_limit"])
                 if (row.get("time_limit") or "").strip()
                 else None,
+                gpus_max=int(row.get("gpus_max") or 0),
             )
         except ValueError as exc:
             raise TraceError(f"{where}:{number}: {exc}") from None
         numbers = (job.submit_s, job.duration_s, job.time_limit_s or 0.0)
         if job.gpus < 0 or not all(math.isfinite(x) and x >= 0 for x in numbers):
             raise TraceError(f"{where}:{number}: GPUs, times and durations must be >= 0")
+        if job.gpus_max and job.gpus_max < job.gpus:
+            raise TraceError(f"{where}:{number}: gpus_max {job.gpus_max} < num_gpu {job.gpus}")
         jobs.append(job)
     ids = [j.id for j in jobs]
     if len(set(ids)) != len(ids):
@@ -95,6 +104,15 @@ def mark_progress(jobs: list[TraceJob], fraction: float, seed: int) -> list[Trac
     do not. Its own random stream, so ``--preemptible`` draws the same either way."""
     rng = random.Random(f"progress-{seed}")
     return [replace(j, reports_progress=rng.random() < fraction) for j in jobs]
+
+
+def mark_elastic(jobs: list[TraceJob], share: float, seed: int) -> list[TraceJob]:
+    """Each multi-GPU job elastic with probability ``share``, from the GPUs it asked for up to
+    twice as many (``gpus_max``), as ``--gpus 2-4`` would ask; its own random stream."""
+    rng = random.Random(f"elastic-{seed}")
+    return [
+        replace(j, gpus_max=2 * j.gpus) if j.gpus >= 2 and rng.random() < share else j for j in jobs
+    ]
 
 
 # Time limits as users ask for them (``mark_limits``): their job's length overstated by a
@@ -187,7 +205,8 @@ def lab(count: int, seed: int, users: int = 4, gpus: int = 8, load: float = 0.9)
 def write(jobs: Iterable[TraceJob], path: Path) -> None:
     with path.open("w", newline="") as f:
         out = csv.writer(f)
-        out.writerow([*REQUIRED, "user", "priority", "reports_progress", "workload", "time_limit"])
+        header = ["user", "priority", "reports_progress", "workload", "time_limit", "gpus_max"]
+        out.writerow([*REQUIRED, *header])
         for j in jobs:
             out.writerow(
                 [
@@ -200,5 +219,6 @@ def write(jobs: Iterable[TraceJob], path: Path) -> None:
                     int(j.reports_progress),
                     j.workload,
                     "" if j.time_limit_s is None else j.time_limit_s,
+                    j.gpus_max or "",
                 ]
             )

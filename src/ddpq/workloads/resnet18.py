@@ -19,7 +19,10 @@ Its contract with ddpq is argv, environment and files:
 * ``checkpoint.pt`` in ``--checkpoint-dir`` or ``$DDPQ_JOB_DIR``: written by rank 0 after
   every ``--checkpoint-every`` epochs, and when preempted (temp file, fsync, rename); when
   present at start-up every rank loads it and training resumes where it was saved: at the next
-  epoch, or at the next step of a preempted epoch (format 2, see ``checkpoint_state``).
+  epoch, or at the next step of a preempted epoch (format 2, see ``checkpoint_state``), on
+  any number of ranks: the global batch of the first attempt is kept, the per-rank batch
+  rescaled (``resize.py``, docs/elastic.md; an elastic job's next attempt may have more or
+  fewer GPUs).
 * Preemption (docs/preemption.md): with ``$DDPQ_PREEMPT_SIGNAL`` set (``USR1``...), that
   signal makes the ranks agree, at their next meeting, on the step to save; rank 0 saves it
   and every rank exits ``$DDPQ_REQUEUE_EXIT`` (75). A signal during set-up (before the first
@@ -35,9 +38,11 @@ Same seed, same result: the data order and the crops/flips of an epoch are a fun
 steps already done; everything else that evolves (weights, optimizer, each rank's BatchNorm
 statistics and metric sums, the RNGs) is in the checkpoint. On the CPU with a fixed thread
 count a preempted and resumed run ends bit-identical to an uninterrupted one (tested, with and
-without ``--deterministic``). On GPUs it ends as close as two uninterrupted runs do: cuDNN's
-autotuning and atomic additions make those differ in the last bits; ``--deterministic`` removes
-the autotuning and cuDNN's nondeterministic kernels (the GPU path is not tested here).
+without ``--deterministic``) when it resumes on as many ranks; on another number it trains on
+the same images in the same global batches, with other crops and flips. On GPUs it ends as
+close as two uninterrupted runs do: cuDNN's autotuning and atomic additions make those differ
+in the last bits; ``--deterministic`` removes the autotuning and cuDNN's nondeterministic
+kernels (the GPU path is not tested here).
 """
 
 from __future__ import annotations
@@ -72,7 +77,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ddpq.workloads import cifar, preemption
+from ddpq.workloads import cifar, preemption, resize
+from ddpq.workloads.resize import EpochSpan, Recipe, Split
 from ddpq.workloads.resnet18_cli import PRETRAINED_FILENAME, build_parser
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -292,34 +298,27 @@ class EpochPlan:
         return self.idx[sl], self.rows[sl], self.cols[sl]
 
 
-def epoch_shard(n: int, seed: int, epoch: int, rank: int, world: int) -> torch.Tensor:
-    """DistributedSampler's split: the same permutation on every rank (seeded by seed+epoch,
-    which is what set_epoch does), padded by wrapping to a multiple of world, then strided."""
+def epoch_images(n: int, seed: int, epoch: int, positions: range) -> torch.Tensor:
+    """The images at ``positions`` of the epoch's order: one permutation on every rank
+    (seeded by seed+epoch, which is what set_epoch does), wrapping past its end (resize.py)."""
     g = torch.Generator().manual_seed(seed + epoch)
     perm = torch.randperm(n, generator=g)
-    total = math.ceil(n / world) * world
-    if total > n:
-        perm = torch.cat([perm, perm[: total - n]])
-    return perm[rank::world]
+    where = torch.arange(positions.start, positions.stop, positions.step, dtype=torch.int64)
+    return perm[where % n]
 
 
-def train_geometry(n: int, world: int, batch: int, max_steps: int | None) -> tuple[int, int]:
-    """(batch, steps) per rank: whole batches only (a last short batch would recompile
-    kernels and, with one image, break BatchNorm); a shard smaller than a batch is one step."""
-    per_rank = math.ceil(n / world)
-    b = min(batch, per_rank)
-    steps = max(1, per_rank // b)
-    if max_steps is not None:
-        steps = min(steps, max_steps)
-    return b, steps
+def epoch_shard(n: int, seed: int, epoch: int, rank: int, world: int) -> torch.Tensor:
+    """DistributedSampler's split: padded by wrapping to a multiple of world, then strided."""
+    return epoch_images(n, seed, epoch, range(rank, math.ceil(n / world) * world, world))
 
 
 def plan_epoch(
-    data: DeviceData, cl: Cluster, seed: int, epoch: int, batch: int, steps: int
+    data: DeviceData, cl: Cluster, seed: int, epoch: int, split: Split, span: EpochSpan
 ) -> EpochPlan:
     device = data.train_padded.device
-    shard = epoch_shard(data.train_size, seed, epoch, cl.rank, cl.world_size)
-    idx = shard[: steps * batch].to(device)
+    positions = resize.rank_positions(span, split, cl.rank)
+    idx = epoch_images(data.train_size, seed, epoch, positions).to(device)
+    batch, steps = split.batch, span.steps
     count = idx.numel()
     g = torch.Generator(device=device).manual_seed((seed * 1_000_003 + epoch) * 1_009 + cl.rank)
     oy = torch.randint(0, 2 * PAD + 1, (count, 1), generator=g, device=device)
@@ -574,6 +573,7 @@ class Interrupted:
 
     reason: Literal["terminated", "preempted"]
     step: int  # steps of the epoch done
+    steps: int  # of the epoch (a resumed epoch's may differ from a whole one's)
     sums: torch.Tensor  # this rank's own metric sums so far (not reduced)
     record: dict[str, Any]  # the progress record of that step
 
@@ -621,17 +621,27 @@ class Trainer:
     amp: bool
     stop: StopRequest
     metrics: MetricsLog
-    batch: int
-    steps: int
+    recipe: Recipe
+    split: Split  # the recipe on these ranks: per-rank batch, steps of a whole epoch
     preempt_cfg: preemption.PreemptConfig
     start_epoch: int = 0
-    start_step: int = 0  # steps of epoch start_epoch already done (a preempted epoch)
-    resume: dict[str, Any] | None = None  # this rank's own state at start_step (sums...)
+    resumed: EpochSpan | None = None  # the rest of a preempted epoch start_epoch
+    resume: dict[str, Any] | None = None  # this rank's own state where resumed (sums...)
     resume_note: str = ""  # why a mid-epoch checkpoint could not be resumed mid-epoch
+    resize_note: str = ""  # how a checkpoint of another world size was resumed
     sync_period: float = SYNC_PERIOD_S
     step_time: float = 0.0  # rank 0's estimate, seconds per step
     eval_time: float = 0.0
     last: dict[str, Any] = field(default_factory=dict)
+    span: EpochSpan | None = None  # the epoch in progress
+
+    @property
+    def batch(self) -> int:
+        return self.split.batch
+
+    @property
+    def steps(self) -> int:
+        return self.split.steps
 
     def autocast(self) -> AbstractContextManager[Any]:
         if not self.amp:
@@ -660,9 +670,10 @@ class Trainer:
     def preemptible(self) -> bool:
         return self.preempt_cfg.signal is not None
 
-    def eta(self, epoch: int, step: int, evaluated: bool = False) -> float:
-        """Seconds left after ``step`` of ``epoch`` (and its evaluation if ``evaluated``)."""
-        left_steps = (self.args.epochs - epoch - 1) * self.steps + (self.steps - step - 1)
+    def eta(self, epoch: int, step: int, steps: int, evaluated: bool = False) -> float:
+        """Seconds left after ``step`` of ``epoch`` (of ``steps``; and its evaluation if
+        ``evaluated``)."""
+        left_steps = (self.args.epochs - epoch - 1) * self.steps + (steps - step - 1)
         left_evals = self.args.epochs - epoch - int(evaluated) if self.args.eval else 0
         return round(float(left_steps * self.step_time + left_evals * self.eval_time), 1)
 
@@ -698,16 +709,19 @@ class Trainer:
             loss_sum / total, correct / total, total, stops > 0, preempts > 0, int(agreed)
         )
 
-    def train_epoch(self, epoch: int, first: int = 0) -> dict[str, Any] | Interrupted:
-        """One epoch from step ``first`` on; returns its global train metrics, or how it was
-        cut short. A preemption agreed at the epoch's last step is left to the epoch's end
-        (run()), where the checkpoint is an ordinary epoch boundary."""
-        plan = plan_epoch(self.data, self.cl, self.args.seed, epoch, self.batch, self.steps)
+    def train_epoch(self, epoch: int, span: EpochSpan) -> dict[str, Any] | Interrupted:
+        """The steps of ``span`` from its first on; returns the epoch's global train metrics,
+        or how it was cut short. A preemption agreed at the epoch's last step is left to the
+        epoch's end (run()), where the checkpoint is an ordinary epoch boundary."""
+        self.span, first = span, span.first
+        plan = plan_epoch(self.data, self.cl, self.args.seed, epoch, self.split, span)
         self.model.train()
         sums = torch.zeros(2, dtype=torch.float64, device=self.cl.device)  # loss*n, correct
         if first and self.resume is not None:
             sums.copy_(self.resume["sums"])  # this rank's own sums: the totals add up exactly
-        clock = EpochClock(first, float(first * plan.batch * self.cl.world_size))
+        clock = EpochClock(first, float(span.consumed(self.split, first)))
+        # Rank 0 adds the images an earlier attempt consumed beyond this split's own count.
+        behind = span.origin if self.cl.is_main else 0
         next_meeting = first + 1  # after the first step (warm-up), then about every sync_period
         for s in range(first, plan.steps):
             self.train_step(plan, epoch, s, sums)
@@ -715,17 +729,17 @@ class Trainer:
             if done != next_meeting and done != plan.steps:
                 continue
             lap = clock.lap(done)
-            m = self.meet(sums, done * plan.batch, lap)
+            m = self.meet(sums, done * plan.batch + behind, lap)
             clock.met(done, m.images)
             # SIGTERM too (the grace period is over, or a cancel): preempted still saves, as
             # the file is replaced atomically even if a SIGKILL cuts the save short.
             if m.stop and not m.preempt:
-                return Interrupted("terminated", done, sums, {})
+                return Interrupted("terminated", done, plan.steps, sums, {})
             next_meeting = done + m.next_in
             train = {"train_loss": m.train_loss, "train_acc": m.train_acc}
             if done == plan.steps:
-                return {**train, "images_per_s": clock.steady_rate()}
-            lap_rate = m.images * lap[0] / done / max(lap[1], 1e-9)
+                return {**train, "images_per_s": clock.steady_rate(), "steps": plan.steps}
+            lap_rate = self.split.global_batch * lap[0] / max(lap[1], 1e-9)
             rec = record(
                 "train",
                 epoch=epoch + 1,
@@ -733,12 +747,12 @@ class Trainer:
                 step=done,
                 steps=plan.steps,
                 images_per_s=round(lap_rate, 1),
-                eta_s=self.eta(epoch, s),
+                eta_s=self.eta(epoch, s, plan.steps),
                 lr=self.optimizer.param_groups[0]["lr"],
                 **train,
             )
             if m.preempt:
-                return Interrupted("preempted", done, sums, rec)
+                return Interrupted("preempted", done, plan.steps, sums, rec)
             self.metrics.write(rec)
         raise AssertionError("unreachable: the ranks always meet after the last step")
 
@@ -770,16 +784,22 @@ class Trainer:
     def data_position(self, epochs_done: int, step: int) -> dict[str, Any]:
         """Where in the data order training stands. The order and the augmentation of an
         epoch are drawn from (seed, epoch, rank) alone (plan_epoch), so this is all of the
-        sampler's state; resuming mid-epoch needs the same geometry to skip the same images."""
+        sampler's state: the epoch's images consumed, and the recipe that a resume on any
+        number of ranks keeps (resize.py)."""
+        consumed = self.span.consumed(self.split, step) if step and self.span else 0
         return {
             "sampler": "distributed",
             "seed": self.args.seed,
             "epoch": epochs_done,
             "step": step,
+            "consumed": consumed,
             "world_size": self.cl.world_size,
             "batch": self.batch,
             "steps": self.steps,
             "train_size": self.data.train_size,
+            "recipe_world": self.recipe.world,
+            "global_batch": self.recipe.global_batch,
+            "epoch_samples": self.recipe.epoch_samples,
         }
 
     def local_state(self, step: int, sums: torch.Tensor) -> dict[str, Any]:
@@ -816,7 +836,7 @@ class Trainer:
             "format": CHECKPOINT_FORMAT,
             "epoch": epochs_done,
             "step": step,
-            "steps": self.steps,
+            "steps": self.span.steps if step and self.span else self.steps,
             "reason": reason,
             "attempt": self.preempt_cfg.attempt,
             "model": model,
@@ -845,7 +865,7 @@ class Trainer:
         cl, cfg, epochs = self.cl, self.preempt_cfg, self.args.epochs
         step = cut.step if cut is not None else 0
         where = (
-            f"epoch {epochs_done + 1}/{epochs} step {step}/{self.steps}"
+            f"epoch {epochs_done + 1}/{epochs} step {step}/{cut.steps if cut else self.steps}"
             if step
             else f"the end of epoch {epochs_done}/{epochs}"
         )
@@ -890,8 +910,8 @@ class Trainer:
         args, cl = self.args, self.cl
         for epoch in range(self.start_epoch, args.epochs):
             t0 = time.perf_counter()
-            first = self.start_step if epoch == self.start_epoch else 0
-            train = self.train_epoch(epoch, first)
+            resumed = self.resumed if epoch == self.start_epoch else None
+            train = self.train_epoch(epoch, resumed or resize.whole_epoch(self.split))
             self.resume = None  # this rank's saved sums belonged to that epoch only
             if isinstance(train, Interrupted):
                 if train.reason == "preempted":
@@ -904,14 +924,14 @@ class Trainer:
                 "epoch",
                 epoch=epoch + 1,
                 epochs=args.epochs,
-                step=self.steps,
-                steps=self.steps,
+                step=train["steps"],
+                steps=train["steps"],
                 train_loss=train["train_loss"],
                 train_acc=train["train_acc"],
                 test_loss=test.get("test_loss"),
                 test_acc=test.get("test_acc"),
                 images_per_s=round(train["images_per_s"], 1),
-                eta_s=self.eta(epoch, self.steps - 1, evaluated=True),
+                eta_s=self.eta(epoch, train["steps"] - 1, train["steps"], evaluated=True),
                 lr=self.optimizer.param_groups[0]["lr"],
                 epoch_s=round(time.perf_counter() - t0, 3),
             )
@@ -1029,23 +1049,61 @@ def find_checkpoint(args: argparse.Namespace) -> tuple[Path | None, dict[str, An
     )
 
 
-def mid_epoch_resume(
-    state: dict[str, Any], here: dict[str, Any], cl: Cluster
-) -> tuple[int, dict[str, Any] | None, str]:
-    """(step, this rank's saved state, note) to resume a checkpoint at: its step when it was
-    saved mid-epoch with this run's data geometry, else the start of that epoch (the note
-    says why: the steps already done cannot be skipped when the shards differ)."""
-    step = int(state.get("step") or 0)
-    if step == 0:
-        return 0, None, ""
-    saved = state.get("data") or {}
-    keys = ("seed", "world_size", "batch", "steps", "train_size")
-    diff = [f"{k} {saved.get(k)} (now {here[k]})" for k in keys if saved.get(k) != here[k]]
-    ranks = state.get("ranks") or []
-    if diff or len(ranks) != cl.world_size:
-        why = ", ".join(diff) or f"{len(ranks)} ranks' states for {cl.world_size} ranks"
-        return 0, None, f"saved at step {step} with {why}: that epoch restarts at its first step"
-    return step, ranks[cl.rank], ""
+def resume_geometry(
+    args: argparse.Namespace, cl: Cluster, n: int, state: dict[str, Any] | None
+) -> resize.Resumption:
+    """The recipe, its split over these ranks and the rest of a preempted epoch, for a
+    checkpoint saved on any number of ranks (resize.py); none: this run's own."""
+
+    def recipe_for(world: int) -> Recipe:
+        return Recipe.fresh(n, world, args.batch_size, args.max_steps_per_epoch)
+
+    data = state.get("data") if state is not None and not args.eval_only else None
+    step = int(state.get("step") or 0) if data is not None and state is not None else 0
+    try:
+        return resize.resume_plan(data, step, recipe_for, args.seed, n, cl.world_size)
+    except resize.ResizeError as exc:
+        raise WorkloadError(str(exc)) from None
+
+
+def rank_resume_state(state: dict[str, Any], cl: Cluster) -> dict[str, Any]:
+    """This rank's state at a mid-epoch checkpoint. On as many ranks as saved it: its own
+    (BatchNorm statistics, metric sums, RNGs), so the run goes on exactly as if never
+    stopped. On another number: the saved model's BatchNorm statistics (the ranks' average,
+    loaded already), the epoch's metric sums totalled on rank 0 and zero elsewhere (they are
+    summed over ranks, so the totals still add up), and the saved RNGs of its rank if any."""
+    ranks: list[dict[str, Any]] = state["ranks"]
+    if len(ranks) == cl.world_size:
+        return ranks[cl.rank]
+    total = torch.stack([r["sums"] for r in ranks]).sum(0)
+    return {
+        "sums": total if cl.is_main else torch.zeros_like(total),
+        "buffers": {},
+        "rng": ranks[cl.rank]["rng"] if cl.rank < len(ranks) else None,
+    }
+
+
+def apply_resume(
+    trainer: Trainer, state: dict[str, Any], plan: resize.Resumption, base_lr: float
+) -> None:
+    """Put a checkpoint's mid-epoch position and this rank's own state into ``trainer`` (its
+    model and optimizer are loaded, DDP has broadcast rank 0's parameters and buffers)."""
+    trainer.resume_note = plan.note
+    before = plan.resized_from
+    if before is not None:
+        was = peak_lr(base_lr, before.world, before.batch)
+        now = trainer.schedule.peak_lr
+        trainer.resize_note = resize.resize_line(before, plan.split, plan.recipe, was, now)
+    if plan.span is None:
+        return
+    mine = rank_resume_state(state, trainer.cl)
+    buffers = dict(trainer.net.named_buffers())
+    with torch.no_grad():
+        for name, saved in mine["buffers"].items():
+            buffers[name].copy_(saved)
+    if mine["rng"] is not None:
+        restore_rng(mine["rng"], trainer.cl.device)
+    trainer.resumed, trainer.resume = plan.span, mine
 
 
 def build_trainer(
@@ -1070,10 +1128,8 @@ def build_trainer(
     if channels_last:
         net = net.to(memory_format=torch.channels_last)
     data = DeviceData.build(data_np, cl.device, channels_last)
-    batch, steps = train_geometry(
-        data.train_size, cl.world_size, args.batch_size, args.max_steps_per_epoch
-    )
-    lr = peak_lr(args.lr, cl.world_size, batch)
+    plan = resume_geometry(args, cl, data.train_size, state)
+    lr = peak_lr(args.lr, cl.world_size, plan.split.batch)
     optimizer = make_optimizer(net, args, lr)
     if state is not None:
         net.load_state_dict(state["model"])
@@ -1095,31 +1151,21 @@ def build_trainer(
         amp=args.amp if args.amp is not None else cuda,
         stop=stop,
         metrics=MetricsLog(metrics_path, preempt_cfg.attempt),
-        batch=batch,
-        steps=steps,
+        recipe=plan.recipe,
+        split=plan.split,
         preempt_cfg=preempt_cfg,
         start_epoch=int(state["epoch"]) if state is not None else 0,
         sync_period=SYNC_PERIOD_S if grace is None else min(SYNC_PERIOD_S, grace / 4),
     )
     if state is not None and not args.eval_only:
-        here = trainer.data_position(trainer.start_epoch, int(state.get("step") or 0))
-        step, mine, trainer.resume_note = mid_epoch_resume(state, here, cl)
-        if mine is not None:
-            # This rank's own BatchNorm statistics, after DDP's broadcast of rank 0's, and
-            # its own RNGs: the run goes on exactly as if never stopped.
-            buffers = dict(net.named_buffers())
-            with torch.no_grad():
-                for name, saved in mine["buffers"].items():
-                    buffers[name].copy_(saved)
-            restore_rng(mine["rng"], cl.device)
-            trainer.start_step, trainer.resume = step, mine
+        apply_resume(trainer, state, plan, args.lr)
     return trainer
 
 
 def resume_line(trainer: Trainer, ckpt: Path | None, state: dict[str, Any]) -> str:
     epoch, epochs, steps = trainer.start_epoch, trainer.args.epochs, trainer.steps
-    if trainer.start_step:
-        step = trainer.start_step
+    if trainer.resumed is not None:
+        step, steps = trainer.resumed.first, trainer.resumed.steps
         by = f", saved by attempt {state['attempt']}" if state.get("attempt") else ""
         return (
             f"resuming from checkpoint {ckpt} (epoch {epoch} done and step {step}/{steps} of "
@@ -1174,6 +1220,8 @@ def train_main(
             return eval_only(trainer, state, t_begin)
         if state is not None:
             log(cl, resume_line(trainer, ckpt, state))
+            if trainer.resize_note:
+                log(cl, trainer.resize_note)
         stop.deferred = True  # from here on SIGTERM is handled at the ranks' meeting points
         code = trainer.run(ckpt)
         if code == EXIT_OK:
