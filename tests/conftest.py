@@ -37,8 +37,7 @@ GROUPS = {
 # groups), so that no worker is left at the end alone on a three-minute test.
 LONG_FIRST = (
     "tests/test_workload_ddpq.py",
-    "tests/workload/test_preemption.py",
-    "tests/workload/test_resnet18.py",
+    "tests/workload/",
     *(path for paths in GROUPS.values() for path in paths),
 )
 
