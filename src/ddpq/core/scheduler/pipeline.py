@@ -32,7 +32,7 @@ from ddpq.core.scheduler.model import (
     SweepCaps,
     World,
 )
-from ddpq.core.scheduler.placement import choose
+from ddpq.core.scheduler.placement import HARDWARE_WAIT, choose
 from ddpq.core.scheduler.state import Pass
 from ddpq.core.sharing import NO_MEMORY, GpuMemory
 from ddpq.core.topology import NO_HARDWARE, Hardware
@@ -59,6 +59,10 @@ def decide(queued: Sequence[QueuedJob], world: World, order: Order) -> Plan:
         stop = first_stop(job, p)
         if stop is None:
             chosen = choose(job, p)
+            if chosen.stopped_by == HARDWARE_WAIT:
+                # It waits for GPUs (linked ones, of its type): the head backfill protects
+                # if it is the first such job, told what it waits for in its own words.
+                line.admit(job, None, p)
             if chosen.reason is not None:
                 assert chosen.stopped_by is not None
                 stop = chosen.stopped_by, chosen.reason

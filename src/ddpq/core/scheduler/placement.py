@@ -20,6 +20,10 @@ from ddpq.core.scheduler.placers import placer_for
 from ddpq.core.scheduler.state import Pass
 from ddpq.core.topology import describe_class
 
+# The stage's name for a job that waits for GPUs of its type or link class while enough
+# others are free: it still waits for GPUs, so backfill makes it the head it protects.
+HARDWARE_WAIT = "hardware"
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -55,7 +59,7 @@ def _gpus(job: QueuedJob, p: Pass) -> Choice:
     if gpus is None and job.sharer is None and (job.gpu_type or job.gpu_link):
         why = hardware_wait(job, p)
         if why is not None:
-            return Choice(None, "hardware", why)
+            return Choice(None, HARDWARE_WAIT, why)
     if gpus is None and own is not None:
         limit = limits.of(job.owner).gpus
         assert limit is not None
