@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from ddpq.config import Settings
 from ddpq.core import scheduler
 from ddpq.core.policy import PREEMPTING, Order, Policy
-from ddpq.core.preempt import Guards, Running, Waiting, victims
+from ddpq.core.preempt import Running, Waiting
 from ddpq.core.rules import recent_usage
-from ddpq.core.scheduler import preemption
+from ddpq.core.scheduler import elastic, preemption
 from ddpq.core.scheduler.gates import NO_FREE_PORT
 from ddpq.core.sharing import GpuMemory, Measured, auto_reservation, gpu_memory
 from ddpq.core.states import ACTIVE
@@ -34,6 +34,7 @@ from ddpq.store import memory as memory_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
+from ddpq.worker import resize
 from ddpq.worker.forecast import Foresight
 from ddpq.worker.host import HostSetup, host_setup
 from ddpq.worker.ports import PortGate
@@ -204,6 +205,9 @@ class Scheduler:
             )
             free = preemption.free_after(usable_gpus, holding.gpus(), placements)
             preempt_for(s, cfg, ready, holding, free, order, now)
+            if not ready:  # nobody waits for GPUs: elastic jobs may grow onto free ones
+                resize.ask_grows(s, cfg, holding.active, holding.held, free, now)
+        reasons = resize.with_note(reasons, decided.stopped_by, holding.active, holding.held, now)
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         total = len(usable_gpus)
         # The forecast models GPUs only: a job held back by something else has no start
@@ -214,6 +218,8 @@ class Scheduler:
             if p.port is not None:
                 self.last_port = p.port  # the next pass starts its rotation after it
         leased = lease(s, cfg, placements, candidates, woke_at, now, self.host)
+        resized = {c.id: c.resize_to for c in candidates if c.resize_to is not None}
+        resize.note_resized(s, resized, {job.job_id: len(job.gpus) for job in leased}, now)
         if window is not None and len(waiting) >= window:  # some may be past the window
             job_store.say_unplanned(s, BEHIND_ALIKE)
         return leased
@@ -295,7 +301,7 @@ def preempt_for(
     whole = [j for j in holding.active if j.id not in holding.shares]
     gpus_of = {j.id: len(holding.held.get(j.id, ([], None))[0]) for j in whole}
     # GPUs of jobs already being stopped are as good as free: do not preempt twice.
-    leaving = sum(gpus_of[j.id] for j in whole if j.stop_request)
+    leaving = sum(resize.leaving(j, gpus_of[j.id]) for j in whole if j.stop_request)
     served = attempt_store.attained(s, [j.id for j in holding.active], now)
     running = [
         Running(
@@ -312,8 +318,11 @@ def preempt_for(
         for j in whole
         if not j.stop_request
     ]
-    guards = Guards(cfg.preempt_min_run_s, cfg.max_preemptions)
-    wanted = victims(waiting, running, free + leaving, order, now, guards)
+    # An elastic job the rule picks gives up only what is lacking (core.scheduler.elastic).
+    shrinks, wanted = elastic.shrink_or_preempt(
+        waiting, running, resize.least(whole), free + leaving, order, now, resize.guards(cfg)
+    )
+    resize.ask_shrinks(s, shrinks)
     if wanted:
         why = {p.victim: f"preempted for job {p.for_job}" for p in wanted}
         for job_id in attempt_store.request_preemptions(s, why):

@@ -1,0 +1,153 @@
+"""Elastic jobs (``--gpus 2-4``): the size each attempt takes, when a running one grows,
+and when one shrinks rather than being preempted whole (pure).
+
+An elastic job is resized the way a preemptible job is preempted: it is sent its
+preemption signal, checkpoints and exits, and its next attempt starts at once on its new
+size, its ``DDPQ_GPUS``, ``WORLD_SIZE`` and torchrun's ``--nproc-per-node`` following its
+lease. While that happens the job is queued with ``resize_to``: it is placed first in the
+next pass (it was running a moment ago; no job behind it takes its place), at that size,
+or on what is free if less, never below its least.
+
+- **start** (``choose_sized``): a queued elastic job takes, of the GPUs free, up to its
+  most, unless a job ranked ahead of it waits for GPUs: then its least, as a job of that
+  size, so it takes no GPU that job waits for.
+- **grow** (``grow``): a running one below its most, when GPUs are free once the pass's
+  placements start and no queued job waits for GPUs at all.
+- **shrink** (``shrink_or_preempt``): where the preemption rule (``core.preempt``) picks
+  an elastic job above its least, it gives up only what the waiting job still lacks.
+
+Each resize counts as one of the job's preemptions: ``Guards.min_run_s`` between two, and
+``Guards.max_preemptions`` in all (then it keeps its size), hold against thrashing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ddpq.core.policy import Order
+from ddpq.core.preempt import DEFAULT_GUARDS, Guards, Preemption, Running, Waiting, victims
+from ddpq.core.scheduler.model import QueuedJob
+from ddpq.core.scheduler.placement import Choice, choose
+from ddpq.core.scheduler.state import Pass
+
+
+def resizing_first(key: Callable[[QueuedJob], Any]) -> Callable[[QueuedJob], Any]:
+    """The policy's order with jobs being resized ahead of every other."""
+    return lambda job: (job.resize_to is None, key(job))
+
+
+def choose_sized(job: QueuedJob, p: Pass, ahead_waits: bool) -> tuple[QueuedJob, Choice]:
+    """The job as it would start (an elastic one with ``gpus`` its size now) and its GPUs.
+
+    ``ahead_waits``: a job ranked ahead of it waits for GPUs. An elastic job tries its
+    largest size first, then smaller ones down to its least (a size whose GPUs are not
+    of the type or links it asks for may be found at a smaller one)."""
+    if job.gpus_max is None:
+        return job, choose(job, p)
+    want = job.resize_to or (job.gpus if ahead_waits else job.gpus_max)
+    top = max(job.gpus, min(want, job.gpus_max, len(p.free)))
+    for size in range(top, job.gpus, -1):
+        sized = replace(job, gpus=size)
+        chosen = choose(sized, p)
+        if chosen.gpus is not None:
+            return sized, chosen
+    return job, choose(job, p)
+
+
+@dataclass(frozen=True)
+class Resizable:
+    """A running elastic job as the resize rules see it."""
+
+    id: int
+    held: int  # GPUs its attempt holds now
+    least: int
+    most: int
+    started_at: float  # this attempt's start
+    preemptions: int  # resizes included
+    resize_to: int | None = None  # a resize asked for and not done yet
+
+
+def may_resize(job: Resizable, now: float, guards: Guards) -> bool:
+    """Whether the thrashing guards let ``job`` be resized now."""
+    return (
+        job.resize_to is None
+        and job.preemptions < guards.max_preemptions
+        and now - job.started_at >= guards.min_run_s
+    )
+
+
+def grow(
+    running: Sequence[Resizable], free: int, now: float, guards: Guards = DEFAULT_GUARDS
+) -> dict[int, int]:
+    """The running elastic jobs to grow, each to its new size, given ``free`` GPUs that
+    nobody holds or waits for (the caller asks only when no queued job waits for GPUs).
+    Earliest submitted first; each takes what it lacks of its most, as far as they go."""
+    out: dict[int, int] = {}
+    for job in sorted(running, key=lambda j: j.id):
+        if free <= 0:
+            break
+        if job.held < job.most and may_resize(job, now, guards):
+            more = min(job.most - job.held, free)
+            out[job.id] = job.held + more
+            free -= more
+    return out
+
+
+@dataclass(frozen=True)
+class Shrink:
+    victim: int
+    size: int  # its next attempt's GPUs
+    for_job: int
+
+
+def shrink_or_preempt(
+    waiting: Sequence[Waiting],
+    running: Sequence[Running],
+    least: Mapping[int, int],
+    free: int,
+    order: Order,
+    now: float,
+    guards: Guards = DEFAULT_GUARDS,
+) -> tuple[list[Shrink], list[Preemption]]:
+    """``core.preempt.victims``, but an elastic victim (``least``: its least, by id) that
+    can give what the waiting job still lacks and keep its least is shrunk by that much
+    rather than preempted whole."""
+    shrinks: list[Shrink] = []
+    out: list[Preemption] = []
+    taken: set[int] = set()
+    by_id = {r.id: r for r in running}
+    for job in sorted(waiting, key=order.key):
+        if job.gpus <= free:
+            free -= job.gpus  # it will start once the GPUs come back
+            continue
+        left = [r for r in running if r.id not in taken]
+        picked = victims([job], left, free, order, now, guards)
+        short = job.gpus - free
+        for chosen in picked:
+            victim = by_id[chosen.victim]
+            taken.add(victim.id)
+            keep = victim.gpus - short
+            if victim.id in least and keep >= least[victim.id]:
+                shrinks.append(Shrink(victim.id, keep, job.id))
+                short = 0
+            else:
+                out.append(chosen)
+                short -= victim.gpus
+        if picked:
+            free = -short  # what the last victim freed beyond the job's need
+    return shrinks, out
+
+
+def note(running: Sequence[Resizable]) -> str | None:
+    """What a job waiting for GPUs is told of the elastic jobs that could give some up:
+    one shrinking for it, else one above its least (None: neither)."""
+    for job in running:
+        if job.resize_to is not None and job.resize_to < job.held:
+            return f"elastic job {job.id} is shrinking to {job.resize_to} GPUs"
+    for job in running:
+        if job.resize_to is None and job.held > job.least:
+            extra = job.held - job.least
+            return f"elastic job {job.id} holds {extra} GPU{'s' * (extra > 1)} above its least"
+    return None
