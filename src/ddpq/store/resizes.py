@@ -41,6 +41,14 @@ def request_resizes(session: Session, wanted: Mapping[int, tuple[int, str]]) -> 
     return asked
 
 
+def any_elastic_running(session: Session) -> bool:
+    """Whether an elastic job runs (over ``ix_jobs_state``: the running jobs only)."""
+    query = select(_jobs.c.id).where(
+        _jobs.c.state == JobState.RUNNING, _jobs.c.gpus_max.is_not(None)
+    )
+    return session.execute(query.limit(1)).first() is not None
+
+
 def note_resized(session: Session, started: Mapping[int, int], now: float) -> None:
     """Say in the history of each job in ``started`` (job id -> its new attempt's GPUs,
     leased now after a resize) whether it grew or shrank, against its attempt before."""

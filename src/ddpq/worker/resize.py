@@ -9,7 +9,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from ddpq.config import Settings
-from ddpq.core.preempt import Guards
+from ddpq.core.preempt import Guards, Waiting
 from ddpq.core.scheduler import elastic
 from ddpq.store import resizes as resize_store
 from ddpq.store.db import Session
@@ -63,13 +63,19 @@ def ask_shrinks(s: Session, shrinks: Sequence[elastic.Shrink]) -> None:
 
 
 def ask_grows(
-    s: Session, cfg: Settings, active: Sequence[RunningView], held: Held, free: int, now: float
+    s: Session,
+    cfg: Settings,
+    waiting: Sequence[Waiting],
+    active: Sequence[RunningView],
+    held: Held,
+    free: int,
+    now: float,
 ) -> None:
-    """Grow running elastic jobs onto ``free`` GPUs (asked only when no queued job waits
-    for GPUs); GPUs a grow under way will take are not free for another."""
+    """Grow running elastic jobs onto ``free`` GPUs while no queued job waits for GPUs
+    (``waiting``); GPUs a grow under way will take are not free for another."""
     jobs = resizable(active, held, now)
     coming = sum(j.resize_to - j.held for j in jobs if j.resize_to and j.resize_to > j.held)
-    sizes = elastic.grow(jobs, free - coming, now, guards(cfg))
+    sizes = elastic.grow(jobs, free - coming, waiting, now, guards(cfg))
     ask(s, {job_id: (size, f"growing to {size} GPUs") for job_id, size in sizes.items()})
 
 

@@ -31,6 +31,7 @@ from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import limits as limit_store
 from ddpq.store import memory as memory_store
+from ddpq.store import resizes as resize_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
@@ -173,6 +174,10 @@ class Scheduler:
         window = self.window
         waiting = job_store.queued_for_planning(s, self.host.defaults, window)
         if not waiting:
+            if cfg.policy in PREEMPTING and resize_store.any_elastic_running(s):
+                holding = Holding.read(s)  # nobody waits: elastic jobs may grow
+                free = preemption.free_after(usable_gpus, holding.gpus(), [])
+                resize.ask_grows(s, cfg, [], holding.active, holding.held, free, now)
             return []
         candidates = learned(s, cfg, [job for job, _ in waiting])
         holding = Holding.read(s)
@@ -205,8 +210,7 @@ class Scheduler:
             )
             free = preemption.free_after(usable_gpus, holding.gpus(), placements)
             preempt_for(s, cfg, ready, holding, free, order, now)
-            if not ready:  # nobody waits for GPUs: elastic jobs may grow onto free ones
-                resize.ask_grows(s, cfg, holding.active, holding.held, free, now)
+            resize.ask_grows(s, cfg, ready, holding.active, holding.held, free, now)
         reasons = resize.with_note(reasons, decided.stopped_by, holding.active, holding.held, now)
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         total = len(usable_gpus)

@@ -13,11 +13,16 @@ or on what is free if less, never below its least.
   size, so it takes no GPU that job waits for.
 - **grow** (``grow``): a running one below its most, when GPUs are free once the pass's
   placements start and no queued job waits for GPUs at all.
-- **shrink** (``shrink_or_preempt``): where the preemption rule (``core.preempt``) picks
-  an elastic job above its least, it gives up only what the waiting job still lacks.
+- **shrink** (``shrink_or_preempt``): what an elastic job holds above its least is lent:
+  a queued job waiting for GPUs takes it back, whatever its rank, the elastic job
+  shrinking by what that job lacks. Where that is not enough and the preemption rule
+  (``core.preempt``) picks an elastic job above its least, it too gives up only what the
+  waiting job still lacks, rather than go back to the queue whole.
 
-Each resize counts as one of the job's preemptions: ``Guards.min_run_s`` between two, and
-``Guards.max_preemptions`` in all (then it keeps its size), hold against thrashing.
+Against thrashing: a resize waits until the job has run ``Guards.min_run_s`` (the
+daemon's ``--preempt-min-run``) since its last start, and counts as one of its
+preemptions; it grows no more once it has had ``Guards.max_preemptions`` (a shrink,
+which gives back what it was lent, still comes).
 """
 
 from __future__ import annotations
@@ -69,8 +74,8 @@ class Resizable:
     resize_to: int | None = None  # a resize asked for and not done yet
 
 
-def may_resize(job: Resizable, now: float, guards: Guards) -> bool:
-    """Whether the thrashing guards let ``job`` be resized now."""
+def may_grow(job: Resizable, now: float, guards: Guards) -> bool:
+    """Whether the thrashing guards let ``job`` grow now."""
     return (
         job.resize_to is None
         and job.preemptions < guards.max_preemptions
@@ -79,16 +84,23 @@ def may_resize(job: Resizable, now: float, guards: Guards) -> bool:
 
 
 def grow(
-    running: Sequence[Resizable], free: int, now: float, guards: Guards = DEFAULT_GUARDS
+    running: Sequence[Resizable],
+    free: int,
+    waiting: Sequence[Waiting],
+    now: float,
+    guards: Guards = DEFAULT_GUARDS,
 ) -> dict[int, int]:
-    """The running elastic jobs to grow, each to its new size, given ``free`` GPUs that
-    nobody holds or waits for (the caller asks only when no queued job waits for GPUs).
-    Earliest submitted first; each takes what it lacks of its most, as far as they go."""
+    """The running elastic jobs to grow, each to its new size, onto ``free`` GPUs that
+    nobody holds; none while a queued job waits for GPUs (``waiting``: those freed GPUs
+    could start), which the free ones are kept for. Earliest submitted first; each takes
+    what it lacks of its most, as far as they go."""
+    if waiting:
+        return {}
     out: dict[int, int] = {}
     for job in sorted(running, key=lambda j: j.id):
         if free <= 0:
             break
-        if job.held < job.most and may_resize(job, now, guards):
+        if job.held < job.most and may_grow(job, now, guards):
             more = min(job.most - job.held, free)
             out[job.id] = job.held + more
             free -= more
@@ -111,33 +123,90 @@ def shrink_or_preempt(
     now: float,
     guards: Guards = DEFAULT_GUARDS,
 ) -> tuple[list[Shrink], list[Preemption]]:
-    """``core.preempt.victims``, but an elastic victim (``least``: its least, by id) that
-    can give what the waiting job still lacks and keep its least is shrunk by that much
-    rather than preempted whole."""
+    """For each waiting job in order that lacks GPUs: the GPUs elastic jobs hold above
+    their least (``least``, by id) are lent, and come back to it, whatever its rank, as
+    shrinks, where they are enough; else ``core.preempt.victims``, an elastic victim that
+    can give what the job still lacks and keep its least shrunk by that much rather than
+    preempted whole."""
     shrinks: list[Shrink] = []
     out: list[Preemption] = []
     taken: set[int] = set()
-    by_id = {r.id: r for r in running}
     for job in sorted(waiting, key=order.key):
         if job.gpus <= free:
             free -= job.gpus  # it will start once the GPUs come back
             continue
         left = [r for r in running if r.id not in taken]
-        picked = victims([job], left, free, order, now, guards)
-        short = job.gpus - free
-        for chosen in picked:
-            victim = by_id[chosen.victim]
-            taken.add(victim.id)
-            keep = victim.gpus - short
-            if victim.id in least and keep >= least[victim.id]:
-                shrinks.append(Shrink(victim.id, keep, job.id))
-                short = 0
-            else:
-                out.append(chosen)
-                short -= victim.gpus
-        if picked:
-            free = -short  # what the last victim freed beyond the job's need
+        lent = lent_back(job, left, least, job.gpus - free, order, now, guards)
+        whole: list[Preemption] = []
+        if lent:
+            free = 0
+        else:
+            lent, whole, spare = instead_of_whole(job, left, least, free, order, now, guards)
+            if lent or whole:
+                free = spare  # what the last victim freed beyond the job's need
+        shrinks.extend(lent)
+        out.extend(whole)
+        taken.update([x.victim for x in lent] + [p.victim for p in whole])
     return shrinks, out
+
+
+def lent_back(
+    job: Waiting,
+    running: Sequence[Running],
+    least: Mapping[int, int],
+    short: int,
+    order: Order,
+    now: float,
+    guards: Guards,
+) -> list[Shrink]:
+    """The shrinks that give ``job`` the ``short`` GPUs it lacks from what elastic jobs
+    hold above their least (those that have run ``guards.min_run_s``; the worst ranked,
+    then the latest started, first), or none if they hold too few."""
+    lenders = sorted(
+        (
+            r
+            for r in running
+            if r.id in least and r.gpus > least[r.id] and now - r.started_at >= guards.min_run_s
+        ),
+        key=lambda r: (tuple(-x for x in order.rank(r)), -r.started_at, -r.id),
+    )
+    if sum(r.gpus - least[r.id] for r in lenders) < short:
+        return []
+    out = []
+    for r in lenders:
+        if short <= 0:
+            break
+        give = min(r.gpus - least[r.id], short)
+        out.append(Shrink(r.id, r.gpus - give, job.id))
+        short -= give
+    return out
+
+
+def instead_of_whole(
+    job: Waiting,
+    running: Sequence[Running],
+    least: Mapping[int, int],
+    free: int,
+    order: Order,
+    now: float,
+    guards: Guards,
+) -> tuple[list[Shrink], list[Preemption], int]:
+    """``victims`` for ``job``, each elastic victim that can give what the job still lacks
+    and keep its least shrunk by that much instead; and the GPUs left over once it starts."""
+    by_id = {r.id: r for r in running}
+    short = job.gpus - free
+    shrinks: list[Shrink] = []
+    whole: list[Preemption] = []
+    for chosen in victims([job], running, free, order, now, guards):
+        victim = by_id[chosen.victim]
+        keep = victim.gpus - short
+        if victim.id in least and keep >= least[victim.id]:
+            shrinks.append(Shrink(victim.id, keep, job.id))
+            short = 0
+        else:
+            whole.append(chosen)
+            short -= victim.gpus
+    return shrinks, whole, max(0, -short)
 
 
 def note(running: Sequence[Resizable]) -> str | None:
