@@ -8,11 +8,6 @@ import re
 import sys
 from collections.abc import Callable
 
-import pytest
-from pydantic import ValidationError
-
-from ddpq.core.spec import JobSpec
-from ddpq.executors.capabilities import capabilities
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, wait_for, wait_state
 
@@ -101,23 +96,3 @@ def test_bad_ranges_are_refused_with_one_line(make_daemon: Callable[..., Daemon]
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     # A range of one size is a fixed size.
     assert d.client().submit(JobSubmit(command=["true"], gpus=2, gpus_max=2)).gpus_max is None
-
-
-def test_an_elastic_submission_is_preemptible_and_cannot_say_otherwise() -> None:
-    assert JobSubmit(command=["t"], gpus=2, gpus_max=4).preemptible is True
-    refused = [
-        ({"preemptible": False}, "is resized through the preemption signal"),
-        ({"interactive": True}, "a session cannot be resized"),
-        ({"nodes": 2, "gpus_per_node": 1}, "on several nodes"),
-    ]
-    for more, said in refused:
-        with pytest.raises(ValidationError, match=said):
-            JobSubmit.model_validate({"command": ["t"], "gpus": 2, "gpus_max": 4, **more})
-
-
-def test_a_slurm_daemon_refuses_an_elastic_job() -> None:
-    spec = JobSpec(name="j", owner="a", command=["t"], cwd="/", gpus=2, gpus_max=4)
-    assert capabilities("slurm").refuses(spec) == (
-        "gpus_max: this daemon runs jobs on Slurm, where a job's size is fixed"
-    )
-    assert capabilities("local").refuses(spec) is None
