@@ -35,8 +35,8 @@ def test_a_range_is_kept_and_makes_the_job_preemptible(c: TestClient) -> None:
 @pytest.mark.parametrize(
     ("fields", "says"),
     [
-        ({"gpus": 4, "gpus_max": 2}, "gpus_max: 2 is fewer than gpus (4), its least"),
-        ({"gpus": 0, "gpus_max": 2}, "gpus_max: an elastic job runs on at least 1 GPU"),
+        ({"gpus": 4, "gpus_max": 2}, "gpus_max: the range 4-2 ends below its start"),
+        ({"gpus": 0, "gpus_max": 2}, "gpus_max: the range 0-2 starts at 0"),
         ({"gpus": 2, "gpus_max": 8}, "gpus: asked for 8 GPUs but this server has 4"),
         ({"gpus": 2, "gpus_max": "4"}, "gpus_max"),
         ({"gpus": 2, "gpus_max": 0}, "gpus_max"),

@@ -84,11 +84,11 @@ def test_an_elastic_job_grows_when_a_blocker_ends_and_shrinks_for_a_new_job(
 def test_bad_ranges_are_refused_with_one_line(make_daemon: Callable[..., Daemon]) -> None:
     d = make_daemon("--fake-gpus", "4")
     cases = [
-        (["--gpus", "4-2"], "gpus_max: 2 is fewer than gpus (4), its least"),
-        (["--gpus", "0-2"], "gpus_max: an elastic job runs on at least 1 GPU"),
+        (["--gpus", "4-2"], "--gpus: the range 4-2 ends below its start"),
+        (["--gpus", "0-2"], "--gpus: the range 0-2 starts at 0"),
         (["--gpus", "2-x"], "--gpus: '2-x' is not a number of GPUs nor a range MIN-MAX"),
         (["--gpus", "2-8"], "asked for 8 GPUs but this server has 4"),
-        (["--gpus", "1-2", "--gpu-mem", "1G"], "gpus_max: a job sharing GPUs by memory"),
+        (["--gpus", "1-2", "--gpu-mem", "1G"], "--gpus: a job sharing GPUs by memory"),
     ]
     for flags, said in cases:
         r = d.cli("submit", *flags, "--", "true", check=False)

@@ -246,9 +246,11 @@ def check_elastic(job: JobSubmit) -> int | None:
     if top is None or top == job.gpus:
         return None
     if job.gpus < 1:
-        raise ValueError("gpus_max: an elastic job runs on at least 1 GPU (gpus: 1 or more)")
+        raise ValueError(
+            f"gpus_max: the range {job.gpus}-{top} starts at 0; an elastic job needs 1"
+        )
     if top < job.gpus:
-        raise ValueError(f"gpus_max: {top} is fewer than gpus ({job.gpus}), its least")
+        raise ValueError(f"gpus_max: the range {job.gpus}-{top} ends below its start")
     refused = [
         (job.interactive, "a session cannot be resized"),
         (job.gpu_mem is not None, "a job sharing GPUs by memory (gpu_mem) cannot be resized"),
