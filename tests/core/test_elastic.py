@@ -3,6 +3,9 @@ starts at, when a running one grows, and when one shrinks rather than being pree
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ddpq.core.limits import Limit, Limits
 from ddpq.core.policy import Order, Policy
 from ddpq.core.preempt import Guards, Preemption, Running, Waiting
 from ddpq.core.scheduler import QueuedJob, RunningJob, World, decide
@@ -94,7 +97,7 @@ def r(
     preemptions: int = 0,
     resize_to: int | None = None,
 ) -> Resizable:
-    return Resizable(job_id, held, 2, 4, started_at, preemptions, resize_to)
+    return Resizable(job_id, held, 2, 4, started_at, preemptions, resize_to, "ann")
 
 
 def test_a_running_elastic_job_grows_onto_free_gpus() -> None:
@@ -183,3 +186,14 @@ def test_the_waiting_reason_names_an_elastic_job_that_gives_gpus_up() -> None:
     assert note([r(5, 4, resize_to=2)]) == "elastic job 5 is shrinking to 2 GPUs"
     assert note([r(5, 3)]) == "elastic job 5 holds 1 GPU above its least"
     assert note([r(5, 2)]) is None
+
+
+def test_an_elastic_job_stays_within_its_owners_gpu_limit() -> None:
+    limited = replace(world(), limits=Limits({"ann": Limit(gpus=3)}))
+    assert sizes([q(1, 2, 4)], limited) == {1: 3}
+    # Growing, too: ann may take one more, whatever is free.
+    grown = grow([r(1, 2)], free=2, waiting=[], now=NOW, guards=GUARDS, room={"ann": 1})
+    assert grown == {1: 3}
+    assert (
+        grow([r(1, 2)], free=2, waiting=[], now=NOW, guards=GUARDS, room={"ann": 0, "bob": 4}) == {}
+    )

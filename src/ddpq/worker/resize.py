@@ -9,8 +9,10 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from ddpq.config import Settings
+from ddpq.core.limits import Limits
 from ddpq.core.preempt import Guards, Waiting
 from ddpq.core.scheduler import elastic
+from ddpq.store import limits as limit_store
 from ddpq.store import resizes as resize_store
 from ddpq.store.db import Session
 from ddpq.store.jobs import RunningView
@@ -36,6 +38,7 @@ def resizable(active: Sequence[RunningView], held: Held, now: float) -> list[ela
             j.started_at or now,
             j.preemptions,
             j.resize_to if j.stop_request else None,
+            j.owner,
         )
         for j in active
         if j.gpus_max is not None and j.preemptible
@@ -74,9 +77,22 @@ def ask_grows(
     """Grow running elastic jobs onto ``free`` GPUs while no queued job waits for GPUs
     (``waiting``); GPUs a grow under way will take are not free for another."""
     jobs = resizable(active, held, now)
+    if not jobs:
+        return
     coming = sum(j.resize_to - j.held for j in jobs if j.resize_to and j.resize_to > j.held)
-    sizes = elastic.grow(jobs, free - coming, waiting, now, guards(cfg))
+    room = owner_room(limit_store.limits(s), active, held)
+    sizes = elastic.grow(jobs, free - coming, waiting, now, guards(cfg), room)
     ask(s, {job_id: (size, f"growing to {size} GPUs") for job_id, size in sizes.items()})
+
+
+def owner_room(limits: Limits, active: Sequence[RunningView], held: Held) -> dict[str, int]:
+    """The GPUs each owner with a GPU limit may still take (``core.limits``)."""
+    room: dict[str, int] = {}
+    for j in active:
+        cap = limits.of(j.owner).gpus
+        if cap is not None:
+            room[j.owner] = room.get(j.owner, cap) - len(held.get(j.id, ([], None))[0])
+    return room
 
 
 def with_note(

@@ -54,6 +54,8 @@ def choose_sized(job: QueuedJob, p: Pass, ahead_waits: bool) -> tuple[QueuedJob,
     want = job.resize_to or (job.gpus if ahead_waits else job.gpus_max)
     top = max(job.gpus, min(want, job.gpus_max, len(p.free)))
     for size in range(top, job.gpus, -1):
+        if p.limited and p.owners.blocks(job.owner, size, p.world.limits, shares=False):
+            continue  # its owner's GPU limit allows its least (a gate said so), not this
         sized = replace(job, gpus=size)
         chosen = choose(sized, p)
         if chosen.gpus is not None:
@@ -72,6 +74,7 @@ class Resizable:
     started_at: float  # this attempt's start
     preemptions: int  # resizes included
     resize_to: int | None = None  # a resize asked for and not done yet
+    owner: str = ""
 
 
 def may_grow(job: Resizable, now: float, guards: Guards) -> bool:
@@ -89,21 +92,24 @@ def grow(
     waiting: Sequence[Waiting],
     now: float,
     guards: Guards = DEFAULT_GUARDS,
+    room: Mapping[str, int] | None = None,
 ) -> dict[int, int]:
     """The running elastic jobs to grow, each to its new size, onto ``free`` GPUs that
     nobody holds; none while a queued job waits for GPUs (``waiting``: those freed GPUs
     could start), which the free ones are kept for. Earliest submitted first; each takes
-    what it lacks of its most, as far as they go."""
+    what it lacks of its most, as far as they go, and as its owner's GPU limit allows
+    (``room``: the GPUs each limited owner may still take)."""
     if waiting:
         return {}
+    left = dict(room or {})
     out: dict[int, int] = {}
     for job in sorted(running, key=lambda j: j.id):
-        if free <= 0:
-            break
-        if job.held < job.most and may_grow(job, now, guards):
-            more = min(job.most - job.held, free)
+        more = min(job.most - job.held, free, left.get(job.owner, free))
+        if more > 0 and may_grow(job, now, guards):
             out[job.id] = job.held + more
             free -= more
+            if job.owner in left:
+                left[job.owner] -= more
     return out
 
 
