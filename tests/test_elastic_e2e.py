@@ -41,12 +41,8 @@ def sizes(log: bytes) -> list[tuple[int, int]]:
 def test_an_elastic_job_grows_when_a_blocker_ends_and_shrinks_for_a_new_job(
     make_daemon: Callable[..., Daemon],
 ) -> None:
-    d = make_daemon(
-        "--fake-gpus", "4",
-        "--policy", "las",
-        "--preempt-min-run", "1s",
-        "--preempt-grace", "10s",
-    )  # fmt: skip
+    # The default policy (srpt-progress); no resize before a job has run 1 s.
+    d = make_daemon("--fake-gpus", "4", "--preempt-min-run", "1s", "--preempt-grace", "10s")
     c = d.client()
     blocker = c.submit(JobSubmit(command=["sleep", "300"], gpus=2))
     wait_state(c, blocker.id, "running")

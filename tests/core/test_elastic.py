@@ -160,6 +160,14 @@ def test_gpus_above_its_least_come_back_to_any_waiting_job_whatever_its_rank() -
     assert shrinks == [] and whole == []
 
 
+def test_a_policy_that_preempts_nobody_still_takes_back_what_was_lent() -> None:
+    args = ([running(5, 4)], {5: 2})
+    lent, whole = shrink_or_preempt([waiting(7, 2)], *args, 0, LAS, NOW, GUARDS, preempt=False)
+    assert lent == [Shrink(5, 2, 7)] and whole == []
+    lent, whole = shrink_or_preempt([waiting(7, 3)], *args, 0, LAS, NOW, GUARDS, preempt=False)
+    assert lent == [] and whole == []  # preempting it whole is no choice here
+
+
 def test_an_elastic_job_that_cannot_keep_its_least_is_preempted_whole() -> None:
     shrinks, whole = shrink_or_preempt(
         [waiting(7, 3)], [running(5, 4)], {5: 2}, free=0, order=LAS, now=NOW, guards=GUARDS

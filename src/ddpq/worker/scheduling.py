@@ -174,7 +174,7 @@ class Scheduler:
         window = self.window
         waiting = job_store.queued_for_planning(s, self.host.defaults, window)
         if not waiting:
-            if cfg.policy in PREEMPTING and resize_store.any_elastic_running(s):
+            if resize_store.any_elastic_running(s):
                 holding = Holding.read(s)  # nobody waits: elastic jobs may grow
                 free = preemption.free_after(usable_gpus, holding.gpus(), [])
                 resize.ask_grows(s, cfg, [], holding.active, holding.held, free, now)
@@ -204,7 +204,8 @@ class Scheduler:
             for job_id, why in decided.reasons.items()
         }
         reasons.update(dict.fromkeys(dropped, port_wait))  # it fit, but for a port
-        if cfg.policy in PREEMPTING:
+        # Elastic jobs grow and give back what they were lent under every policy.
+        if cfg.policy in PREEMPTING or resize.least(holding.active):
             ready = preemption.waiting_for_gpus(
                 candidates, decided, placements, world.sweep_caps, dropped
             )
@@ -297,6 +298,8 @@ def preempt_for(
 ) -> None:
     """Under LAS: ask running jobs of worse queues to checkpoint and go, so that waiting
     jobs of better ones can start (``core.preempt``); their GPUs come back when they do.
+    Elastic jobs shrink instead where they can (under every policy for what they were
+    lent, ``core.scheduler.elastic``; whole preemptions only under a preempting one).
     ``waiting``: those freed GPUs could start (``scheduler.preemption``); ``free``: the
     usable GPUs nobody holds once this pass's placements start. A job that shares GPUs by
     memory is never preempted (its GPU would stay shared)."""
@@ -324,7 +327,14 @@ def preempt_for(
     ]
     # An elastic job the rule picks gives up only what is lacking (core.scheduler.elastic).
     shrinks, wanted = elastic.shrink_or_preempt(
-        waiting, running, resize.least(whole), free + leaving, order, now, resize.guards(cfg)
+        waiting,
+        running,
+        resize.least(whole),
+        free + leaving,
+        order,
+        now,
+        resize.guards(cfg),
+        preempt=cfg.policy in PREEMPTING,
     )
     resize.ask_shrinks(s, shrinks)
     if wanted:

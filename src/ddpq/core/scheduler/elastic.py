@@ -15,9 +15,10 @@ or on what is free if less, never below its least.
   placements start and no queued job waits for GPUs at all.
 - **shrink** (``shrink_or_preempt``): what an elastic job holds above its least is lent:
   a queued job waiting for GPUs takes it back, whatever its rank, the elastic job
-  shrinking by what that job lacks. Where that is not enough and the preemption rule
-  (``core.preempt``) picks an elastic job above its least, it too gives up only what the
-  waiting job still lacks, rather than go back to the queue whole.
+  shrinking by what that job lacks (under every policy: nobody is preempted, the job is
+  given back what it borrowed). Where that is not enough and, under a preempting policy,
+  the preemption rule (``core.preempt``) picks an elastic job above its least, it too
+  gives up only what the waiting job still lacks, rather than go back to the queue whole.
 
 Against thrashing: a resize waits until the job has run ``Guards.min_run_s`` (the
 daemon's ``--preempt-min-run``) since its last start, and counts as one of its
@@ -128,12 +129,13 @@ def shrink_or_preempt(
     order: Order,
     now: float,
     guards: Guards = DEFAULT_GUARDS,
+    preempt: bool = True,
 ) -> tuple[list[Shrink], list[Preemption]]:
     """For each waiting job in order that lacks GPUs: the GPUs elastic jobs hold above
     their least (``least``, by id) are lent, and come back to it, whatever its rank, as
     shrinks, where they are enough; else ``core.preempt.victims``, an elastic victim that
     can give what the job still lacks and keep its least shrunk by that much rather than
-    preempted whole."""
+    preempted whole. ``preempt=False`` (a policy that preempts nobody): lent GPUs only."""
     shrinks: list[Shrink] = []
     out: list[Preemption] = []
     taken: set[int] = set()
@@ -146,7 +148,7 @@ def shrink_or_preempt(
         whole: list[Preemption] = []
         if lent:
             free = 0
-        else:
+        elif preempt:
             lent, whole, spare = instead_of_whole(job, left, least, free, order, now, guards)
             if lent or whole:
                 free = spare  # what the last victim freed beyond the job's need
