@@ -100,26 +100,29 @@ def r(
     return Resizable(job_id, held, 2, 4, started_at, preemptions, resize_to, "ann")
 
 
+def grown(
+    jobs: list[Resizable], free: int, waits: bool = False, room: dict[str, int] | None = None
+) -> dict[int, int]:
+    return grow(jobs, free, waits, NOW, GUARDS, room)
+
+
 def test_a_running_elastic_job_grows_onto_free_gpus() -> None:
-    assert grow([r(1, 2)], free=2, waiting=[], now=NOW, guards=GUARDS) == {1: 4}
-    assert grow([r(1, 2)], free=1, waiting=[], now=NOW, guards=GUARDS) == {1: 3}
-    assert grow([r(1, 2), r(2, 2)], free=3, waiting=[], now=NOW, guards=GUARDS) == {1: 4, 2: 3}
-    assert grow([r(1, 4)], free=2, waiting=[], now=NOW, guards=GUARDS) == {}  # at its most
-    assert grow([r(1, 2)], free=0, waiting=[], now=NOW, guards=GUARDS) == {}
+    assert grown([r(1, 2)], 2) == {1: 4}
+    assert grown([r(1, 2)], 1) == {1: 3}
+    assert grown([r(1, 2), r(2, 2)], 3) == {1: 4, 2: 3}
+    assert grown([r(1, 4)], 2) == {}  # at its most
+    assert grown([r(1, 2)], 0) == {}
 
 
 def test_no_grow_before_its_minimum_run_nor_past_its_resizes() -> None:
-    assert grow([r(1, 2, started_at=NOW - 30)], free=2, waiting=[], now=NOW, guards=GUARDS) == {}
-    assert grow([r(1, 2, preemptions=3)], free=2, waiting=[], now=NOW, guards=GUARDS) == {}
-    assert (
-        grow([r(1, 2, resize_to=3)], free=2, waiting=[], now=NOW, guards=GUARDS) == {}
-    )  # under way
+    assert grown([r(1, 2, started_at=NOW - 30)], 2) == {}
+    assert grown([r(1, 2, preemptions=3)], 2) == {}
+    assert grown([r(1, 2, resize_to=3)], 2) == {}  # under way
 
 
 def test_no_grow_while_a_queued_job_waits_for_gpus() -> None:
     # The free GPUs are kept for the waiting job (which preemption may make room for).
-    ready = [Waiting(7, "bob", 0, NOW - 5, 0.0, 4)]
-    assert grow([r(1, 2)], free=2, waiting=ready, now=NOW, guards=GUARDS) == {}
+    assert grown([r(1, 2)], 2, waits=True) == {}
 
 
 # ---- shrink instead of whole preemption -------------------------------------------------
@@ -200,8 +203,5 @@ def test_an_elastic_job_stays_within_its_owners_gpu_limit() -> None:
     limited = replace(world(), limits=Limits({"ann": Limit(gpus=3)}))
     assert sizes([q(1, 2, 4)], limited) == {1: 3}
     # Growing, too: ann may take one more, whatever is free.
-    grown = grow([r(1, 2)], free=2, waiting=[], now=NOW, guards=GUARDS, room={"ann": 1})
-    assert grown == {1: 3}
-    assert (
-        grow([r(1, 2)], free=2, waiting=[], now=NOW, guards=GUARDS, room={"ann": 0, "bob": 4}) == {}
-    )
+    assert grown([r(1, 2)], 2, room={"ann": 1}) == {1: 3}
+    assert grown([r(1, 2)], 2, room={"ann": 0, "bob": 4}) == {}

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from ddpq.config import Settings
 from ddpq.core.limits import Limits
-from ddpq.core.preempt import Guards, Waiting
+from ddpq.core.preempt import Guards
 from ddpq.core.scheduler import elastic
 from ddpq.store import limits as limit_store
 from ddpq.store import resizes as resize_store
@@ -68,20 +68,20 @@ def ask_shrinks(s: Session, shrinks: Sequence[elastic.Shrink]) -> None:
 def ask_grows(
     s: Session,
     cfg: Settings,
-    waiting: Sequence[Waiting],
+    someone_waits: bool,
     active: Sequence[RunningView],
     held: Held,
     free: int,
     now: float,
 ) -> None:
-    """Grow running elastic jobs onto ``free`` GPUs while no queued job waits for GPUs
-    (``waiting``); GPUs a grow under way will take are not free for another."""
+    """Grow running elastic jobs onto ``free`` GPUs while no queued job waits for GPUs;
+    GPUs a grow under way will take are not free for another."""
     jobs = resizable(active, held, now)
     if not jobs:
         return
     coming = sum(j.resize_to - j.held for j in jobs if j.resize_to and j.resize_to > j.held)
     room = owner_room(limit_store.limits(s), active, held)
-    sizes = elastic.grow(jobs, free - coming, waiting, now, guards(cfg), room)
+    sizes = elastic.grow(jobs, free - coming, someone_waits, now, guards(cfg), room)
     ask(s, {job_id: (size, f"growing to {size} GPUs") for job_id, size in sizes.items()})
 
 

@@ -177,7 +177,7 @@ class Scheduler:
             if resize_store.any_elastic_running(s):
                 holding = Holding.read(s)  # nobody waits: elastic jobs may grow
                 free = preemption.free_after(usable_gpus, holding.gpus(), [])
-                resize.ask_grows(s, cfg, [], holding.active, holding.held, free, now)
+                resize.ask_grows(s, cfg, False, holding.active, holding.held, free, now)
             return []
         candidates = learned(s, cfg, [job for job, _ in waiting])
         holding = Holding.read(s)
@@ -211,7 +211,9 @@ class Scheduler:
             )
             free = preemption.free_after(usable_gpus, holding.gpus(), placements)
             preempt_for(s, cfg, ready, holding, free, order, now)
-            resize.ask_grows(s, cfg, ready, holding.active, holding.held, free, now)
+            # Waiting for GPUs: those freed GPUs could start, and those sharing by memory.
+            blocked = bool(ready) or "backfill" in decided.stopped_by.values()
+            resize.ask_grows(s, cfg, blocked, holding.active, holding.held, free, now)
         reasons = resize.with_note(reasons, decided.stopped_by, holding.active, holding.held, now)
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         total = len(usable_gpus)

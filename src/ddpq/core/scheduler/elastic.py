@@ -90,17 +90,17 @@ def may_grow(job: Resizable, now: float, guards: Guards) -> bool:
 def grow(
     running: Sequence[Resizable],
     free: int,
-    waiting: Sequence[Waiting],
+    someone_waits: bool,
     now: float,
     guards: Guards = DEFAULT_GUARDS,
     room: Mapping[str, int] | None = None,
 ) -> dict[int, int]:
     """The running elastic jobs to grow, each to its new size, onto ``free`` GPUs that
-    nobody holds; none while a queued job waits for GPUs (``waiting``: those freed GPUs
-    could start), which the free ones are kept for. Earliest submitted first; each takes
+    nobody holds; none while a queued job waits for GPUs (``someone_waits``), which the
+    free ones are kept for. Earliest submitted first; each takes
     what it lacks of its most, as far as they go, and as its owner's GPU limit allows
     (``room``: the GPUs each limited owner may still take)."""
-    if waiting:
+    if someone_waits:
         return {}
     left = dict(room or {})
     out: dict[int, int] = {}
