@@ -67,11 +67,23 @@ def gpu_range(given: object) -> tuple[int, int | None]:
     """``--gpus``: a count (``2``) or an elastic job's range (``2-4``), as the API's
     ``gpus`` and ``gpus_max`` (None: not elastic). Whether the range makes sense is the
     API's to say (its reasons name the field)."""
+    read = gpu_range_of(given)
+    if read is None:
+        fail(f"--gpus: {not_gpus(given)}", 2)
+    return read
+
+
+def gpu_range_of(given: object) -> tuple[int, int | None] | None:
+    """``gpu_range``'s reading, None where ``given`` is neither a count nor a range."""
     text = str(given).strip()
     least, dash, most = text.partition("-")
     if not text.isascii() or not least.isdigit() or (dash and not most.isdigit()):
-        fail(f"--gpus: {text!r} is not a number of GPUs nor a range MIN-MAX (as 2 or 2-4)", 2)
+        return None
     return int(least), int(most) if dash else None
+
+
+def not_gpus(given: object) -> str:
+    return f"{str(given).strip()!r} is not a number of GPUs nor a range MIN-MAX (as 2 or 2-4)"
 
 
 # A plain class: a dataclass imports ``inspect`` (~5 ms), a NamedTuple compiles each
