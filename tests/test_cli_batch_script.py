@@ -69,7 +69,7 @@ def test_a_script_s_directives_are_options_under_the_command_line_s(
         ("#SBATCH --gres=gpu:two", "job.sh: #SBATCH --gres=gpu:two: 'gpu:two': the GPU count"),
         ("#DDPQ --prio 3", "job.sh: no such option: --prio (did you mean --priority?)\n"),
         ("#DDPQ train.py", "job.sh: #DDPQ lines hold options only, not 'train.py'"),
-        ("#DDPQ --gpus lots", "job.sh: Invalid value for '--gpus'"),
+        ("#DDPQ --gpus lots", "job.sh: --gpus: 'lots' is not a number of GPUs nor a range"),
     ],
 )
 def test_a_bad_directive_is_one_line_and_exit_2(

@@ -77,9 +77,10 @@ SUBMIT_LINES = [
     ["--gpu-mem", "10G", "--gpu-share", "2", "--gpu-link", "nvlink", "--gpu-type", "A100", "t"],
     ["--cpus", "4", "--mem", "4G", "--json", "--retries", "2", "--", "true"],
     ["--nodes", "2", "--gpus-per-node", "4", "--partition", "p", "--slurm-opt", "--qos=x", "t"],
+    ["--gpus", "2-4", "--preemptible", "--", "true"],  # an elastic job's range
     ["--", "--gpus", "2"],  # after `--`, the job's words
     ["resnet18", "--gpus", "2", "--epochs", "5"],  # a workload's own option
-    ["--gpus", "2.5", "--", "true"],  # not a whole number: Typer says so
+    ["--gpus", "2.5", "--", "true"],  # not a count nor a range: `gpu_range` says so
     ["--gpus", "-g2", "--", "true"],
     ["--help"],
     ["--name"],
@@ -87,7 +88,7 @@ SUBMIT_LINES = [
     ["--gpus", " 3 ", "--", "true"],
 ]
 # What the reader must take itself (the rest it may leave to Typer).
-TAKEN = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
+TAKEN = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 
 
 @pytest.mark.parametrize("words", LS_LINES, ids=" ".join)
@@ -119,7 +120,7 @@ def test_submit_is_read_as_typer_reads_it_or_left_to_it(n: int) -> None:
         ["--url", "http://x", "--debug", "show", "1"],
         ["submit", "--"],  # nothing to run: Typer's command says so
         ["submit", "--", "-x"],
-        ["submit", "--gpus", "x", "--", "true"],
+        ["submit", "--priority", "x", "--", "true"],
         ["--no-such", "ls"],
         [],
     ],

@@ -97,7 +97,7 @@ def test_bad_option_values_are_still_usage_errors(shared_daemon: Daemon) -> None
     queued = shared_daemon.client().list().total  # the module's held job
     for args, shown in (
         (["show", "seven"], "'seven' is not a job id (12) or a sweep (s3)"),
-        (["submit", "--gpus", "2.5", "--", "true"], "'2.5' is not a whole number"),
+        (["submit", "--gpus", "2.5", "--", "true"], "'2.5' is not a number of GPUs nor a range"),
         (["cancel", "1", "x"], "'x' is not a job id (12) or a sweep (s3)"),
         (["preempt", "x"], "'x' is not a whole number"),
         (["watch", "--interval", "nan"], "'nan' is not a finite number"),

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import pwd
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ddpq.core import jobenv
 from ddpq.executors.base import Launch
-from ddpq.executors.contract import job_env
+from ddpq.executors.contract import job_argv, job_env
 from tests import launches
 
 
@@ -125,3 +126,18 @@ def test_a_sweep_members_variables_survive_an_exported_environment() -> None:
     assert {k: env[k] for k in member} == member
     assert "DDPQ_TOKEN" not in env
     assert job_env(launch({**member}), DAEMON, omp_threads=1)["DDPQ_SWEEP_INDEX"] == "7"
+
+
+def test_each_attempt_of_an_elastic_job_says_the_size_of_its_lease() -> None:
+    """``DDPQ_GPUS`` and torchrun's ranks follow the attempt's GPUs, not the spec's least."""
+    for gpus in ((0, 1), (0, 1, 2, 3)):
+        grown = launches.a_launch(
+            Path("/state/jobs/5"), gpus=gpus, port=29601, launcher="torchrun", gpus_max=4
+        )
+        grown = replace(grown, spec=replace(grown.spec, gpus=2))
+        env = job_env(grown, DAEMON, omp_threads=1)
+        assert env["DDPQ_GPUS"] == str(len(gpus))
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, gpus))
+        argv = job_argv(grown, "python")
+        assert argv[argv.index("--nproc-per-node") + 1] == str(len(gpus))
+    assert job_env(launch({}, gpus=()), DAEMON, omp_threads=1)["DDPQ_GPUS"] == "0"

@@ -128,10 +128,14 @@ def test_every_column_the_planner_reads_is_part_of_a_jobs_shape() -> None:
     """A column the planner reads that two alike jobs may differ in would let a job past
     the window start where the first of its shape cannot: it belongs in the shape (and in
     the index ``ix_jobs_plan_shape``, by a migration)."""
-    own = {"id", "submitted_at", "reason", "not_before", "oom_requeues"}  # per job
+    own = {"id", "submitted_at", "reason", "not_before", "oom_requeues", "resize_to"}  # per job
+    # An elastic job's most says how many GPUs it takes, never whether it can start: that
+    # is its least, ``gpus`` (``core.scheduler.elastic.choose_sized`` falls back to it).
+    how_many = {"gpus_max"}
     shape = {column.key for column in job_store._SHAPE}
-    assert {column.key for column in job_store._PLANNED} - own <= shape
-    assert "attempt" in shape  # not_before, oom_requeues: only a job that ran has them
+    assert {column.key for column in job_store._PLANNED} - own - how_many <= shape
+    # not_before, oom_requeues, resize_to: only a job that ran has them
+    assert "attempt" in shape
 
 
 def test_the_jobs_past_the_window_are_found_by_their_own_index(rig: Rig) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import typer
 
 from ddpq.client.common import fail
+from ddpq.client.submitting import gpu_range_of, not_gpus
 from ddpq.core import batch_script
 
 
@@ -79,6 +80,9 @@ def with_directives(ctx: typer.Context, script: Script) -> dict[str, Any]:
             else f"#DDPQ lines hold options only, not {first!r}"
         )
         fail(sanitize(f"{script.path.name}: {why}"), 2)
+    gpus = theirs.params.get("gpus")
+    if typed(theirs, "gpus") and gpu_range_of(gpus) is None:  # as `submit_with` reads it
+        fail(f"{script.path.name}: --gpus: {not_gpus(gpus)}", 2)
     params = dict(ctx.params)
     for name, value in theirs.params.items():
         if not typed(theirs, name):

@@ -133,11 +133,19 @@ def new_table(
 
 def gpu_text(job: Data) -> str:
     """The GPUs of a job, one way for every row: "2:0,1" (how many: which) once it holds
-    them, "2" while it waits for them, "-" for a job that asked for none."""
+    them, "2" while it waits for them, "-" for a job that asked for none; an elastic
+    job's range for how many ("2-4:0,1", "2-4")."""
     leased = job["leases"]["gpus"]
+    asked = asked_gpus(job)
     if leased:
-        return f"{len(leased)}:" + ",".join(map(str, leased))
-    return str(job["gpus"]) if job["gpus"] else "-"
+        return f"{asked if job.get('gpus_max') else len(leased)}:" + ",".join(map(str, leased))
+    return asked if job["gpus"] else "-"
+
+
+def asked_gpus(job: Data) -> str:
+    """The GPUs a job asked for: "2", or an elastic job's range "2-4"."""
+    most = job.get("gpus_max")
+    return f"{job['gpus']}-{most}" if most else str(job["gpus"])
 
 
 STATE_STYLE = {
@@ -219,7 +227,8 @@ def job_lines(j: Data) -> list[str]:
     lines = [
         f"  owner      {safe(j['owner'])}",
         f"  command    {sanitize(' '.join(map(text, j['command'])))}{launcher}",
-        f"  gpus       {j['gpus']} requested"
+        f"  gpus       {asked_gpus(j)} requested"
+        + (" (elastic)" if j.get("gpus_max") else "")
         + (f", leased {leases['gpus']}" if leases["gpus"] else ""),
         *memory_lines(j),
         *host_lines(j),

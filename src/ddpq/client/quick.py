@@ -47,7 +47,7 @@ LS: Spec = (
     ("as_json", FLAG, False, ("--json",)),
 )
 SUBMIT: Spec = (
-    ("gpus", INT, 0, ("--gpus", "-g")),
+    ("gpus", TEXT, "0", ("--gpus", "-g")),
     ("name", TEXT, None, ("--name", "-n")),
     ("priority", INT, 0, ("--priority",)),
     ("time_limit", TEXT, None, ("--time-limit",)),

@@ -18,6 +18,7 @@ from ddpq.core.units import human_duration
 # The API's field -> the option that sets it.
 OPTION_OF = {
     "gpus": "--gpus",
+    "gpus_max": "--gpus",  # the range's MAX (``--gpus 2-4``)
     "name": "--name",
     "priority": "--priority",
     "time_limit_s": "--time-limit",

@@ -21,7 +21,16 @@ from ddpq.client.submitting import show_submitted as show_submitted
 from ddpq.client.submitting import submit_with as submit_with
 from ddpq.client.submitting import sweep_body as sweep_body
 
-GpusOpt = Annotated[int, typer.Option("--gpus", "-g", help="number of GPUs")]
+GpusOpt = Annotated[
+    str,
+    typer.Option(
+        "--gpus",
+        "-g",
+        metavar="N|MIN-MAX",
+        help="number of GPUs, or a range for an elastic job that grows and shrinks "
+        "between MIN and MAX at its checkpoints (docs/elastic.md)",
+    ),
+]
 NameOpt = Annotated[str | None, typer.Option("--name", "-n")]
 PriorityOpt = Annotated[int, typer.Option(help="higher starts first")]
 TimeLimitOpt = Annotated[str | None, typer.Option(help="e.g. 30m, 2h; then timed_out")]
@@ -136,7 +145,7 @@ MemOpt = Annotated[
 
 def submit(
     ctx: typer.Context,
-    gpus: GpusOpt = 0,
+    gpus: GpusOpt = "0",
     name: NameOpt = None,
     priority: PriorityOpt = 0,
     time_limit: TimeLimitOpt = None,

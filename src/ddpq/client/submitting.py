@@ -53,6 +53,7 @@ def submit_with(argv: list[str], o: dict[str, Any]) -> None:
             "dependency",
         )
     }
+    plain["gpus"], plain["gpus_max"] = gpu_range(o["gpus"])
     plain["slurm_options"] = o["slurm_opt"] or []
     fields = job_fields(argv, plain, checked, o["cwd"], o["time_limit"])
     many = bool(o["sweep"]) or o["array"] is not None
@@ -60,6 +61,29 @@ def submit_with(argv: list[str], o: dict[str, Any]) -> None:
         fail("--max-running: only with --sweep or --array", 2)
     body = sweep_body(fields, o["sweep"] or [], o["array"], o["max_running"]) if many else fields
     show_submitted(send(body, many, fields.get("workload")), many, o["as_json"])
+
+
+def gpu_range(given: object) -> tuple[int, int | None]:
+    """``--gpus``: a count (``2``) or an elastic job's range (``2-4``), as the API's
+    ``gpus`` and ``gpus_max`` (None: not elastic). Whether the range makes sense is the
+    API's to say (its reasons name the field)."""
+    read = gpu_range_of(given)
+    if read is None:
+        fail(f"--gpus: {not_gpus(given)}", 2)
+    return read
+
+
+def gpu_range_of(given: object) -> tuple[int, int | None] | None:
+    """``gpu_range``'s reading, None where ``given`` is neither a count nor a range."""
+    text = str(given).strip()
+    least, dash, most = text.partition("-")
+    if not text.isascii() or not least.isdigit() or (dash and not most.isdigit()):
+        return None
+    return int(least), int(most) if dash else None
+
+
+def not_gpus(given: object) -> str:
+    return f"{str(given).strip()!r} is not a number of GPUs nor a range MIN-MAX (as 2 or 2-4)"
 
 
 # A plain class: a dataclass imports ``inspect`` (~5 ms), a NamedTuple compiles each

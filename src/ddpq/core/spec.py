@@ -23,7 +23,7 @@ class JobSpec:
     owner: str
     command: list[str]
     cwd: str
-    gpus: int
+    gpus: int  # an elastic job's minimum
     launcher: str = "plain"  # plain | torchrun
     # The exported environment and --env in one marked mapping (core.jobenv.pack).
     env: dict[str, str] = field(default_factory=dict)
@@ -65,3 +65,7 @@ class JobSpec:
     after_any_sweeps: tuple[int, ...] = ()
     after_notok_sweeps: tuple[int, ...] = ()
     singleton: bool = False
+    # Elastic (``--gpus 2-4``, ``core.scheduler.elastic``): the most GPUs it may be given,
+    # above ``gpus``, its least; None: it runs on ``gpus`` exactly. Each attempt's size is
+    # its lease (``DDPQ_GPUS``), grown or shrunk at a checkpoint (the preemption signal).
+    gpus_max: int | None = None

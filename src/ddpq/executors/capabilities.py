@@ -31,6 +31,9 @@ class Capabilities:
     interactive_sessions: bool  # a session's terminal can be relayed to its owner
     places_on_nodes: bool  # takes nodes, gpus_per_node, a partition, #SBATCH options
     runs_jobs_as_root: bool  # may run a job as uid 0 (a cluster would run it on every node)
+    # Runs an elastic job (``gpus_max``): each attempt on its lease's size, resized at a
+    # checkpoint its own preemption signal asks for.
+    resizes_jobs: bool = False
 
     def refuses(self, spec: JobSpec) -> str | None:
         """Why this executor cannot run ``spec`` (one line naming the field), or None."""
@@ -71,6 +74,10 @@ class Capabilities:
                 f"{field}: this daemon runs jobs on Slurm; ask it for cores and memory with "
                 "--slurm-opt cpus-per-task=N / mem=SIZE"
             )
+        if not self.resizes_jobs and spec.gpus_max is not None:
+            # Its batch script asks Slurm for a fixed count, and a preemption there is a
+            # plain stop, not the job's checkpoint signal.
+            return "gpus_max: this daemon runs jobs on Slurm, where a job's size is fixed"
         return None
 
 
@@ -81,6 +88,7 @@ LOCAL = Capabilities(
     interactive_sessions=True,
     places_on_nodes=False,
     runs_jobs_as_root=True,
+    resizes_jobs=True,
 )
 SLURM = Capabilities(
     kind="slurm",

@@ -89,6 +89,8 @@ def job_env(
             "DDPQ_JOB_DIR": str(launch.job_dir),
             # A retried job can tell it is a retry (e.g. to resume from a checkpoint).
             jobenv.ATTEMPT_VAR: str(launch.attempt),
+            # This attempt's size: an elastic job's changes between attempts (its lease).
+            "DDPQ_GPUS": str(len(launch.gpus)),
             "PYTHONUNBUFFERED": "1",
         }
     )

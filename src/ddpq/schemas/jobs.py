@@ -90,6 +90,9 @@ class JobOut(BaseModel):
     command: list[str]
     launcher: str
     gpus: int
+    gpus_max: int | None = Field(
+        default=None, description="elastic: the most GPUs it may be given (`gpus`: its least)"
+    )
     priority: int
     state: JobState
     reason: str

@@ -53,6 +53,15 @@ class JobSubmit(BaseModel):
         json_schema_extra={"pattern": NAME_PATTERN},
     )
     gpus: int = Field(default=0, ge=0, le=1024)
+    gpus_max: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="elastic (docs/elastic.md): `gpus` is then the least it runs on, this "
+        "the most; it starts with what is free, grows at a checkpoint when GPUs are free and "
+        "nobody waits for them, and shrinks instead of being preempted whole. Implies "
+        "preemptible (the checkpoint signal is the preemption one); `ddpq submit --gpus 2-4`",
+    )
     torchrun: bool = Field(
         default=False, description="run the command under torchrun on the leased GPUs and port"
     )
@@ -273,6 +282,13 @@ class JobSubmit(BaseModel):
     @model_validator(mode="after")
     def _session(self) -> JobSubmit:
         rules.check_session(self)
+        return self
+
+    @model_validator(mode="after")
+    def _elastic(self) -> JobSubmit:
+        self.gpus_max = rules.check_elastic(self)
+        if self.gpus_max is not None:
+            self.preemptible = True  # resized through the preemption contract
         return self
 
     @field_validator("gpu_link")

@@ -237,6 +237,35 @@ def check_session(job: JobSubmit) -> None:
         raise ValueError(refusal)
 
 
+def check_elastic(job: JobSubmit) -> int | None:
+    """An elastic job's most GPUs (None: not elastic; a range of one size is not). It needs
+    at least one GPU, whole GPUs on this host, and the preemption contract it is resized
+    through: a session, a job that shares GPUs by memory, one on several nodes, or one
+    that says it is not preemptible cannot be elastic."""
+    top = job.gpus_max
+    if top is None or top == job.gpus:
+        return None
+    if job.gpus < 1:
+        raise ValueError(
+            f"gpus_max: the range {job.gpus}-{top} starts at 0; an elastic job needs 1"
+        )
+    if top < job.gpus:
+        raise ValueError(f"gpus_max: the range {job.gpus}-{top} ends below its start")
+    refused = [
+        (job.interactive, "a session cannot be resized"),
+        (job.gpu_mem is not None, "a job sharing GPUs by memory (gpu_mem) cannot be resized"),
+        (job.nodes > 1 or job.gpus_per_node is not None, "a job on several nodes is not resized"),
+        (
+            "preemptible" in job.model_fields_set and not job.preemptible,
+            "an elastic job is resized through the preemption signal: it is preemptible",
+        ),
+    ]
+    for wrong, why in refused:
+        if wrong:
+            raise ValueError(f"gpus_max: {why}")
+    return top
+
+
 def check_command_or_workload(job: JobSubmit) -> None:
     if job.workload is None:
         if not job.command:

@@ -81,6 +81,7 @@ def job_out(
         command=servable(list(job.command)),
         launcher=servable(job.launcher),
         gpus=job.gpus,
+        gpus_max=job.gpus_max,
         priority=job.priority,
         state=job.state,
         reason=servable(job.reason),

@@ -123,6 +123,7 @@ _FRESH_ATTEMPT: dict[str, Any] = dict.fromkeys(
         "not_before",
         "idle_since",
         "idle_warned_at",
+        "resize_to",  # an elastic job's resize is done once it is leased its new size
     )
 )
 

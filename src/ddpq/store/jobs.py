@@ -145,6 +145,8 @@ _PLANNED = (
     Job.cpus,
     Job.ram_bytes,
     Job.gpu_mem_auto,
+    Job.gpus_max,
+    Job.resize_to,
 )
 # Everything the gates and placers read of a job but its id and submission time (and
 # ``attempt``: a job that ran before has its own back-off and attained service): two jobs
@@ -193,6 +195,8 @@ def queued_for_planning(
                 gpu_type=row.gpu_type,
                 cpus=cores_wanted(row.gpus, row.cpus, host, _shares(row)),
                 ram_bytes=ram_wanted(row.gpus, row.ram_bytes, host),
+                gpus_max=row.gpus_max,
+                resize_to=row.resize_to,
             ),
             row.reason,
         )
@@ -256,6 +260,11 @@ class RunningView:
     submitted_at: float = 0.0
     preemptible: bool = False
     preemptions: int = 0
+    # Elastic (core.scheduler.elastic): its least and most GPUs, and the size a resize
+    # asked for is taking it to (None: none asked).
+    gpus: int = 0
+    gpus_max: int | None = None
+    resize_to: int | None = None
 
 
 def running_for_supervision(
@@ -273,6 +282,9 @@ def running_for_supervision(
         Job.submitted_at,
         Job.preemptible,
         Job.preemptions,
+        Job.gpus,
+        Job.gpus_max,
+        Job.resize_to,
     )
     rows = session.execute(select(*columns).where(Job.state.in_(list(states))))
     return [RunningView(*tuple(row)) for row in rows]

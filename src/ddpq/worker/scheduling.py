@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from ddpq.config import Settings
 from ddpq.core import scheduler
 from ddpq.core.policy import PREEMPTING, Order, Policy
-from ddpq.core.preempt import Guards, Running, Waiting, victims
+from ddpq.core.preempt import Running, Waiting
 from ddpq.core.rules import recent_usage
-from ddpq.core.scheduler import preemption
+from ddpq.core.scheduler import elastic, preemption
 from ddpq.core.scheduler.gates import NO_FREE_PORT
 from ddpq.core.sharing import GpuMemory, Measured, auto_reservation, gpu_memory
 from ddpq.core.states import ACTIVE
@@ -31,9 +31,11 @@ from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import limits as limit_store
 from ddpq.store import memory as memory_store
+from ddpq.store import resizes as resize_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
+from ddpq.worker import resize
 from ddpq.worker.forecast import Foresight
 from ddpq.worker.host import HostSetup, host_setup
 from ddpq.worker.ports import PortGate
@@ -172,6 +174,10 @@ class Scheduler:
         window = self.window
         waiting = job_store.queued_for_planning(s, self.host.defaults, window)
         if not waiting:
+            if resize_store.any_elastic_running(s):
+                holding = Holding.read(s)  # nobody waits: elastic jobs may grow
+                free = preemption.free_after(usable_gpus, holding.gpus(), [])
+                resize.ask_grows(s, cfg, False, holding.active, holding.held, free, now)
             return []
         candidates = learned(s, cfg, [job for job, _ in waiting])
         holding = Holding.read(s)
@@ -198,12 +204,17 @@ class Scheduler:
             for job_id, why in decided.reasons.items()
         }
         reasons.update(dict.fromkeys(dropped, port_wait))  # it fit, but for a port
-        if cfg.policy in PREEMPTING:
+        # Elastic jobs grow and give back what they were lent under every policy.
+        if cfg.policy in PREEMPTING or resize.least(holding.active):
             ready = preemption.waiting_for_gpus(
                 candidates, decided, placements, world.sweep_caps, dropped
             )
             free = preemption.free_after(usable_gpus, holding.gpus(), placements)
             preempt_for(s, cfg, ready, holding, free, order, now)
+            # Waiting for GPUs: those freed GPUs could start, and those sharing by memory.
+            blocked = bool(ready) or "backfill" in decided.stopped_by.values()
+            resize.ask_grows(s, cfg, blocked, holding.active, holding.held, free, now)
+        reasons = resize.with_note(reasons, decided.stopped_by, holding.active, holding.held, now)
         job_store.set_waiting_reasons(s, reasons, {job.id: why for job, why in waiting})
         total = len(usable_gpus)
         # The forecast models GPUs only: a job held back by something else has no start
@@ -214,6 +225,8 @@ class Scheduler:
             if p.port is not None:
                 self.last_port = p.port  # the next pass starts its rotation after it
         leased = lease(s, cfg, placements, candidates, woke_at, now, self.host)
+        resized = {c.id: c.resize_to for c in candidates if c.resize_to is not None}
+        resize.note_resized(s, resized, {job.job_id: len(job.gpus) for job in leased}, now)
         if window is not None and len(waiting) >= window:  # some may be past the window
             job_store.say_unplanned(s, BEHIND_ALIKE)
         return leased
@@ -287,6 +300,8 @@ def preempt_for(
 ) -> None:
     """Under LAS: ask running jobs of worse queues to checkpoint and go, so that waiting
     jobs of better ones can start (``core.preempt``); their GPUs come back when they do.
+    Elastic jobs shrink instead where they can (under every policy for what they were
+    lent, ``core.scheduler.elastic``; whole preemptions only under a preempting one).
     ``waiting``: those freed GPUs could start (``scheduler.preemption``); ``free``: the
     usable GPUs nobody holds once this pass's placements start. A job that shares GPUs by
     memory is never preempted (its GPU would stay shared)."""
@@ -295,7 +310,7 @@ def preempt_for(
     whole = [j for j in holding.active if j.id not in holding.shares]
     gpus_of = {j.id: len(holding.held.get(j.id, ([], None))[0]) for j in whole}
     # GPUs of jobs already being stopped are as good as free: do not preempt twice.
-    leaving = sum(gpus_of[j.id] for j in whole if j.stop_request)
+    leaving = sum(resize.leaving(j, gpus_of[j.id]) for j in whole if j.stop_request)
     served = attempt_store.attained(s, [j.id for j in holding.active], now)
     running = [
         Running(
@@ -312,8 +327,18 @@ def preempt_for(
         for j in whole
         if not j.stop_request
     ]
-    guards = Guards(cfg.preempt_min_run_s, cfg.max_preemptions)
-    wanted = victims(waiting, running, free + leaving, order, now, guards)
+    # An elastic job the rule picks gives up only what is lacking (core.scheduler.elastic).
+    shrinks, wanted = elastic.shrink_or_preempt(
+        waiting,
+        running,
+        resize.least(whole),
+        free + leaving,
+        order,
+        now,
+        resize.guards(cfg),
+        preempt=cfg.policy in PREEMPTING,
+    )
+    resize.ask_shrinks(s, shrinks)
     if wanted:
         why = {p.victim: f"preempted for job {p.for_job}" for p in wanted}
         for job_id in attempt_store.request_preemptions(s, why):

@@ -15,8 +15,10 @@ jobs' expected ends and the starts already forecast for the jobs ahead of it, an
 them from then. A job of unknown length holds its GPUs for ever; a job that can never get
 its GPUs (a running job of unknown end holds them) is unknown (None), and holds nothing.
 What it leaves out, on purpose: gates other than GPUs (limits, caps, ports, sharing by
-memory, host cores), later arrivals and preemptions. Work is bounded: ``limit`` jobs, each
-one walk of a profile of at most ``2 × (running + limit)`` steps.
+memory, host cores), later arrivals and preemptions; an elastic job counts at its size now
+(a running one at the GPUs it holds, a queued one at its least), never grown or shrunk.
+Work is bounded: ``limit`` jobs, each one walk of a profile of at most
+``2 × (running + limit)`` steps.
 """
 
 from __future__ import annotations

@@ -45,6 +45,11 @@ class QueuedJob:
     # it holds (None: none); resolved from the admin's defaults (``core.hostres``).
     cpus: int = 0
     ram_bytes: int | None = None
+    # Elastic (``elastic``): the most GPUs it may be given (``gpus`` is its least; None:
+    # exactly ``gpus``), and while it is being resized, the size it takes back (placed
+    # before anything else: it was running a moment ago).
+    gpus_max: int | None = None
+    resize_to: int | None = None
 
     @property
     def sharer(self) -> Sharer | None:

@@ -5,7 +5,8 @@ Each queued job, in the policy's order (``core.policy.Order``), goes through:
 1. the gates (``gates.GATES``): back-off, can never fit here, sweep cap, port budget,
    a free port, in line behind a ``fifo`` head, owner limits;
 2. placement (``placement.choose``): the placer picks its GPUs (``placers``), then the
-   owner's GPU limit for a sharing job, and reservations;
+   owner's GPU limit for a sharing job, and reservations; an elastic job its size
+   (``elastic.choose_sized``), and one being resized goes before every other;
 3. backfill (``backfill.Line``): it starts if it fits and delays no blocked head.
 
 The first stage that stops a job gives the reason it waits; nothing else derives one.
@@ -19,6 +20,7 @@ from typing import ParamSpec
 
 from ddpq.core.limits import NO_LIMITS, Limits, Reservation
 from ddpq.core.policy import Order, Policy
+from ddpq.core.scheduler import elastic
 from ddpq.core.scheduler.backfill import Line
 from ddpq.core.scheduler.gates import GATES, Gate
 from ddpq.core.scheduler.model import (
@@ -32,7 +34,7 @@ from ddpq.core.scheduler.model import (
     SweepCaps,
     World,
 )
-from ddpq.core.scheduler.placement import HARDWARE_WAIT, choose
+from ddpq.core.scheduler.placement import HARDWARE_WAIT
 from ddpq.core.scheduler.state import Pass
 from ddpq.core.sharing import NO_MEMORY, GpuMemory
 from ddpq.core.topology import NO_HARDWARE, Hardware
@@ -55,10 +57,11 @@ def decide(queued: Sequence[QueuedJob], world: World, order: Order) -> Plan:
     line = Line(order.backfill)
     reasons: dict[int, str] = {}
     stopped_by: dict[int, str] = {}
-    for job in sorted(queued, key=order.key):
+    for job in sorted(queued, key=elastic.resizing_first(order.key)):
         stop = first_stop(job, p)
         if stop is None:
-            chosen = choose(job, p)
+            # An elastic job takes its size here (``elastic``): what is free, up to its most.
+            job, chosen = elastic.choose_sized(job, p, ahead_waits=line.head_named)
             if chosen.stopped_by == HARDWARE_WAIT:
                 # It waits for GPUs (linked ones, of its type): the head backfill protects
                 # if it is the first such job, told what it waits for in its own words.

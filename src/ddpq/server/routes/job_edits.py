@@ -149,6 +149,8 @@ def checked(s: Session, spec: JobSpec, settings: Settings) -> None:
         raise ApiError(422, "invalid", "gpus: a job that shares GPUs by memory needs one")
     if spec.gpus == 0 and spec.gpu_type is not None:
         raise ApiError(422, "invalid", "gpus: a job that asks for a GPU type needs one")
+    if spec.gpus_max is not None and not 0 < spec.gpus <= spec.gpus_max:
+        raise ApiError(422, "invalid", f"gpus: an elastic job's least, 1 to {spec.gpus_max}")
     if spec.gpus_per_node is not None and spec.gpus != spec.nodes * spec.gpus_per_node:
         raise ApiError(422, "invalid", "gpus: a job over nodes has gpus_per_node on each")
     for why in (
@@ -159,4 +161,4 @@ def checked(s: Session, spec: JobSpec, settings: Settings) -> None:
         if why is not None:
             raise ApiError(422, "invalid", why)
     refuse_beyond_host(spec, settings)
-    check_gpus(s, spec.gpus, spec.gpu_mem_bytes, settings)
+    check_gpus(s, spec.gpus_max or spec.gpus, spec.gpu_mem_bytes, settings)

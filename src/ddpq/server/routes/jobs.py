@@ -70,7 +70,7 @@ def submit(
     spec = job_spec(body, who, settings, db, lookups)
     refuse_if_disk_short(db)
     with db.write() as s:
-        check_gpus(s, body.gpus, body.gpu_mem_bytes, settings)
+        check_gpus(s, body.gpus_max or body.gpus, body.gpu_mem_bytes, settings)  # an elastic's most
         queue_caps.refuse_if_over(s, settings, spec.owner, 1)
         job = job_store.create_job(s, spec, time.time())
         # A new job holds no lease, and its dependencies are the ones just given.
@@ -135,6 +135,7 @@ def submitted_spec(
         command=command,
         cwd=body.cwd or str(settings.home),
         gpus=body.gpus,
+        gpus_max=body.gpus_max,
         launcher="torchrun" if body.torchrun or body.workload is not None else "plain",
         # The exported environment and `env` in one mapping, marked (jobs.env, a JSON
         # column): the executor's job contract reads it back with jobenv.unpack.

@@ -72,7 +72,7 @@ def submit(
     )
     refuse_if_disk_short(db)
     with db.write() as s:
-        check_gpus(s, t.gpus, t.gpu_mem_bytes, settings)
+        check_gpus(s, t.gpus_max or t.gpus, t.gpu_mem_bytes, settings)
         queue_caps.refuse_if_over(s, settings, job.owner, len(built))
         sweep = sweep_store.create_sweep(s, spec, time.time())
         out = views.sweep_out(sweep, sweep_store.counts(s, [sweep.id])[sweep.id])

@@ -223,7 +223,9 @@ function hostText(job) {
 }
 
 function jobRow(job) {
-  const leased = job.leases.gpus.length ? `${job.gpus} [${job.leases.gpus.join(",")}]` : job.gpus;
+  // An elastic job's range ("2-4"), then the GPUs it holds now.
+  const asked = job.gpus_max ? `${job.gpus}-${job.gpus_max}` : job.gpus;
+  const leased = job.leases.gpus.length ? `${asked} [${job.leases.gpus.join(",")}]` : asked;
   const mem = memText(job);
   const host = hostText(job);
   const gpus = [leased, mem, host].filter((part) => part !== "").join(" · ");

@@ -135,6 +135,10 @@ class Job(Base):
     # When the worker expects it to start while it is queued (NULL: unknown; migration
     # 0023p, ``worker.forecast``): not part of the spec, rewritten every few passes.
     predicted_start: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Elastic (migration 0024e): the most GPUs it may be given (``gpus`` is its least), and
+    # while it is being resized, the size its next attempt takes (NULL once leased).
+    gpus_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    resize_to: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state_priority", "state", "priority"),
