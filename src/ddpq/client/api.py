@@ -13,7 +13,6 @@ import builtins
 import getpass
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
 
 from ddpq.client.credentials import DEFAULT_URL as DEFAULT_URL
 from ddpq.client.credentials import check_token as check_token
@@ -27,7 +26,11 @@ from ddpq.client.errors import protocol_error
 from ddpq.client.transport import Response, Transport
 from ddpq.core.names import NAME_RE
 
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ddpq.schemas import (
         CancelResult,
         DeviceList,
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
         UsageReport,
     )
 
-Data = dict[str, Any]
+Data = dict[str, "Any"]
 
 
 class JsonApi:

@@ -4,11 +4,15 @@ the Typer command. Rich's tables are imported only when drawn (``client.grid``).
 
 from __future__ import annotations
 
-from typing import Any
-
-from ddpq.client.api import JsonApi
 from ddpq.client.format import safe
 from ddpq.client.runtime import ACTIVE_STATES, client, echo, fail, print_json
+
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ddpq.client.api import JsonApi
 
 
 def ls(

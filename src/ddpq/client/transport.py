@@ -18,11 +18,15 @@ import os
 import select
 import socket
 from collections.abc import Iterator, Mapping
-from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from ddpq import __version__
 from ddpq.client.errors import DdpqError, Unreachable, api_error, protocol_error
+
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 Params = Mapping[str, str | int | list[str]]
 UNIX_SCHEME = "unix:"
