@@ -10,7 +10,6 @@ and tests; the models are imported by the methods that return them.
 from __future__ import annotations
 
 import builtins
-import getpass
 import os
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -45,6 +44,18 @@ if TYPE_CHECKING:
 Data = dict[str, "Any"]
 
 
+def local_user() -> str:
+    """``getpass.getuser()``, as it reads it ($LOGNAME, $USER, $LNAME, $USERNAME, else the
+    password entry), without importing getpass (its termios, contextlib and warnings:
+    ~1 ms of every `ddpq submit` and `ddpq ls`)."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if user := os.environ.get(name):
+            return user
+    import pwd
+
+    return pwd.getpwuid(os.getuid())[0]
+
+
 class JsonApi:
     """The daemon's REST API as plain JSON data. Errors are ``DdpqError``s: 4 for no such
     job, 5 for a missing token or someone else's job, 3 when the daemon cannot be reached,
@@ -65,7 +76,7 @@ class JsonApi:
             # Without --auth the daemon takes this name on trust (and refuses one that is
             # not a valid ddpq name); a local account such as `_svc` then submits as
             # "anonymous".
-            if NAME_RE.match(me := getpass.getuser()):
+            if NAME_RE.match(me := local_user()):
                 self.headers["X-Ddpq-User"] = me
             if token:
                 self.headers["Authorization"] = f"Bearer {check_token(token)}"

@@ -13,10 +13,14 @@ daemon cannot be reached or does not speak HTTP, ``api_error`` for an answer of 
 
 from __future__ import annotations
 
+# ``_socket``, the C module under ``socket``: socket.py adds what this client does not use
+# (file objects, enums of every constant built at import, selectors), ~2 ms of every
+# command. https, where ``ssl`` needs ``socket.socket``, imports ``socket`` itself.
+import _socket
+import io
 import json
 import os
 import select
-import socket
 from collections.abc import Iterator, Mapping
 from urllib.parse import urlencode, urlsplit
 
@@ -26,6 +30,7 @@ from ddpq.client.errors import DdpqError, Unreachable, api_error, protocol_error
 # Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any
 
 Params = Mapping[str, str | int | list[str]]
@@ -69,19 +74,29 @@ class Connection:
     def __init__(
         self, host: str, port: int, https: bool, timeout: float | None, unix: str | None = None
     ) -> None:
-        sock = _connect(host, port, timeout) if unix is None else _connect_unix(unix, timeout)
+        module: ModuleType = _socket
+        if https:
+            import socket  # what ssl wraps
+            import ssl  # only for https: ~10 ms to import
+
+            module = socket
+        sock: _socket.socket
+        if unix is None:
+            sock = _connect(host, port, timeout, module)
+        else:
+            sock = _connect_unix(unix, timeout)
         try:
             if unix is None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             if https:
-                import ssl  # only for https: ~10 ms to import
-
+                assert isinstance(sock, socket.socket)
                 sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         except BaseException:
             sock.close()
             raise
         self.sock = sock
-        self.reader = sock.makefile("rb")
+        # What socket.makefile("rb") gives, over recv_into (a timeout raises TimeoutError).
+        self.reader = io.BufferedReader(_Received(sock))
 
     def close(self) -> None:
         self.reader.close()
@@ -185,13 +200,27 @@ def _whole(pieces: Iterator[bytes]) -> bytes:
     return bytes(body)
 
 
-def _connect(host: str, port: int, timeout: float | None) -> socket.socket:
+class _Received(io.RawIOBase):
+    """A socket's bytes as a raw stream, for ``io.BufferedReader`` to buffer (what
+    ``socket.SocketIO`` is to ``socket.makefile``, as this client reads it)."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._sock.recv_into(buffer)
+
+
+def _connect(host: str, port: int, timeout: float | None, module: ModuleType) -> _socket.socket:
     """``socket.create_connection``, but an ASCII name is looked up as bytes: as a str,
     getaddrinfo would import the IDNA codec first (~1 ms on every command)."""
     error: OSError = ConnectionRefusedError(f"no address for {host}")
     address = host.encode() if host.isascii() else host
-    for family, kind, proto, _, where in socket.getaddrinfo(address, port, 0, socket.SOCK_STREAM):
-        sock = socket.socket(family, kind, proto)
+    for family, kind, proto, _, where in _socket.getaddrinfo(address, port, 0, _socket.SOCK_STREAM):
+        sock: _socket.socket = module.socket(family, kind, proto)
         try:
             sock.settimeout(timeout)
             sock.connect(where)
@@ -203,8 +232,8 @@ def _connect(host: str, port: int, timeout: float | None) -> socket.socket:
     raise error
 
 
-def _connect_unix(path: str, timeout: float | None) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _connect_unix(path: str, timeout: float | None) -> _socket.socket:
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
         sock.connect(path)
