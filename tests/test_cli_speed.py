@@ -27,7 +27,12 @@ NO_DRAWING = ("rich",)  # what only prints a line needs no Rich
 NO_TABLE = ("rich.table",)  # the queue and the GPUs are drawn by client.grid
 # `submit` and `ls` are read by client.quick, without Typer (or the click it carries), and
 # the queue goes into a pipe without Rich; no dataclasses (inspect) nor argparse either.
-QUICK = ("typer", "click", "rich", "dataclasses", "inspect", "argparse")
+# Nor the standard library's modules that ddpq does without on their path (issue 26 item
+# 15): typing and pathlib, socket.py (``_socket``), urllib.parse (``client.urls``), getpass.
+QUICK = (
+    *("typer", "click", "rich", "dataclasses", "inspect", "argparse"),
+    *("typing", "pathlib", "socket", "urllib", "getpass"),
+)
 
 
 def imported(d: Daemon, *args: str) -> set[str]:

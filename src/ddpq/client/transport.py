@@ -22,10 +22,11 @@ import json
 import os
 import select
 from collections.abc import Iterator, Mapping
-from urllib.parse import urlencode, urlsplit
 
 from ddpq import __version__
+from ddpq.client import urls
 from ddpq.client.errors import DdpqError, Unreachable, api_error, protocol_error
+from ddpq.client.urls import Params
 
 # Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
 TYPE_CHECKING = False
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-Params = Mapping[str, str | int | list[str]]
 UNIX_SCHEME = "unix:"
 # The Host a request on the socket names: one the daemon's guard accepts (a loopback name).
 UNIX_HOST = "localhost"
@@ -260,28 +260,28 @@ class Transport:
     def __init__(self, url: str, headers: Mapping[str, str], timeout: float) -> None:
         self.url = url
         self._unix = unix_path(url)
+        host: str | None
         if self._unix is not None:
             if not os.path.isabs(self._unix) or "\x00" in self._unix:
                 raise DdpqError(
                     f"{url!r}: a socket is named by its absolute path, unix:/run/ddpq/ddpq.sock",
                     exit_code=2,
                 )
-            parts, port = urlsplit(f"http://{UNIX_HOST}"), None
+            scheme, host, port, path = "http", UNIX_HOST, None, ""
         else:
             try:
-                parts = urlsplit(url)
-                port = parts.port
+                scheme, host, port, path = urls.split(url)
             except ValueError:
-                parts, port = None, None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                scheme, host, port, path = "", None, None, ""
+        if scheme not in ("http", "https") or not host:
             raise DdpqError(
                 f"{url!r} is not an http://, https:// or unix:/path URL (--url, $DDPQ_URL)",
                 exit_code=2,
             )
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
+        self._https = scheme == "https"
+        self._host = host
         self._port = port or (443 if self._https else 80)
-        self._prefix = parts.path.rstrip("/")  # a daemon behind a proxy, under a path
+        self._prefix = path.rstrip("/")  # a daemon behind a proxy, under a path
         name = f"[{self._host}]" if ":" in self._host else self._host
         self._host_header = name if port is None else f"{name}:{port}"
         self._headers = {"User-Agent": f"ddpq/{__version__}", **headers}
@@ -343,7 +343,7 @@ class Transport:
             conn.close()
 
     def _request(self, method: str, path: str, params: Params | None, body: bytes) -> bytes:
-        query = f"?{urlencode(params, doseq=True)}" if params else ""
+        query = f"?{urls.query(params)}" if params else ""
         lines = [f"{method} {self._prefix}{path}{query} HTTP/1.1", f"Host: {self._host_header}"]
         lines += [f"{name}: {value}" for name, value in self._headers.items()]
         if body:
