@@ -31,8 +31,9 @@ DEFAULT_URL = "http://{}:{}".format(*DEFAULT_API_ADDRESS)
 SOCKET_ENV = "DDPQ_SOCKET"
 # A token travels in an HTTP header: visible ASCII only (what `ddpq admin user add` prints
 # is "ddpq_" + URL-safe base64). Anything else is a paste gone wrong, and would fail deep
-# inside a request instead of saying so.
-TOKEN_RE = re.compile(r"[\x21-\x7e]{1,1024}")
+# inside a request instead of saying so. Compiled (re's cache) when a token is read: a
+# command that sends none compiles nothing.
+TOKEN = r"[\x21-\x7e]{1,1024}"
 MAX_LOGIN_FILE = 8192
 
 
@@ -41,7 +42,7 @@ def check_token(token: str) -> str:
     token = token.strip()
     if not token:
         raise DdpqError("the token is empty", exit_code=2)
-    if not TOKEN_RE.fullmatch(token):
+    if not re.fullmatch(TOKEN, token):
         raise DdpqError(
             "that is not a token (a token is one word of visible ASCII characters, "
             "as `ddpq token create` or `ddpq admin user add` printed it)",
@@ -100,9 +101,11 @@ def saved_login() -> Login | None:
         except (ValueError, RecursionError):
             saved = None
         url, token = (saved.get("url"), saved.get("token")) if isinstance(saved, dict) else ("", "")
-        if isinstance(url, str) and isinstance(token, str) and TOKEN_RE.fullmatch(token):
+        if isinstance(url, str) and isinstance(token, str) and re.fullmatch(TOKEN, token):
             return Login(normal_url(url), token)
-    elif len(data) <= MAX_LOGIN_FILE and TOKEN_RE.fullmatch(text := data.decode("latin-1").strip()):
+    elif len(data) <= MAX_LOGIN_FILE and re.fullmatch(
+        TOKEN, text := data.decode("latin-1").strip()
+    ):
         return Login(None, text)  # one line: an older ddpq's
     raise DdpqError(
         f"{token_file()} is not a token `ddpq login` saved; run `ddpq --url URL login` again",
