@@ -84,9 +84,14 @@ def main() -> None:
 def exit_at_once() -> None:
     """End the process now, with status 0, its output flushed: the interpreter's own exit
     would first take apart every module and object (~3 ms of a `ddpq ls`). Where a flush
-    fails (a closed pipe), the interpreter's exit is left to say so, as it always has."""
+    fails (a closed pipe), the interpreter's exit is left to say so, as it always has; and
+    where something asked to run at exit (``atexit``: none of ddpq's, but a coverage run's
+    or a sitecustomize's), the interpreter's exit runs it."""
+    import atexit
     import os
 
+    if atexit._ncallbacks():
+        return
     try:
         sys.stdout.flush()
         sys.stderr.flush()
