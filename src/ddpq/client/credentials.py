@@ -58,7 +58,8 @@ def token_file() -> Path:
 
 
 def _token_path() -> str:
-    """``token_file`` as a string (the same file; ``token_file`` writes it normalised)."""
+    """The token file's path as a string (``token_file`` names the same file, as pathlib
+    writes it)."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(user_home(), ".config")
     return os.path.join(base, "ddpq", "token")
 
