@@ -10,6 +10,12 @@ exit) from outside. The jobs are held, so `ls` draws a table that grows to 2N ro
 code version. `python -c pass` is measured the same way, for reference: what any command
 costs before it does anything.
 
+Beside them, the floor of any Python client of this API (``BARE``): the same request
+(`submit`'s body with the environment it sends, `ls`'s query) written on a socket with
+`json` and `socket` alone, its answer read and parsed, printed as one line. What a command
+costs above that is ddpq's; what the floor costs above `python -c pass` is the standard
+library's imports and the daemon's answer, which no client code can take off.
+
 The ratio to `python -c pass` (the same interpreter, started the same way, in the same
 rounds) is the figure to read on a loaded machine: the wall times move with the load, the
 ratio much less. Each command's own CPU time (user + system, from its rusage) is printed
@@ -37,10 +43,41 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 from machine import cpu_model, free_port, start_daemon
 
+from ddpq.client.runtime import ACTIVE_STATES
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# The floor (see the docstring): one request to $DDPQ_URL (http://HOST:PORT), sys.argv[1]
+# its path and query; with a second argument "submit", `ddpq submit --hold -- true`'s body.
+BARE = r"""
+import json, os, pwd, socket, sys
+host, port = os.environ["DDPQ_URL"].removeprefix("http://").rsplit(":", 1)
+user = pwd.getpwuid(os.getuid()).pw_name
+body = b""
+if sys.argv[2:] == ["submit"]:
+    job = {"hold": True, "cwd": os.getcwd(), "exported_env": dict(os.environ), "command": ["true"]}
+    body = json.dumps(job, separators=(",", ":")).encode()
+head = f"{'POST' if body else 'GET'} {sys.argv[1]} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+head += f"X-Ddpq-User: {user}\r\n"
+if body:
+    head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+sock = socket.create_connection((host, int(port)))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+sock.sendall(head.encode() + b"\r\n" + body)
+data = b""
+while b"\r\n\r\n" not in data:
+    data += sock.recv(65536)
+head, _, data = data.partition(b"\r\n\r\n")
+length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+while len(data) < length:
+    data += sock.recv(65536)
+answer = json.loads(data)
+print(answer["id"] if body else len(answer["jobs"]))
+"""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -92,6 +129,11 @@ def main() -> None:
         "submit": [*ddpq, "submit", "--hold", "--", "true"],
         "ls": [*ddpq, "ls"],
     }
+    queue = "/v1/queue?" + urlencode({"limit": 100, "state": ACTIVE_STATES}, doseq=True)
+    floors = {
+        "submit": [sys.executable, "-c", BARE, "/v1/jobs", "submit"],
+        "ls": [sys.executable, "-c", BARE, queue],
+    }
     samples: dict[tuple[str, str], list[float]] = {}
     cpu: dict[tuple[str, str], list[float]] = {}
 
@@ -112,6 +154,7 @@ def main() -> None:
             for what, argv in commands.items():
                 for name, env in envs.items():
                     measure((what, name), argv, env)
+                measure((what, "floor: `json` and `socket` alone"), floors[what], base)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)

@@ -27,7 +27,12 @@ NO_DRAWING = ("rich",)  # what only prints a line needs no Rich
 NO_TABLE = ("rich.table",)  # the queue and the GPUs are drawn by client.grid
 # `submit` and `ls` are read by client.quick, without Typer (or the click it carries), and
 # the queue goes into a pipe without Rich; no dataclasses (inspect) nor argparse either.
-QUICK = ("typer", "click", "rich", "dataclasses", "inspect", "argparse")
+# Nor the standard library's modules that ddpq does without on their path (issue 26 item
+# 15): typing and pathlib, socket.py (``_socket``), urllib.parse (``client.urls``), getpass.
+QUICK = (
+    *("typer", "click", "rich", "dataclasses", "inspect", "argparse"),
+    *("typing", "pathlib", "socket", "urllib", "getpass"),
+)
 
 
 def imported(d: Daemon, *args: str) -> set[str]:
@@ -129,3 +134,24 @@ def test_the_command_line_builds_the_daemons_commands_only_for_them(
     assert entry.invoked(cli, argv) == name
     assert ("serve" in cli.commands and "admin" in cli.commands) is with_daemon
     assert "ls" in cli.commands and "submit" in cli.commands
+
+
+def test_the_quick_commands_end_at_once_but_run_what_asked_to_run_at_exit(
+    shared_daemon: Daemon,
+) -> None:
+    # The `ddpq` script ends `submit` and `ls` with os._exit once their output is flushed
+    # (entry.exit_at_once): not where an atexit callback (a coverage run's) is waiting.
+    script = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('at exit', flush=True))\n"
+        "from ddpq.entry import main\n"
+        "sys.argv = ['ddpq', 'ls', '--all']\n"
+        "main()\n"
+    )
+    env = {**os.environ, "DDPQ_URL": shared_daemon.url}
+    for code, said in ((script, "at exit\n"), (script.replace("atexit.register(", "("), "")):
+        r = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert r.returncode == 0 and r.stdout.startswith("ID  NAME"), r
+        assert r.stdout.endswith(f"\n{said}") and "at exit" not in r.stderr, r

@@ -243,3 +243,21 @@ def test_what_answers_instead_of_a_daemon_is_one_line(
     lines = err.splitlines()
     assert code != 0 and len(lines) == 1 and lines[0].startswith("ddpq: "), (code, err)
     assert "Traceback" not in err and "\x1b" not in err
+
+
+def test_the_local_user_is_the_one_getpass_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    import getpass
+
+    from ddpq.client.api import local_user
+
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+    assert local_user() == getpass.getuser()  # from the password entry
+    monkeypatch.setenv("USERNAME", "carol")
+    assert local_user() == getpass.getuser() == "carol"
+    monkeypatch.setenv("USER", "bob")
+    assert local_user() == getpass.getuser() == "bob"
+    monkeypatch.setenv("LOGNAME", "alice")
+    assert local_user() == getpass.getuser() == "alice"
+    monkeypatch.setenv("LOGNAME", "")  # empty: the next one
+    assert local_user() == getpass.getuser() == "bob"

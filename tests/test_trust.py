@@ -246,13 +246,11 @@ def test_the_working_directory_is_entered_as_the_jobs_account(
 def test_a_local_account_that_is_no_ddpq_name_submits_anonymously(
     monkeypatch: pytest.MonkeyPatch, local: str
 ) -> None:
-    import getpass
-
     from ddpq.client.api import DdpqClient
 
-    monkeypatch.setattr(getpass, "getuser", lambda: local)
+    monkeypatch.setenv("LOGNAME", local)  # the first that getpass.getuser reads
     with DdpqClient("http://127.0.0.1:1") as c:
         assert "X-Ddpq-User" not in c.json.headers
-    monkeypatch.setattr(getpass, "getuser", lambda: "alice")
+    monkeypatch.setenv("LOGNAME", "alice")
     with DdpqClient("http://127.0.0.1:1") as c:
         assert c.json.headers["X-Ddpq-User"] == "alice"

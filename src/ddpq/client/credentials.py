@@ -16,18 +16,24 @@ import re
 import stat
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 from ddpq.client.errors import DdpqError
 from ddpq.client.transport import UNIX_SCHEME, unix_path
 from ddpq.core.names import DEFAULT_API_ADDRESS, SOCKET_FILE, SYSTEM_SOCKET, state_folder
 
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import neither ``typing`` nor
+# ``pathlib`` (~3 ms; ``client.quick``): every command reads its paths with ``os.path``.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
 DEFAULT_URL = "http://{}:{}".format(*DEFAULT_API_ADDRESS)
 SOCKET_ENV = "DDPQ_SOCKET"
 # A token travels in an HTTP header: visible ASCII only (what `ddpq admin user add` prints
 # is "ddpq_" + URL-safe base64). Anything else is a paste gone wrong, and would fail deep
-# inside a request instead of saying so.
-TOKEN_RE = re.compile(r"[\x21-\x7e]{1,1024}")
+# inside a request instead of saying so. Compiled (re's cache) when a token is read: a
+# command that sends none compiles nothing.
+TOKEN = r"[\x21-\x7e]{1,1024}"
 MAX_LOGIN_FILE = 8192
 
 
@@ -36,7 +42,7 @@ def check_token(token: str) -> str:
     token = token.strip()
     if not token:
         raise DdpqError("the token is empty", exit_code=2)
-    if not TOKEN_RE.fullmatch(token):
+    if not re.fullmatch(TOKEN, token):
         raise DdpqError(
             "that is not a token (a token is one word of visible ASCII characters, "
             "as `ddpq token create` or `ddpq admin user add` printed it)",
@@ -46,8 +52,24 @@ def check_token(token: str) -> str:
 
 
 def token_file() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "ddpq" / "token"
+    from pathlib import Path
+
+    return Path(_token_path())
+
+
+def _token_path() -> str:
+    """The token file's path as a string (``token_file`` names the same file, as pathlib
+    writes it)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(user_home(), ".config")
+    return os.path.join(base, "ddpq", "token")
+
+
+def user_home() -> str:
+    """``Path.home()`` without pathlib: ~ expanded, or RuntimeError as Path.home() raises."""
+    home = os.path.expanduser("~")
+    if home.startswith("~"):
+        raise RuntimeError("Could not determine home directory.")
+    return home
 
 
 # A plain class: a dataclass imports ``inspect`` (~5 ms), a NamedTuple compiles each
@@ -64,14 +86,15 @@ class Login:
 
 def saved_login() -> Login | None:
     """What `ddpq login` saved (only if no one else can read it); None if nothing."""
-    path = token_file()
+    where = _token_path()
     try:
-        mode = path.stat().st_mode
+        mode = os.stat(where).st_mode
     except OSError:
         return None
     if mode & 0o077:
+        path = token_file()  # as the messages name it
         raise DdpqError(f"{path} is readable by others; run: chmod 600 {path}", exit_code=2)
-    with path.open("rb") as f:
+    with open(where, "rb") as f:
         data = f.read(MAX_LOGIN_FILE + 1)
     if data.lstrip().startswith(b"{"):
         try:
@@ -79,12 +102,14 @@ def saved_login() -> Login | None:
         except (ValueError, RecursionError):
             saved = None
         url, token = (saved.get("url"), saved.get("token")) if isinstance(saved, dict) else ("", "")
-        if isinstance(url, str) and isinstance(token, str) and TOKEN_RE.fullmatch(token):
+        if isinstance(url, str) and isinstance(token, str) and re.fullmatch(TOKEN, token):
             return Login(normal_url(url), token)
-    elif len(data) <= MAX_LOGIN_FILE and TOKEN_RE.fullmatch(text := data.decode("latin-1").strip()):
+    elif len(data) <= MAX_LOGIN_FILE and re.fullmatch(
+        TOKEN, text := data.decode("latin-1").strip()
+    ):
         return Login(None, text)  # one line: an older ddpq's
     raise DdpqError(
-        f"{path} is not a token `ddpq login` saved; run `ddpq --url URL login` again",
+        f"{token_file()} is not a token `ddpq login` saved; run `ddpq --url URL login` again",
         exit_code=2,
     )
 
@@ -120,7 +145,7 @@ def find_socket(environ: Mapping[str, str] = os.environ) -> str | None:
         return environ[SOCKET_ENV]
     candidates = []
     try:
-        home = os.path.expanduser(state_folder(environ, str(Path.home())))
+        home = os.path.expanduser(state_folder(environ, user_home()))
         candidates.append(os.path.join(home, SOCKET_FILE))
     except RuntimeError:  # no home folder to be found (no $HOME, no password entry)
         pass

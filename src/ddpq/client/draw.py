@@ -9,11 +9,17 @@ Rich itself is imported only when something is drawn. The views take the API's J
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
-from typing import Any
 
-from ddpq.client.format import Data, Dumps, as_data, safe, text
+from ddpq.client.format import Data, as_data, safe, text
 from ddpq.core.states import JobState
+
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from datetime import datetime
+    from typing import Any
+
+    from ddpq.client.format import Dumps
 
 
 def console() -> Any:
@@ -104,6 +110,8 @@ def start_text(job: Data, now: datetime | None = None) -> str:
         return ""
     if not job.get("predicted_start"):
         return "?"
+    from datetime import UTC, datetime
+
     left = (when(job["predicted_start"]) - (now or datetime.now(UTC))).total_seconds()
     return "now" if left < 1 else f"in {human_duration(left)}"
 

@@ -8,24 +8,24 @@ importing pydantic would cost every command ~100 ms.
 from __future__ import annotations
 
 import math
-import unicodedata
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
 
-from ddpq.core.units import human_duration
-
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``);
+# nor ``datetime``, ``unicodedata`` and ``core.units`` before a function here needs them.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from datetime import datetime
+    from typing import Any, Protocol
+
     from rich.text import Text
 
+    class Dumps(Protocol):
+        """A wire schema's model (pydantic), which the views also take."""
 
-class Dumps(Protocol):
-    """A wire schema's model (pydantic), which the views also take."""
-
-    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+        def model_dump(self, *, mode: str) -> dict[str, Any]: ...
 
 
-Data = Mapping[str, Any]
+Data = Mapping[str, "Any"]
 
 
 def as_data(item: Data | Dumps) -> Data:
@@ -37,6 +37,8 @@ def as_data(item: Data | Dumps) -> Data:
 
 def when(value: str | datetime) -> datetime:
     """A time from the API's JSON (ISO 8601, "...Z" for UTC)."""
+    from datetime import datetime
+
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
@@ -72,7 +74,7 @@ def sanitize(text: str, *, multiline: bool = False) -> str:
     for ch in text:
         if ch.isprintable() or ch in _JOINERS or (multiline and ch in "\n\t"):
             out.append(ch)
-        elif unicodedata.category(ch) not in _UNSAFE_CATEGORIES:
+        elif _category(ch) not in _UNSAFE_CATEGORIES:
             out.append(ch)  # non-ASCII spaces, private use, not yet assigned: harmless
         elif ch in _SHORT:
             out.append(_SHORT[ch])
@@ -86,6 +88,12 @@ def sanitize(text: str, *, multiline: bool = False) -> str:
                 else f"\\U{code:08x}"
             )
     return "".join(out)
+
+
+def _category(ch: str) -> str:
+    import unicodedata  # only for text that is not all printable
+
+    return unicodedata.category(ch)
 
 
 def safe(value: object) -> str:
@@ -103,6 +111,10 @@ def plain(text: str, style: str = "") -> Text:
 
 
 def age(since: str | datetime, now: datetime | None = None) -> str:
+    from datetime import UTC, datetime
+
+    from ddpq.core.units import human_duration
+
     now = now or datetime.now(UTC)
     return human_duration((now - when(since)).total_seconds())
 
@@ -150,6 +162,8 @@ def progress_line(p: dict[str, Any] | None) -> str:
     if (speed := _number(p.get("images_per_s"))) is not None:
         parts.append(f"{speed:,.0f} img/s")
     if (eta := _number(p.get("eta_s"))) is not None:
+        from ddpq.core.units import human_duration
+
         parts.append(f"ETA {human_duration(eta)}")
     return " · ".join(parts)
 

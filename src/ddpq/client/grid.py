@@ -23,7 +23,11 @@ without importing Rich at all (``draw.show``): `ddpq ls` in a script does not pa
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 GAP = 2  # spaces between columns
 NARROWEST_WRAP = 10  # a wrapping column keeps at least this width

@@ -4,11 +4,15 @@ the Typer command. Rich's tables are imported only when drawn (``client.grid``).
 
 from __future__ import annotations
 
-from typing import Any
-
-from ddpq.client.api import JsonApi
 from ddpq.client.format import safe
 from ddpq.client.runtime import ACTIVE_STATES, client, echo, fail, print_json
+
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ddpq.client.api import JsonApi
 
 
 def ls(
@@ -22,7 +26,6 @@ def ls(
 ) -> None:
     """`ddpq ls` (``client.jobs.ls`` declares its options): the queue, oldest first."""
     from ddpq.client.draw import jobs_table, show
-    from ddpq.client.sweeps import sweeps_table
 
     states = known_states(list(state or [])) or (None if all_ else ACTIVE_STATES)
     if not as_json and (limit or 0) > MAX_ROWS:
@@ -37,6 +40,8 @@ def ls(
     if view["jobs"] or not view["sweeps"]:  # the header alone says the queue is empty
         show(jobs_table(view["jobs"]))
     if view["sweeps"]:
+        from ddpq.client.sweeps import sweeps_table  # (a module fewer for a queue without)
+
         show(sweeps_table(view["sweeps"]))
     line = hidden_text(view)
     if line:
@@ -51,11 +56,11 @@ MAX_ROWS = 1000
 
 def hidden_text(view: dict[str, Any]) -> str:
     """One line for the matching jobs that no row shows, by owner and state ("" if none)."""
+    if not view["hidden"]:
+        return ""
     from ddpq.client.sweeps import counts_text
 
     parts = [f"{safe(h['owner'])} {safe(counts_text(h['counts']))}" for h in view["hidden"]]
-    if not parts:
-        return ""
     why = f"only {safe(view['only_owner'])}'s are listed; " if view.get("only_owner") else ""
     return f"not listed ({why}--user NAME or --limit 0 for more): " + "; ".join(parts)
 

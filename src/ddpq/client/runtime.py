@@ -15,11 +15,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
 
 from ddpq.client.api import DdpqError, JsonApi
 from ddpq.client.credentials import connection
 from ddpq.core.states import TERMINAL, JobState
+
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 # The global options as given (``common.global_options``), for the command that runs.
 OPTIONS: dict[str, Any] = {"url": None, "token": None, "debug": False}

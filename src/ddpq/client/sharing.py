@@ -5,9 +5,12 @@ itself is ``client.draw``'s, which imports this module; `ddpq reservations` is
 
 from __future__ import annotations
 
-from typing import Any
-
 from ddpq.client.format import Data
+
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class BadOption(ValueError):
@@ -17,8 +20,6 @@ class BadOption(ValueError):
 def submit_fields(gpu_mem: str | None, gpu_share: int | None) -> dict[str, Any]:
     """What ``--gpu-mem`` and ``--gpu-share`` add to a submission (the daemon checks the
     rest: the bounds, and that some GPU here has the memory)."""
-    from ddpq.core.units import parse_size
-
     if gpu_mem is None:
         if gpu_share is not None:
             raise BadOption("--gpu-share: only with --gpu-mem")
@@ -27,6 +28,8 @@ def submit_fields(gpu_mem: str | None, gpu_share: int | None) -> dict[str, Any]:
     if gpu_mem.strip().lower() == "auto":
         fields["gpu_mem"] = "auto"
     else:
+        from ddpq.core.units import parse_size  # only when a size is given
+
         try:
             fields["gpu_mem"] = parse_size(gpu_mem)
         except ValueError as exc:

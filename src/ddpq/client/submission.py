@@ -13,7 +13,6 @@ import re
 from collections.abc import Iterable, Mapping
 
 from ddpq.core import jobenv
-from ddpq.core.units import human_duration
 
 # The API's field -> the option that sets it.
 OPTION_OF = {
@@ -51,7 +50,8 @@ OPTION_OF = {
 }
 # Fields whose problems name a variable (``env.KEY: ...``): the name is kept.
 KEYED = {"env", "exported_env"}
-_AT_MOST = re.compile(r"Input should be less than or equal to ([0-9.e+]+)")
+# Compiled (re's cache) when a refusal is read: `ddpq submit` is typed in shell loops.
+_AT_MOST = r"Input should be less than or equal to ([0-9.e+]+)"
 
 
 class BadOption(ValueError):
@@ -94,8 +94,10 @@ def _one(part: str, workload: str | None) -> str:
     option = OPTION_OF.get(field)
     if option is None:
         return part
-    if field == "time_limit_s" and (bound := _AT_MOST.fullmatch(message)):
-        # As the option and unit the user typed, not the wire field's seconds.
+    if field == "time_limit_s" and (bound := re.fullmatch(_AT_MOST, message)):
+        from ddpq.core.units import human_duration
+
+        # Said in the option's words and unit, not the wire field's seconds.
         return f"--time-limit: at most {human_duration(float(bound.group(1)))}"
     if field in KEYED and rest:
         variable = rest.removesuffix(".[key]")

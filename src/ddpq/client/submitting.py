@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import Any
 
 from ddpq.client import sharing
 from ddpq.client.api import DdpqError
 from ddpq.client.runtime import client, echo, fail, print_json
+
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 
 def submit_with(argv: list[str], o: dict[str, Any]) -> None:
@@ -148,10 +152,6 @@ def job_fields(
 ) -> dict[str, Any]:
     """The job's fields: the options given (those at their default left out, as
     ``exclude_defaults`` would), the folder, the environment, and what runs."""
-    from ddpq.client.format import sanitize
-    from ddpq.core.units import parse_duration
-    from ddpq.workloads.registry import WORKLOADS
-
     given = {
         **plain,
         "after": checked.after,
@@ -160,9 +160,11 @@ def job_fields(
     }
     fields = {k: v for k, v in given.items() if v}
     fields.update(checked.memory)
-    fields["cwd"] = str((cwd or Path.cwd()).resolve())
+    # Path.cwd().resolve() without pathlib (~3 ms): the same realpath (a --cwd given is a
+    # Path already; its resolve() also reports a symlink loop).
+    fields["cwd"] = str(cwd.resolve()) if cwd is not None else os.path.realpath(os.getcwd())
     fields["exported_env"] = checked.exported_env
-    if argv[0] in WORKLOADS and "--" not in sys.argv:
+    if "--" not in sys.argv and is_workload(argv[0]):
         fields.update(workload=argv[0], args=argv[1:])
         fields.pop("torchrun", None)
     else:
@@ -170,11 +172,22 @@ def job_fields(
     # `is not None`: an explicitly empty `--time-limit ""` (an unset shell variable) is a
     # mistake to report, not a request for no limit.
     if time_limit is not None:
+        from ddpq.client.format import sanitize
+        from ddpq.core.units import parse_duration
+
         try:
             fields["time_limit_s"] = parse_duration(time_limit)
         except ValueError as exc:
             fail(f"--time-limit: {sanitize(str(exc))}", 2)
     return fields
+
+
+def is_workload(name: str) -> bool:
+    """Whether ``name`` is a built-in workload's (its registry is imported only if asked:
+    `ddpq submit -- CMD` never asks)."""
+    from ddpq.workloads.registry import WORKLOADS
+
+    return name in WORKLOADS
 
 
 def sweep_body(

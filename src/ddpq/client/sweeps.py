@@ -10,9 +10,13 @@ is checked here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from ddpq.client.format import Data, notify_lines, sanitize, text
+
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SWEEP_PREFIX = "s"
 

@@ -13,18 +13,27 @@ daemon cannot be reached or does not speak HTTP, ``api_error`` for an answer of 
 
 from __future__ import annotations
 
+# ``_socket``, the C module under ``socket``: socket.py adds what this client does not use
+# (file objects, enums of every constant built at import, selectors), ~2 ms of every
+# command. https, where ``ssl`` needs ``socket.socket``, imports ``socket`` itself.
+import _socket
+import io
 import json
 import os
 import select
-import socket
 from collections.abc import Iterator, Mapping
-from typing import Any
-from urllib.parse import urlencode, urlsplit
 
 from ddpq import __version__
+from ddpq.client import urls
 from ddpq.client.errors import DdpqError, Unreachable, api_error, protocol_error
+from ddpq.client.urls import Params
 
-Params = Mapping[str, str | int | list[str]]
+# Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
+
 UNIX_SCHEME = "unix:"
 # The Host a request on the socket names: one the daemon's guard accepts (a loopback name).
 UNIX_HOST = "localhost"
@@ -65,19 +74,29 @@ class Connection:
     def __init__(
         self, host: str, port: int, https: bool, timeout: float | None, unix: str | None = None
     ) -> None:
-        sock = _connect(host, port, timeout) if unix is None else _connect_unix(unix, timeout)
+        module: ModuleType = _socket
+        if https:
+            import socket  # what ssl wraps
+            import ssl  # only for https: ~10 ms to import
+
+            module = socket
+        sock: _socket.socket
+        if unix is None:
+            sock = _connect(host, port, timeout, module)
+        else:
+            sock = _connect_unix(unix, timeout)
         try:
             if unix is None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             if https:
-                import ssl  # only for https: ~10 ms to import
-
+                assert isinstance(sock, socket.socket)
                 sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         except BaseException:
             sock.close()
             raise
         self.sock = sock
-        self.reader = sock.makefile("rb")
+        # What socket.makefile("rb") gives, over recv_into (a timeout raises TimeoutError).
+        self.reader = io.BufferedReader(_Received(sock))
 
     def close(self) -> None:
         self.reader.close()
@@ -181,13 +200,27 @@ def _whole(pieces: Iterator[bytes]) -> bytes:
     return bytes(body)
 
 
-def _connect(host: str, port: int, timeout: float | None) -> socket.socket:
+class _Received(io.RawIOBase):
+    """A socket's bytes as a raw stream, for ``io.BufferedReader`` to buffer (what
+    ``socket.SocketIO`` is to ``socket.makefile``, as this client reads it)."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._sock.recv_into(buffer)
+
+
+def _connect(host: str, port: int, timeout: float | None, module: ModuleType) -> _socket.socket:
     """``socket.create_connection``, but an ASCII name is looked up as bytes: as a str,
     getaddrinfo would import the IDNA codec first (~1 ms on every command)."""
     error: OSError = ConnectionRefusedError(f"no address for {host}")
     address = host.encode() if host.isascii() else host
-    for family, kind, proto, _, where in socket.getaddrinfo(address, port, 0, socket.SOCK_STREAM):
-        sock = socket.socket(family, kind, proto)
+    for family, kind, proto, _, where in _socket.getaddrinfo(address, port, 0, _socket.SOCK_STREAM):
+        sock: _socket.socket = module.socket(family, kind, proto)
         try:
             sock.settimeout(timeout)
             sock.connect(where)
@@ -199,8 +232,8 @@ def _connect(host: str, port: int, timeout: float | None) -> socket.socket:
     raise error
 
 
-def _connect_unix(path: str, timeout: float | None) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _connect_unix(path: str, timeout: float | None) -> _socket.socket:
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
         sock.connect(path)
@@ -227,28 +260,28 @@ class Transport:
     def __init__(self, url: str, headers: Mapping[str, str], timeout: float) -> None:
         self.url = url
         self._unix = unix_path(url)
+        host: str | None
         if self._unix is not None:
             if not os.path.isabs(self._unix) or "\x00" in self._unix:
                 raise DdpqError(
                     f"{url!r}: a socket is named by its absolute path, unix:/run/ddpq/ddpq.sock",
                     exit_code=2,
                 )
-            parts, port = urlsplit(f"http://{UNIX_HOST}"), None
+            scheme, host, port, path = "http", UNIX_HOST, None, ""
         else:
             try:
-                parts = urlsplit(url)
-                port = parts.port
+                scheme, host, port, path = urls.split(url)
             except ValueError:
-                parts, port = None, None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                scheme, host, port, path = "", None, None, ""
+        if scheme not in ("http", "https") or not host:
             raise DdpqError(
                 f"{url!r} is not an http://, https:// or unix:/path URL (--url, $DDPQ_URL)",
                 exit_code=2,
             )
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
+        self._https = scheme == "https"
+        self._host = host
         self._port = port or (443 if self._https else 80)
-        self._prefix = parts.path.rstrip("/")  # a daemon behind a proxy, under a path
+        self._prefix = path.rstrip("/")  # a daemon behind a proxy, under a path
         name = f"[{self._host}]" if ":" in self._host else self._host
         self._host_header = name if port is None else f"{name}:{port}"
         self._headers = {"User-Agent": f"ddpq/{__version__}", **headers}
@@ -310,7 +343,7 @@ class Transport:
             conn.close()
 
     def _request(self, method: str, path: str, params: Params | None, body: bytes) -> bytes:
-        query = f"?{urlencode(params, doseq=True)}" if params else ""
+        query = f"?{urls.query(params)}" if params else ""
         lines = [f"{method} {self._prefix}{path}{query} HTTP/1.1", f"Host: {self._host_header}"]
         lines += [f"{name}: {value}" for name, value in self._headers.items()]
         if body:

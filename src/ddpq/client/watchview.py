@@ -8,12 +8,11 @@ and GPUs come as the API's JSON (or a wire schema's model: ``format.as_data``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpq.client.draw import gpu_text, new_table
 from ddpq.client.format import (
     Data,
-    Dumps,
     age,
     as_data,
     plain,
@@ -22,6 +21,9 @@ from ddpq.client.format import (
     text,
 )
 from ddpq.client.sharing import share_text
+
+if TYPE_CHECKING:
+    from ddpq.client.format import Dumps
 
 
 def bar(fraction: float | None, width: int = 20) -> str:
