@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.store.models import Lease
@@ -101,12 +101,21 @@ def acquire_many(session: Session, wanted: Sequence[Wanted], now: float) -> None
 
 
 def release(session: Session, job_id: int, now: float) -> None:
-    session.execute(
-        update(Lease)
-        .where(Lease.job_id == job_id, Lease.released_at.is_(None))
-        .values(released_at=now)
-        .execution_options(synchronize_session=False)
-    )
+    release_many(session, [job_id], now)
+
+
+def release_many(session: Session, job_ids: Sequence[int], now: float) -> None:
+    """Free every live lease of ``job_ids``, in one statement."""
+    if job_ids:
+        session.execute(_RELEASE, {"ids": list(job_ids), "now": now})
+
+
+_live = cast(Table, Lease.__table__).c
+_RELEASE = (
+    update(cast(Table, Lease.__table__))
+    .where(_live.job_id.in_(bindparam("ids", expanding=True)), _live.released_at.is_(None))
+    .values(released_at=bindparam("now"))
+)
 
 
 def live(session: Session, job_ids: Iterable[int] | None = None) -> list[LiveLease]:

@@ -52,13 +52,15 @@ _INSERT_GUARDED_EVENT = insert(_events).from_select(
 @dataclass(frozen=True)
 class Change:
     """One job from ``old`` to ``new`` (the same state: a new reason, no transition), with
-    the columns this job alone gets (the same names for every change of one call)."""
+    the columns this job alone gets (the same names for every change of one call), and
+    when its event happened if not at the call's ``now`` (an attempt's own end)."""
 
     job_id: int
     old: JobState
     new: JobState
     reason: str
     values: Mapping[str, Any] = field(default_factory=dict)
+    at: float | None = None
 
 
 def move_many(session: Session, changes: Sequence[Change], now: float, **shared: Any) -> list[int]:
@@ -78,7 +80,13 @@ def move_many(session: Session, changes: Sequence[Change], now: float, **shared:
         raise ValueError("a job can change state once per call")
     conn = session.connection()
     events = [
-        {"b_id": c.job_id, "b_at": now, "b_old": c.old, "b_new": c.new, "b_reason": c.reason}
+        {
+            "b_id": c.job_id,
+            "b_at": now if c.at is None else c.at,
+            "b_old": c.old,
+            "b_new": c.new,
+            "b_reason": c.reason,
+        }
         for c in changes
     ]
     written = conn.execute(_INSERT_GUARDED_EVENT, events).rowcount
