@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, text, update
+from sqlalchemy import Integer, Table, bindparam, func, insert, select, text, update
 from sqlalchemy.orm import Session, defer
 
 from ddpq.core.hostres import NO_DEFAULTS, HostDefaults, cores_wanted, ram_wanted
@@ -163,6 +163,23 @@ _PLANNED = (
 # of the index ``ix_jobs_plan_shape``, which serves the window without a sort.
 _SHAPE = tuple(getattr(Job, name) for name in PLAN_SHAPE_INDEX[1:-2])
 _RANKED_BY = (Job.submitted_at, Job.id)
+# Both built once: read at every pass, in the transaction submissions wait behind.
+_WHOLE_QUEUE = select(*_PLANNED).where(Job.state == JobState.QUEUED)
+# Ids and ranks from the index alone; the rows of those kept only.
+_RANKED = (
+    select(
+        Job.id,
+        Job.attempt,
+        func.row_number().over(partition_by=_SHAPE, order_by=_RANKED_BY).label("rank"),
+    )
+    .where(Job.state == JobState.QUEUED)
+    .subquery()
+)
+_WINDOWED_QUEUE = (
+    select(*_PLANNED)
+    .join(_RANKED, _RANKED.c.id == Job.id)
+    .where((_RANKED.c.rank <= bindparam("window", type_=Integer)) | (_RANKED.c.attempt > 0))
+)
 
 
 def queued_for_planning(
@@ -181,15 +198,10 @@ def queued_for_planning(
     back-off and attained service) is read. A flood of 10,000 alike jobs is then read as
     ``window`` rows, ranked by SQLite without the interpreter lock.
     """
-    queued = Job.state == JobState.QUEUED
     if window is None:
-        query = select(*_PLANNED).where(queued)
+        found = session.execute(_WHOLE_QUEUE)
     else:
-        # Ids and ranks from the index alone; the rows of those kept only.
-        rank = func.row_number().over(partition_by=_SHAPE, order_by=_RANKED_BY)
-        ranked = select(Job.id, Job.attempt, rank.label("rank")).where(queued).subquery()
-        kept = (ranked.c.rank <= window) | (ranked.c.attempt > 0)
-        query = select(*_PLANNED).join(ranked, ranked.c.id == Job.id).where(kept)
+        found = session.execute(_WINDOWED_QUEUE, {"window": window})
     return [
         (
             QueuedJob(
@@ -205,7 +217,7 @@ def queued_for_planning(
             ),
             row.reason,
         )
-        for row in session.execute(query)
+        for row in found
     ]
 
 
@@ -271,20 +283,22 @@ def running_for_supervision(
     session: Session, states: Iterable[JobState] = (JobState.RUNNING,)
 ) -> list[RunningView]:
     """Timing and stop fields of the jobs in ``states``, columns only (read every pass)."""
-    columns = (
-        Job.id,
-        Job.owner,
-        Job.started_at,
-        Job.time_limit_s,
-        Job.stop_request,
-        Job.stop_sent_at,
-        Job.priority,
-        Job.submitted_at,
-        Job.preemptible,
-        Job.preemptions,
-    )
-    rows = session.execute(select(*columns).where(Job.state.in_(list(states))))
+    rows = session.execute(_SUPERVISED, {"states": list(states)})
     return [RunningView(*tuple(row)) for row in rows]
+
+
+_SUPERVISED = select(  # built once: read twice every pass
+    Job.id,
+    Job.owner,
+    Job.started_at,
+    Job.time_limit_s,
+    Job.stop_request,
+    Job.stop_sent_at,
+    Job.priority,
+    Job.submitted_at,
+    Job.preemptible,
+    Job.preemptions,
+).where(Job.state.in_(bindparam("states", expanding=True)))
 
 
 def events_of(session: Session, job_id: int) -> list[JobEvent]:

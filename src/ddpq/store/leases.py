@@ -20,6 +20,9 @@ GPU_SHARE = "gpu_share"  # a share of a GPU's memory (mem_bytes); several jobs m
 GPU_KINDS = (GPU, GPU_SHARE)
 CPU = "cpu"  # a CPU core slot (core.hostres); disjoint between live jobs, as GPUs are
 
+_leases = cast(Table, Lease.__table__)
+_live = _leases.c
+
 
 @dataclass(frozen=True)
 class LiveLease:
@@ -110,9 +113,8 @@ def release_many(session: Session, job_ids: Sequence[int], now: float) -> None:
         session.execute(_RELEASE, {"ids": list(job_ids), "now": now})
 
 
-_live = cast(Table, Lease.__table__).c
 _RELEASE = (
-    update(cast(Table, Lease.__table__))
+    update(_leases)
     .where(_live.job_id.in_(bindparam("ids", expanding=True)), _live.released_at.is_(None))
     .values(released_at=bindparam("now"))
 )
@@ -120,19 +122,20 @@ _RELEASE = (
 
 def live(session: Session, job_ids: Iterable[int] | None = None) -> list[LiveLease]:
     """Unreleased leases (of ``job_ids``, if given), as columns: read on every pass."""
-    table = cast(Table, Lease.__table__).c
-    query = select(
-        table.job_id,
-        table.kind,
-        table.resource,
-        table.acquired_at,
-        table.mem_bytes,
-        table.share_cap,
-    ).where(table.released_at.is_(None))
-    if job_ids is not None:
-        query = query.where(table.job_id.in_(list(job_ids)))
-    rows = session.connection().execute(query.order_by(table.job_id, table.kind, table.resource))
+    if job_ids is None:
+        rows = session.connection().execute(_LIVE)
+    else:
+        rows = session.connection().execute(_LIVE_OF, {"ids": list(job_ids)})
     return [LiveLease(*row) for row in rows]
+
+
+# Built once: read at every pass.
+_LIVE_ROWS = select(
+    _live.job_id, _live.kind, _live.resource, _live.acquired_at, _live.mem_bytes, _live.share_cap
+).where(_live.released_at.is_(None))
+_IN_ORDER = (_live.job_id, _live.kind, _live.resource)
+_LIVE = _LIVE_ROWS.order_by(*_IN_ORDER)
+_LIVE_OF = _LIVE_ROWS.where(_live.job_id.in_(bindparam("ids", expanding=True))).order_by(*_IN_ORDER)
 
 
 def by_job(leases: Iterable[LiveLease]) -> dict[int, tuple[list[int], int | None]]:
