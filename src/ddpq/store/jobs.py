@@ -31,6 +31,7 @@ from ddpq.store.models import (
     JobEvent,
     SweepDependency,
     new_row,
+    written,
 )
 
 
@@ -73,15 +74,6 @@ def create_job(session: Session, spec: JobSpec, now: float) -> Job:
     settling.settle_waiting(session, job, waiting_of_many(session, [job_id])[job_id], now)
     session.flush()
     session.expunge(job)
-    return job
-
-
-def written(job_id: int, values: Mapping[str, Any]) -> Job:
-    """A detached ``Job`` holding a row as written, as if read back: its values put in
-    place, not each through its attribute's setter (``Job(**values)`` was most of the
-    cost of a submission's insert)."""
-    job: Job = Job.__mapper__.class_manager.new_instance()
-    job.__dict__.update(values, id=job_id)
     return job
 
 

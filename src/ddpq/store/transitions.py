@@ -144,7 +144,8 @@ def _update(
 def _built(new: JobState, own: tuple[str, ...], shared: tuple[str, ...]) -> Update:
     """The UPDATE of a move to ``new``: each row's ``own`` columns (``v_<name>``), the
     call's ``shared`` ones (``s_<name>``), guarded by the state the move starts from."""
-    values = {k: bindparam(f"v_{k}") for k in own} | {k: bindparam(f"s_{k}") for k in shared}
+    values: dict[str, Any] = {k: bindparam(f"v_{k}") for k in own}
+    values.update({k: bindparam(f"s_{k}") for k in shared})
     return (
         update(_jobs)
         .where(_jobs.c.id == bindparam("b_id"), _jobs.c.state == bindparam("b_old"))
