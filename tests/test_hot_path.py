@@ -6,6 +6,7 @@ from __future__ import annotations
 import cProfile
 import gc
 import pstats
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -13,6 +14,7 @@ from types import ModuleType
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, JobState
 from ddpq.daemon.heap import freeze_startup_objects
+from ddpq.daemon.lock_turns import take_short_turns
 from ddpq.store import host, jobs, leases, queue, settling, transitions
 from ddpq.store.db import Database, Session, migrate
 
@@ -92,3 +94,14 @@ def test_the_statements_of_every_pass_and_submission_are_built_once(tmp_path: Pa
 def started(s: Session, spec: JobSpec) -> transitions.Change:
     job_id = jobs.create_job(s, spec, 1.0).id
     return transitions.Change(job_id, JobState.QUEUED, JobState.STARTING, "leased", {"attempt": 1})
+
+
+def test_the_daemons_threads_take_short_turns_at_the_interpreter_lock() -> None:
+    # At Python's 5 ms a submission waited for the lock after each of its statements while
+    # the worker's pass computed, holding the write gate (bench/lock_turns.py).
+    before = sys.getswitchinterval()
+    try:
+        take_short_turns()
+        assert sys.getswitchinterval() <= 0.001
+    finally:
+        sys.setswitchinterval(before)
