@@ -15,7 +15,7 @@ from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, JobState
 from ddpq.daemon.heap import freeze_startup_objects
 from ddpq.daemon.lock_turns import take_short_turns
-from ddpq.store import host, jobs, leases, queue, settling, transitions
+from ddpq.store import attempts, host, jobs, leases, queue, settling, transitions
 from ddpq.store.db import Database, Session, migrate
 
 
@@ -75,6 +75,9 @@ def test_the_statements_of_every_pass_and_submission_are_built_once(tmp_path: Pa
         lambda s: leases.live(s),
         lambda s: leases.release_many(s, [1, 2], 5.0),
         lambda s: transitions.move_many(s, [started(s, spec)], 5.0, started_at=5.0),
+        lambda s: jobs.auto_memory_jobs(s, [1, 2, 3]),
+        lambda s: jobs.set_waiting_reasons(s, {1: "waiting for GPUs"}, {}),
+        lambda s: attempts.mark_running_many(s, [(running(s, spec), "h")], "local", "", 6.0),
     ]
     try:
         for call in calls:
@@ -89,6 +92,13 @@ def test_the_statements_of_every_pass_and_submission_are_built_once(tmp_path: Pa
             assert calls_to("_get_crud_kv_pairs", profile) == 0
     finally:
         db.dispose()
+
+
+def running(s: Session, spec: JobSpec) -> int:
+    """A new job, moved to starting (as a pass's lease leaves it)."""
+    change = started(s, spec)
+    transitions.move_many(s, [change], 5.0)
+    return change.job_id
 
 
 def started(s: Session, spec: JobSpec) -> transitions.Change:

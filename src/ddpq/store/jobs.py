@@ -158,15 +158,8 @@ _RANKED_BY = (Job.submitted_at, Job.id)
 # Both built once: read at every pass, in the transaction submissions wait behind.
 _WHOLE_QUEUE = select(*_PLANNED).where(Job.state == JobState.QUEUED)
 # Ids and ranks from the index alone; the rows of those kept only.
-_RANKED = (
-    select(
-        Job.id,
-        Job.attempt,
-        func.row_number().over(partition_by=_SHAPE, order_by=_RANKED_BY).label("rank"),
-    )
-    .where(Job.state == JobState.QUEUED)
-    .subquery()
-)
+_RANK = func.row_number().over(partition_by=_SHAPE, order_by=_RANKED_BY).label("rank")
+_RANKED = select(Job.id, Job.attempt, _RANK).where(Job.state == JobState.QUEUED).subquery()
 _WINDOWED_QUEUE = (
     select(*_PLANNED)
     .join(_RANKED, _RANKED.c.id == Job.id)
@@ -232,12 +225,15 @@ def auto_memory_jobs(session: Session, among: Iterable[int] | None = None) -> li
     """Queued jobs whose reservation is learned (``--gpu-mem auto``), and not requeued on
     whole GPUs after running out of memory; ``among``: of these ids only (the pass's
     window: looked up by id, not by a walk over the queue)."""
-    query = select(Job.id).where(
-        Job.state == JobState.QUEUED, Job.gpu_mem_auto.is_(True), Job.oom_requeues == 0
-    )
-    if among is not None:
-        query = query.where(Job.id.in_(list(among)))
-    return list(session.scalars(query))
+    if among is None:
+        return list(session.scalars(_AUTO))
+    return list(session.scalars(_AUTO_AMONG, {"ids": list(among)}))
+
+
+_AUTO = select(Job.id).where(  # both built once: asked at every pass
+    Job.state == JobState.QUEUED, Job.gpu_mem_auto.is_(True), Job.oom_requeues == 0
+)
+_AUTO_AMONG = _AUTO.where(Job.id.in_(bindparam("ids", expanding=True)))
 
 
 def set_waiting_reasons(
@@ -245,15 +241,15 @@ def set_waiting_reasons(
 ) -> None:
     """Update the reason of queued jobs whose reason changed (not recorded as events)."""
     changed = [{"job_id": i, "why": why} for i, why in reasons.items() if current.get(i) != why]
-    if changed:
-        jobs = cast(Table, Job.__table__)
-        # A plain executemany on the table (not the ORM's bulk-update-by-primary-key).
-        session.connection().execute(
-            update(jobs)
-            .where(jobs.c.id == bindparam("job_id"), jobs.c.state == JobState.QUEUED)
-            .values(reason=bindparam("why")),
-            changed,
-        )
+    if changed:  # a plain executemany on the table, not the ORM's bulk update by key
+        session.connection().execute(_SET_REASON, changed)
+
+
+_SET_REASON = (  # built once: every pass
+    update(_jobs)
+    .where(_jobs.c.id == bindparam("job_id"), _jobs.c.state == JobState.QUEUED)
+    .values(reason=bindparam("why"))
+)
 
 
 @dataclass(frozen=True)
