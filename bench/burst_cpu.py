@@ -26,8 +26,7 @@ from pathlib import Path
 
 import httpx
 from machine import ROOT, cpu_model, free_port
-
-LIVE = ["queued", "starting", "running"]
+from scheduler_bench import _all_done, wait_until
 
 
 def main() -> None:
@@ -52,17 +51,17 @@ def main() -> None:
     )
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-Ddpq-User": "root"})
     try:
-        until(lambda: len(http.get("/v1/devices").json()["items"]) == 8)
+        wait_until(lambda: _devices(http) == 8, 60, "the worker")
         for _ in range(5):  # warm: the first of everything, outside the measure
             http.post("/v1/jobs", json={"command": ["true"], "gpus": 1})
-        until(lambda: idle(http))
+        wait_until(lambda: _all_done(http, []), 60, "the warm-up")
         before, t0 = thread_cpu(daemon.pid), time.time()
         for _ in range(args.jobs):
             body = {"command": ["true"], "gpus": 1, "hold": args.hold}
             http.post("/v1/jobs", json=body).raise_for_status()
         submitted = time.time() - t0
         if not args.hold:
-            until(lambda: idle(http))
+            wait_until(lambda: _all_done(http, []), 600, "the burst")
         done, after = time.time() - t0, thread_cpu(daemon.pid)
         who = {int(k): v for k, v in json.loads(names.read_text()).items()}
     finally:
@@ -80,21 +79,11 @@ def main() -> None:
             print(f"  {who.get(tid, '?')}: {1000 * s / args.jobs:.1f} ms")
 
 
-def until(check) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.02)
-    raise SystemExit("timed out")
-
-
-def idle(http: httpx.Client) -> bool:
-    found = http.get("/v1/jobs", params={"state": LIVE, "limit": 1}).json()
-    return int(found["total"]) == 0
+def _devices(http: httpx.Client) -> int:
+    try:
+        return len(http.get("/v1/devices").json()["items"])
+    except httpx.TransportError:  # not listening yet
+        return 0
 
 
 def thread_cpu(pid: int) -> dict[int, float]:

@@ -2,9 +2,9 @@
 
     python bench/lock_turns.py [--submissions 100] [--rounds 2]
 
-In one process, as in ``ddpq serve``: the API's submit path (validation, the checks, the
-write transaction with its cap count, the insert, the commit, the nudge) run one at a
-time in the main thread, alone and beside a thread that computes without pause (as the
+In one process, as in ``ddpq serve``: the API's submit handler (the checks, the write
+transaction with its cap count, the insert, the commit, the nudge) run one at a time in
+the main thread, alone and beside a thread that computes without pause (as the
 worker's pass does between its statements), with the interpreter's switch interval at
 Python's default (5 ms) and at ``daemon.lock_turns.TURN_S``. Prints each case's wall
 time per submission (p50, mean); rounds alternate the two intervals.
@@ -20,15 +20,12 @@ import threading
 import time
 from pathlib import Path
 
-from ddpq import wake
 from ddpq.config import Settings
 from ddpq.daemon.lock_turns import TURN_S
 from ddpq.schemas import JobSubmit
-from ddpq.server import queue_caps, views
 from ddpq.server.deps import Caller
 from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.routes import jobs as routes
-from ddpq.store import jobs as job_store
 from ddpq.store.db import Database, migrate
 from ddpq.worker.loop import Worker
 
@@ -44,15 +41,9 @@ def main() -> None:
     db = Database(settings.db_path)
     who, lookups = Caller(name="alice", admin=True), NotifyLookups()
 
-    def submit() -> None:  # server.routes.jobs.submit, without HTTP
+    def submit() -> None:  # the API's handler itself, without HTTP
         body = JobSubmit.model_validate({"command": ["true"], "gpus": 1})
-        spec = routes.job_spec(body, who, settings, db, lookups)
-        with db.write() as s:
-            routes.check_gpus(s, body.gpus, body.gpu_mem_bytes, settings)
-            queue_caps.refuse_if_over(s, settings, spec.owner, 1)
-            job = job_store.create_job(s, spec, time.time())
-            views.job_out(job, ([], None), views.spec_waits(spec))
-        wake.nudge(settings.wake_socket)
+        routes.submit(body, who, settings, db, lookups)
 
     print(f"python {sys.version.split()[0]}; {args.submissions} submissions per case")
     for _ in range(args.rounds):
