@@ -6,12 +6,17 @@ from __future__ import annotations
 import cProfile
 import gc
 import pstats
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from ddpq.core.spec import JobSpec
+from ddpq.core.states import ACTIVE, JobState
 from ddpq.daemon.heap import freeze_startup_objects
-from ddpq.store import settling
-from ddpq.store.db import Database, migrate
+from ddpq.daemon.lock_turns import take_short_turns
+from ddpq.store import attempts, host, jobs, leases, queue, settling, supervision, transitions
+from ddpq.store.db import Database, Session, migrate
 
 
 def calls_to(name: str, profile: cProfile.Profile) -> int:
@@ -51,3 +56,62 @@ def test_the_daemons_start_up_objects_are_kept_out_of_full_collections() -> None
         assert id(module) not in tracked  # frozen: outside every generation a pass walks
     finally:
         gc.unfreeze()  # this test process collects as before
+
+
+def test_the_statements_of_every_pass_and_submission_are_built_once(tmp_path: Path) -> None:
+    # Built anew per call, a statement cost its construction and its cache key each time:
+    # the cap's count was a third of a submission's own time, and a pass's reads and a
+    # start's UPDATE of twenty columns much of the worker's transaction, which
+    # submissions wait behind (bench/RESULTS.md, "the hot path on the slower machine").
+    migrate(tmp_path / "ddpq.db")
+    db = Database(tmp_path / "ddpq.db")
+    spec = JobSpec(name="j", owner="alice", command=["true"], cwd="/", gpus=1)
+    calls: list[Callable[[Session], object]] = [
+        lambda s: queue.waiting_of(s, "alice", 10_001),
+        lambda s: jobs.queued_for_planning(s, window=256),
+        lambda s: jobs.queued_for_planning(s),
+        lambda s: supervision.running_for_supervision(s, ACTIVE),
+        lambda s: host.ram_held(s),
+        lambda s: leases.live(s),
+        lambda s: leases.release_many(s, [1, 2], 5.0),
+        lambda s: transitions.move_many(s, [started(s, spec)], 5.0, started_at=5.0),
+        lambda s: jobs.auto_memory_jobs(s, [1, 2, 3]),
+        lambda s: jobs.set_waiting_reasons(s, {1: "waiting for GPUs"}, {}),
+        lambda s: attempts.mark_running_many(s, [(running(s, spec), "h")], "local", "", 6.0),
+    ]
+    try:
+        for call in calls:
+            with db.write() as s:
+                call(s)  # the first may build
+            profile = cProfile.Profile()
+            with db.write() as s:
+                profile.enable()
+                call(s)
+                profile.disable()
+            assert calls_to("_generate_cache_key", profile) == 0
+            assert calls_to("_get_crud_kv_pairs", profile) == 0
+    finally:
+        db.dispose()
+
+
+def running(s: Session, spec: JobSpec) -> int:
+    """A new job, moved to starting (as a pass's lease leaves it)."""
+    change = started(s, spec)
+    transitions.move_many(s, [change], 5.0)
+    return change.job_id
+
+
+def started(s: Session, spec: JobSpec) -> transitions.Change:
+    job_id = jobs.create_job(s, spec, 1.0).id
+    return transitions.Change(job_id, JobState.QUEUED, JobState.STARTING, "leased", {"attempt": 1})
+
+
+def test_the_daemons_threads_take_short_turns_at_the_interpreter_lock() -> None:
+    # At Python's 5 ms a submission waited for the lock after each of its statements while
+    # the worker's pass computed, holding the write gate (bench/lock_turns.py).
+    before = sys.getswitchinterval()
+    try:
+        take_short_turns()
+        assert sys.getswitchinterval() <= 0.001
+    finally:
+        sys.setswitchinterval(before)

@@ -5,6 +5,7 @@
 
 ``DDPQ_BENCH_SAMPLE``: bench/stack_sampler.py (where the threads' wall time goes).
 ``DDPQ_BENCH_SQL``: bench/sql_timing.py (write-lock waits, holds, commits; a slow disk).
+``DDPQ_BENCH_THREADS``: bench/thread_names.py (which thread is which, for bench/burst_cpu.py).
 """
 
 import os
@@ -22,3 +23,7 @@ if {"serve", "server", "worker"} & set(sys.orig_argv):
         sql_timing.install(
             os.environ["DDPQ_BENCH_SQL"], float(os.environ.get("DDPQ_BENCH_FSYNC_MS", "0"))
         )
+    if os.environ.get("DDPQ_BENCH_THREADS"):
+        import thread_names
+
+        thread_names.start(os.environ["DDPQ_BENCH_THREADS"])

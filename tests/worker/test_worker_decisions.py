@@ -20,6 +20,7 @@ from ddpq.executors.fake import FakeExecutor
 from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
 from ddpq.store import endings as ending_store
+from ddpq.store.db import Session
 from ddpq.worker import exits
 from tests.worker.rig import Rig, make_rig
 
@@ -292,14 +293,20 @@ def test_one_exit_that_cannot_be_recorded_fails_that_job_alone(
 ) -> None:
     broken, fine = rig.submit(), rig.submit()
     rig.step()
-    real = ending_store.record_exit
+    real, real_many = ending_store.record_exit, ending_store.record_exits_many
 
     def record_exit(s: object, ending: ending_store.Ending, *args: object) -> None:
         if ending.job_id == broken and args[1].job_state is S:  # type: ignore[attr-defined]
             raise RuntimeError("a bug reading what the job wrote")
         real(s, ending, *args)  # type: ignore[arg-type]
 
+    def record_exits_many(s: Session, ends: list[ending_store.Exit], now: float) -> None:
+        if any(e.ending.job_id == broken for e in ends):  # all together fail: one by one
+            raise RuntimeError("a bug reading what the job wrote")
+        real_many(s, ends, now)
+
     monkeypatch.setattr(ending_store, "record_exit", record_exit)
+    monkeypatch.setattr(ending_store, "record_exits_many", record_exits_many)
     rig.host.finish(broken, 0)
     rig.host.finish(fine, 0)
     rig.step()

@@ -15,6 +15,7 @@ from ddpq.config import ConfigError, Settings
 from ddpq.core.names import SYSTEM_SOCKET
 from ddpq.daemon.heap import freeze_startup_objects
 from ddpq.daemon.job_ids import keep_job_ids_unique
+from ddpq.daemon.lock_turns import take_short_turns
 from ddpq.daemon.reach import require_jobs_can_run_the_shim
 from ddpq.daemon.state_folder import agree_on_trust, make_private, worker_lock
 from ddpq.daemon.unix_socket import UnixListener, closed_to_others, listen_unix
@@ -287,10 +288,12 @@ def _serve(
         log.info("API on http://%s:%d (home %s)", settings.host, settings.port, settings.home)
         shutdown.attach(server)
         freeze_startup_objects()  # the worker and the app are made (daemon.heap)
+        take_short_turns()  # a submission waits less for the lock after each statement
         server.run(sockets=listening)
         return
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: shutdown.event.set())
     freeze_startup_objects()
+    take_short_turns()
     while not shutdown.event.wait(3600):
         pass

@@ -233,13 +233,20 @@ def mark_running_many(
     moved = transitions.move_many(session, changes, now)
     if len(moved) != len(ids):  # nothing else moves a starting job: a bug, say so
         raise RuntimeError(f"of jobs {ids}, only {moved} were still starting")
-    current = select(_jobs.c.attempt).where(_jobs.c.id == bindparam("b_id")).scalar_subquery()
-    session.connection().execute(
-        update(_attempts)
-        .where(_attempts.c.job_id == bindparam("b_id"), _attempts.c.number == current)
-        .values(executor=executor, handle=bindparam("h")),
-        [{"b_id": i, "h": h} for i, h in started],
+    rows = [{"b_id": i, "h": h, "b_executor": executor} for i, h in started]
+    session.connection().execute(_SET_HANDLES, rows)
+
+
+# Built once: every pass that starts jobs writes their handles.
+_SET_HANDLES = (
+    update(_attempts)
+    .where(
+        _attempts.c.job_id == bindparam("b_id"),
+        _attempts.c.number
+        == select(_jobs.c.attempt).where(_jobs.c.id == bindparam("b_id")).scalar_subquery(),
     )
+    .values(executor=bindparam("b_executor"), handle=bindparam("h"))
+)
 
 
 def set_handle(session: Session, job_id: int, executor: str, handle: str) -> None:

@@ -14,12 +14,14 @@ from ddpq.store.models import Attempt, Job, Lease
 
 def ram_held(session: Session) -> int:
     """Bytes of host memory the jobs that hold leases hold now."""
-    total = session.scalar(
-        select(func.sum(Attempt.ram_bytes))
-        .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
-        .where(Job.state.in_(list(ACTIVE)))
-    )
-    return int(total or 0)
+    return int(session.scalar(_RAM_HELD) or 0)
+
+
+_RAM_HELD = (  # built once: read at every pass
+    select(func.sum(Attempt.ram_bytes))
+    .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
+    .where(Job.state.in_(list(ACTIVE)))
+)
 
 
 def slots_held(session: Session) -> int:

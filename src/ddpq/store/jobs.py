@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, text, update
+from sqlalchemy import Integer, Table, bindparam, func, insert, select, text, update
 from sqlalchemy.orm import Session, defer
 
 from ddpq.core.hostres import NO_DEFAULTS, HostDefaults, cores_wanted, ram_wanted
@@ -31,6 +30,7 @@ from ddpq.store.models import (
     JobEvent,
     SweepDependency,
     new_row,
+    written,
 )
 
 
@@ -68,7 +68,7 @@ def create_job(session: Session, spec: JobSpec, now: float) -> Job:
     transitions.submitted(session, [job_id], now)
     if not (on_jobs or on_sweeps or spec.hold or spec.singleton):
         # Queued as it is: the row just written, without reading it back.
-        return Job(id=job_id, **values)
+        return written(job_id, values)
     job = get_job(session, job_id)
     settling.settle_waiting(session, job, waiting_of_many(session, [job_id])[job_id], now)
     session.flush()
@@ -156,6 +156,16 @@ _PLANNED = (
 # of the index ``ix_jobs_plan_shape``, which serves the window without a sort.
 _SHAPE = tuple(getattr(Job, name) for name in PLAN_SHAPE_INDEX[1:-2])
 _RANKED_BY = (Job.submitted_at, Job.id)
+# Both built once: read at every pass, in the transaction submissions wait behind.
+_WHOLE_QUEUE = select(*_PLANNED).where(Job.state == JobState.QUEUED)
+# Ids and ranks from the index alone; the rows of those kept only.
+_RANK = func.row_number().over(partition_by=_SHAPE, order_by=_RANKED_BY).label("rank")
+_RANKED = select(Job.id, Job.attempt, _RANK).where(Job.state == JobState.QUEUED).subquery()
+_WINDOWED_QUEUE = (
+    select(*_PLANNED)
+    .join(_RANKED, _RANKED.c.id == Job.id)
+    .where((_RANKED.c.rank <= bindparam("window", type_=Integer)) | (_RANKED.c.attempt > 0))
+)
 
 
 def queued_for_planning(
@@ -174,15 +184,10 @@ def queued_for_planning(
     back-off and attained service) is read. A flood of 10,000 alike jobs is then read as
     ``window`` rows, ranked by SQLite without the interpreter lock.
     """
-    queued = Job.state == JobState.QUEUED
     if window is None:
-        query = select(*_PLANNED).where(queued)
+        found = session.execute(_WHOLE_QUEUE)
     else:
-        # Ids and ranks from the index alone; the rows of those kept only.
-        rank = func.row_number().over(partition_by=_SHAPE, order_by=_RANKED_BY)
-        ranked = select(Job.id, Job.attempt, rank.label("rank")).where(queued).subquery()
-        kept = (ranked.c.rank <= window) | (ranked.c.attempt > 0)
-        query = select(*_PLANNED).join(ranked, ranked.c.id == Job.id).where(kept)
+        found = session.execute(_WINDOWED_QUEUE, {"window": window})
     return [
         (
             QueuedJob(
@@ -200,7 +205,7 @@ def queued_for_planning(
             ),
             row.reason,
         )
-        for row in session.execute(query)
+        for row in found
     ]
 
 
@@ -223,12 +228,15 @@ def auto_memory_jobs(session: Session, among: Iterable[int] | None = None) -> li
     """Queued jobs whose reservation is learned (``--gpu-mem auto``), and not requeued on
     whole GPUs after running out of memory; ``among``: of these ids only (the pass's
     window: looked up by id, not by a walk over the queue)."""
-    query = select(Job.id).where(
-        Job.state == JobState.QUEUED, Job.gpu_mem_auto.is_(True), Job.oom_requeues == 0
-    )
-    if among is not None:
-        query = query.where(Job.id.in_(list(among)))
-    return list(session.scalars(query))
+    if among is None:
+        return list(session.scalars(_AUTO))
+    return list(session.scalars(_AUTO_AMONG, {"ids": list(among)}))
+
+
+_AUTO = select(Job.id).where(  # both built once: asked at every pass
+    Job.state == JobState.QUEUED, Job.gpu_mem_auto.is_(True), Job.oom_requeues == 0
+)
+_AUTO_AMONG = _AUTO.where(Job.id.in_(bindparam("ids", expanding=True)))
 
 
 def set_waiting_reasons(
@@ -236,58 +244,15 @@ def set_waiting_reasons(
 ) -> None:
     """Update the reason of queued jobs whose reason changed (not recorded as events)."""
     changed = [{"job_id": i, "why": why} for i, why in reasons.items() if current.get(i) != why]
-    if changed:
-        jobs = cast(Table, Job.__table__)
-        # A plain executemany on the table (not the ORM's bulk-update-by-primary-key).
-        session.connection().execute(
-            update(jobs)
-            .where(jobs.c.id == bindparam("job_id"), jobs.c.state == JobState.QUEUED)
-            .values(reason=bindparam("why")),
-            changed,
-        )
+    if changed:  # a plain executemany on the table, not the ORM's bulk update by key
+        session.connection().execute(_SET_REASON, changed)
 
 
-@dataclass(frozen=True)
-class RunningView:
-    id: int
-    owner: str
-    started_at: float | None
-    time_limit_s: float | None
-    stop_request: str | None
-    stop_sent_at: float | None
-    # For the preemption rule (core.preempt):
-    priority: int = 0
-    submitted_at: float = 0.0
-    preemptible: bool = False
-    preemptions: int = 0
-    # Elastic (core.scheduler.elastic): its least and most GPUs, and the size a resize
-    # asked for is taking it to (None: none asked).
-    gpus: int = 0
-    gpus_max: int | None = None
-    resize_to: int | None = None
-
-
-def running_for_supervision(
-    session: Session, states: Iterable[JobState] = (JobState.RUNNING,)
-) -> list[RunningView]:
-    """Timing and stop fields of the jobs in ``states``, columns only (read every pass)."""
-    columns = (
-        Job.id,
-        Job.owner,
-        Job.started_at,
-        Job.time_limit_s,
-        Job.stop_request,
-        Job.stop_sent_at,
-        Job.priority,
-        Job.submitted_at,
-        Job.preemptible,
-        Job.preemptions,
-        Job.gpus,
-        Job.gpus_max,
-        Job.resize_to,
-    )
-    rows = session.execute(select(*columns).where(Job.state.in_(list(states))))
-    return [RunningView(*tuple(row)) for row in rows]
+_SET_REASON = (  # built once: every pass
+    update(_jobs)
+    .where(_jobs.c.id == bindparam("job_id"), _jobs.c.state == JobState.QUEUED)
+    .values(reason=bindparam("why"))
+)
 
 
 def events_of(session: Session, job_id: int) -> list[JobEvent]:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.store.models import Lease
@@ -19,6 +19,9 @@ PORT = "port"
 GPU_SHARE = "gpu_share"  # a share of a GPU's memory (mem_bytes); several jobs may hold one
 GPU_KINDS = (GPU, GPU_SHARE)
 CPU = "cpu"  # a CPU core slot (core.hostres); disjoint between live jobs, as GPUs are
+
+_leases = cast(Table, Lease.__table__)
+_live = _leases.c
 
 
 @dataclass(frozen=True)
@@ -101,29 +104,38 @@ def acquire_many(session: Session, wanted: Sequence[Wanted], now: float) -> None
 
 
 def release(session: Session, job_id: int, now: float) -> None:
-    session.execute(
-        update(Lease)
-        .where(Lease.job_id == job_id, Lease.released_at.is_(None))
-        .values(released_at=now)
-        .execution_options(synchronize_session=False)
-    )
+    release_many(session, [job_id], now)
+
+
+def release_many(session: Session, job_ids: Sequence[int], now: float) -> None:
+    """Free every live lease of ``job_ids``, in one statement."""
+    if job_ids:
+        session.execute(_RELEASE, {"ids": list(job_ids), "now": now})
+
+
+_RELEASE = (
+    update(_leases)
+    .where(_live.job_id.in_(bindparam("ids", expanding=True)), _live.released_at.is_(None))
+    .values(released_at=bindparam("now"))
+)
 
 
 def live(session: Session, job_ids: Iterable[int] | None = None) -> list[LiveLease]:
     """Unreleased leases (of ``job_ids``, if given), as columns: read on every pass."""
-    table = cast(Table, Lease.__table__).c
-    query = select(
-        table.job_id,
-        table.kind,
-        table.resource,
-        table.acquired_at,
-        table.mem_bytes,
-        table.share_cap,
-    ).where(table.released_at.is_(None))
-    if job_ids is not None:
-        query = query.where(table.job_id.in_(list(job_ids)))
-    rows = session.connection().execute(query.order_by(table.job_id, table.kind, table.resource))
+    if job_ids is None:
+        rows = session.connection().execute(_LIVE)
+    else:
+        rows = session.connection().execute(_LIVE_OF, {"ids": list(job_ids)})
     return [LiveLease(*row) for row in rows]
+
+
+# Built once: read at every pass.
+_LIVE_ROWS = select(
+    _live.job_id, _live.kind, _live.resource, _live.acquired_at, _live.mem_bytes, _live.share_cap
+).where(_live.released_at.is_(None))
+_IN_ORDER = (_live.job_id, _live.kind, _live.resource)
+_LIVE = _LIVE_ROWS.order_by(*_IN_ORDER)
+_LIVE_OF = _LIVE_ROWS.where(_live.job_id.in_(bindparam("ids", expanding=True))).order_by(*_IN_ORDER)
 
 
 def by_job(leases: Iterable[LiveLease]) -> dict[int, tuple[list[int], int | None]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import Integer, bindparam, func, select
 from sqlalchemy.orm import Session, defer
 
 from ddpq.core.states import JobState
@@ -27,11 +27,21 @@ from ddpq.store.models import Job
 WAITING = (JobState.QUEUED, JobState.HELD)
 
 
+# Built once: asked at every submission, where building it anew (a subquery's columns,
+# its cache key) cost a third of the request's own time (bench/RESULTS.md).
+_WAITING_OF = select(func.count()).select_from(
+    select(Job.id)
+    .where(Job.state.in_(WAITING), Job.owner == bindparam("owner"))
+    .limit(bindparam("upto", type_=Integer))
+    .subquery()
+)
+
+
 def waiting_of(session: Session, owner: str, upto: int) -> int:
     """How many of ``owner``'s jobs are queued or held, counted up to ``upto`` at most:
     the cap's question costs at most the cap's index entries, however long the queue."""
-    some = select(Job.id).where(Job.state.in_(WAITING), Job.owner == owner).limit(upto)
-    return int(session.scalar(select(func.count()).select_from(some.subquery())) or 0)
+    found = session.connection().execute(_WAITING_OF, {"owner": owner, "upto": upto})
+    return int(found.scalar() or 0)
 
 
 @dataclass(frozen=True)

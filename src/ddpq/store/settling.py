@@ -84,12 +84,18 @@ _HELD_ON_THEM = union(
 )
 
 
+def held_on(session: Session, job_ids: Sequence[int]) -> list[int]:
+    """The held jobs that wait on any of ``job_ids`` (ended), on their sweeps, or behind
+    them as singletons: one statement, built once."""
+    if not job_ids:
+        return []
+    session.flush()  # a job held by this session's own pending changes is seen
+    return list(session.connection().execute(_HELD_ON_THEM, {"ended": list(job_ids)}).scalars())
+
+
 def settle_dependents_many(session: Session, job_ids: Sequence[int], now: float) -> None:
     """``settle_dependents`` for several ended jobs at once (a sweep's, say)."""
-    if not job_ids:
-        return
-    session.flush()  # a job held by this session's own pending changes is seen
-    held = list(session.connection().execute(_HELD_ON_THEM, {"ended": list(job_ids)}).scalars())
+    held = held_on(session, job_ids)
     if held:
         waiting = session.scalars(select(Job).where(Job.id.in_(held)).order_by(Job.id))
         settle_jobs(session, list(waiting), now)

@@ -12,6 +12,7 @@ job's state or an event.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -21,6 +22,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.dml import Update
 
 from ddpq.core.states import TERMINAL, JobState, check_transition
 from ddpq.store.models import Job, JobEvent
@@ -52,13 +54,15 @@ _INSERT_GUARDED_EVENT = insert(_events).from_select(
 @dataclass(frozen=True)
 class Change:
     """One job from ``old`` to ``new`` (the same state: a new reason, no transition), with
-    the columns this job alone gets (the same names for every change of one call)."""
+    the columns this job alone gets (the same names for every change of one call), and
+    when its event happened if not at the call's ``now`` (an attempt's own end)."""
 
     job_id: int
     old: JobState
     new: JobState
     reason: str
     values: Mapping[str, Any] = field(default_factory=dict)
+    at: float | None = None
 
 
 def move_many(session: Session, changes: Sequence[Change], now: float, **shared: Any) -> list[int]:
@@ -78,7 +82,13 @@ def move_many(session: Session, changes: Sequence[Change], now: float, **shared:
         raise ValueError("a job can change state once per call")
     conn = session.connection()
     events = [
-        {"b_id": c.job_id, "b_at": now, "b_old": c.old, "b_new": c.new, "b_reason": c.reason}
+        {
+            "b_id": c.job_id,
+            "b_at": now if c.at is None else c.at,
+            "b_old": c.old,
+            "b_new": c.new,
+            "b_reason": c.reason,
+        }
         for c in changes
     ]
     written = conn.execute(_INSERT_GUARDED_EVENT, events).rowcount
@@ -112,21 +122,40 @@ def _update(
     group: Sequence[Change],
     shared: Mapping[str, Any],
 ) -> None:
-    own: dict[str, Any] = {k: bindparam(f"v_{k}") for k in keys}
+    computed = {k: v for k, v in shared.items() if isinstance(v, ClauseElement)}
+    given = {f"s_{k}": v for k, v in shared.items() if k not in computed}
     statement = (
-        update(_jobs)
-        .where(_jobs.c.id == bindparam("b_id"), _jobs.c.state == bindparam("b_old"))
-        .values(state=new, reason=bindparam("b_reason"), **own, **shared)
+        _statement(new, keys, tuple(sorted(shared)))
+        if not computed  # the usual: built once per shape, not per call (every pass's)
+        else _built(new, keys, tuple(k for k in shared if k not in computed)).values(**computed)
     )
     rows = [
         {"b_id": c.job_id, "b_old": c.old, "b_reason": c.reason}
         | {f"v_{k}": c.values[k] for k in keys}
+        | given
         for c in group
     ]
     result = session.connection().execute(statement, rows)
     if result.rowcount != len(rows):  # each got its event under the same guard: a bug
         raise RuntimeError(f"of {len(rows)} jobs to move to {new.value}, {result.rowcount} moved")
     _sync_loaded(session, new, group, shared)
+
+
+def _built(new: JobState, own: tuple[str, ...], shared: tuple[str, ...]) -> Update:
+    """The UPDATE of a move to ``new``: each row's ``own`` columns (``v_<name>``), the
+    call's ``shared`` ones (``s_<name>``), guarded by the state the move starts from."""
+    values: dict[str, Any] = {k: bindparam(f"v_{k}") for k in own}
+    values.update({k: bindparam(f"s_{k}") for k in shared})
+    return (
+        update(_jobs)
+        .where(_jobs.c.id == bindparam("b_id"), _jobs.c.state == bindparam("b_old"))
+        .values(state=new, reason=bindparam("b_reason"), **values)
+    )
+
+
+# Building an UPDATE of twenty columns (a start's) was a tenth of the worker's pass, in
+# the transaction submissions wait behind (bench/RESULTS.md): each shape is built once.
+_statement = functools.lru_cache(maxsize=256)(_built)
 
 
 def _sync_loaded(

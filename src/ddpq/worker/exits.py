@@ -3,9 +3,11 @@ every write the store's.
 
 All the attempts that ended since the last look are recorded in the caller's transaction
 (with the next jobs' leases: under a stream of short jobs that keeps the write lock free
-for submissions), each in a savepoint of its own: one bad exit must not undo the others,
-and one whose recording fails is recorded again as failed without reading anything the
-job wrote, since that may be what failed.
+for submissions), together in a few statements (``store.endings.record_exits_many``), in
+one savepoint. If that fails, or for an end that adds to a count on its job's row, each
+is recorded in a savepoint of its own: one bad exit must not undo the others, and one
+whose recording fails is recorded again as failed without reading anything the job
+wrote, since that may be what failed.
 """
 
 from __future__ import annotations
@@ -32,32 +34,61 @@ def record_exits(s: Session, ended: Sequence[Ended], settings: Settings, now: fl
     if not ended:
         return
     endings = ending_store.endings(s, [e.job_id for e in ended])
+    together: list[ending_store.Exit] = []
+    alone: list[tuple[ending_store.Ending, Ended]] = []
     for e in ended:
         ending = endings.get(e.job_id)
         if ending is None or ending.state not in ACTIVE or ending.attempt != e.attempt:
             continue  # already recorded (a restart raced us), or an older attempt's
         try:
+            decided = _decide(ending, e.record, settings, now, read_files=True)
+        except Exception:  # recorded alone, which says what failed
+            alone.append((ending, e))
+            continue
+        if decided.together:
+            together.append(decided)
+        else:
+            alone.append((ending, e))
+    if together:
+        try:
             with s.begin_nested():
-                _record(s, ending, e.record, settings, now, read_files=True)
+                ending_store.record_exits_many(s, together, now)
         except Exception:
-            log.exception("job %s: could not record its end; marking it failed", e.job_id)
-            broken = ExitRecord(None, None, now, now, error=UNRECORDABLE)
-            try:
-                with s.begin_nested():
-                    _record(s, ending, broken, settings, now, read_files=False)
-            except Exception:  # left to reconcile at the next start; the others go on
-                log.exception("job %s: could not mark it failed either", e.job_id)
+            log.exception("%d ends could not be recorded together; one by one", len(together))
+            alone += [(d.ending, e) for d in together for e in ended if e.job_id == d.ending.job_id]
+        else:
+            for d in together:
+                log.info("job %s: %s", d.ending.job_id, d.disposition.attempt_reason)
+    for ending, e in alone:
+        _record_alone(s, ending, e, settings, now)
 
 
-def _record(
-    s: Session,
+def _record_alone(
+    s: Session, ending: ending_store.Ending, e: Ended, settings: Settings, now: float
+) -> None:
+    """One end in a savepoint of its own; if that fails, the job failed, recorded without
+    reading anything it wrote."""
+    try:
+        with s.begin_nested():
+            _record(s, ending, e.record, settings, now, read_files=True)
+    except Exception:
+        log.exception("job %s: could not record its end; marking it failed", e.job_id)
+        broken = ExitRecord(None, None, now, now, error=UNRECORDABLE)
+        try:
+            with s.begin_nested():
+                _record(s, ending, broken, settings, now, read_files=False)
+        except Exception:  # left to reconcile at the next start; the others go on
+            log.exception("job %s: could not mark it failed either", e.job_id)
+
+
+def _decide(
     ending: ending_store.Ending,
     record: ExitRecord,
     settings: Settings,
     now: float,
     *,
     read_files: bool,
-) -> None:
+) -> ending_store.Exit:
     folder = JobDir(Path(ending.job_dir)) if read_files and ending.job_dir else None
     progress = folder.read_progress() if folder is not None else None
     disposition = after_exit(
@@ -71,5 +102,18 @@ def _record(
         checkpointed=progress is not None and progress.get("preempted") is True,
         out_of_memory=lambda: folder is not None and cuda_out_of_memory(folder.log_tail()),
     )
-    ending_store.record_exit(s, ending, record, disposition, progress, now)
-    log.info("job %s: %s", ending.job_id, disposition.attempt_reason)
+    return ending_store.Exit(ending, record, disposition, progress)
+
+
+def _record(
+    s: Session,
+    ending: ending_store.Ending,
+    record: ExitRecord,
+    settings: Settings,
+    now: float,
+    *,
+    read_files: bool,
+) -> None:
+    d = _decide(ending, record, settings, now, read_files=read_files)
+    ending_store.record_exit(s, ending, record, d.disposition, d.progress, now)
+    log.info("job %s: %s", ending.job_id, d.disposition.attempt_reason)

@@ -24,7 +24,7 @@ from ddpq.core.scheduler.policy_progress import History, Record, Seen, estimates
 from ddpq.store import attempts as attempt_store
 from ddpq.store import progress as progress_store
 from ddpq.store.db import Session
-from ddpq.store.jobs import RunningView
+from ddpq.store.supervision import RunningView
 
 HISTORY_TTL_S = 60.0
 FORECAST_EVERY_S = 2.0

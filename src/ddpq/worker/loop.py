@@ -28,7 +28,7 @@ from ddpq.executors.capabilities import capabilities
 from ddpq.executors.local.freeze import pauser
 from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
-from ddpq.store import jobs as job_store
+from ddpq.store import supervision
 from ddpq.store import users as user_store
 from ddpq.store import waits as wait_store
 from ddpq.store.db import Database, storage_fault
@@ -245,7 +245,7 @@ class Worker:
         """Cancels asked for through the API, and time limits: signal each job once."""
         now = self.clock()
         with self.db.read() as s:
-            running = job_store.running_for_supervision(s)
+            running = supervision.running_for_supervision(s)
         due = []
         for j in running:
             asked = StopRequest(j.stop_request) if j.stop_request else None

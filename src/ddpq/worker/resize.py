@@ -15,7 +15,7 @@ from ddpq.core.scheduler import elastic
 from ddpq.store import limits as limit_store
 from ddpq.store import resizes as resize_store
 from ddpq.store.db import Session
-from ddpq.store.jobs import RunningView
+from ddpq.store.supervision import RunningView
 
 log = logging.getLogger("ddpq.worker")
 

@@ -32,6 +32,7 @@ from ddpq.store import leases as lease_store
 from ddpq.store import limits as limit_store
 from ddpq.store import memory as memory_store
 from ddpq.store import resizes as resize_store
+from ddpq.store import supervision
 from ddpq.store import sweeps as sweep_store
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
@@ -70,7 +71,7 @@ AUTO_BY_ID = 2000  # the most queued ids asked about by id (learned)
 class Holding:
     """The jobs that hold leases now: their rows, GPUs and port, and shares by memory."""
 
-    active: list[job_store.RunningView]
+    active: list[supervision.RunningView]
     held: dict[int, tuple[list[int], int | None]]  # job -> (GPUs, port)
     shares: dict[int, tuple[int, int | None]]  # sharing job -> (bytes per GPU, share cap)
     slots: frozenset[int] = frozenset()  # CPU core slots leased (core.hostres)
@@ -78,7 +79,7 @@ class Holding:
 
     @classmethod
     def read(cls, s: Session) -> Holding:
-        active = job_store.running_for_supervision(s, ACTIVE)
+        active = supervision.running_for_supervision(s, ACTIVE)
         live = lease_store.live(s)
         slots = frozenset(c for cores in lease_store.core_slots(live).values() for c in cores)
         return cls(
@@ -102,7 +103,7 @@ class Holding:
             for j in self.active
         ]
 
-    def with_gpus(self) -> list[tuple[job_store.RunningView, int]]:
+    def with_gpus(self) -> list[tuple[supervision.RunningView, int]]:
         """Each lease holder and how many GPUs it holds."""
         return [(j, len(self.held.get(j.id, ([], None))[0])) for j in self.active]
 

@@ -14,6 +14,7 @@ from ddpq.store.models.job import (
     columns_of,
     new_row,
     spec_of,
+    written,
 )
 from ddpq.store.models.progress import ProgressSample
 from ddpq.store.models.tables import (
@@ -63,4 +64,5 @@ __all__ = [
     "new_row",
     "spec_of",
     "state_type",
+    "written",
 ]

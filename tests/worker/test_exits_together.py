@@ -1,0 +1,119 @@
+"""The ends of one pass are recorded together (``store.endings.record_exits_many``): in a
+number of statements that does not grow with them, and to the same rows and events as
+one by one (``record_exit``), which stays for the ends that add to a count and for the
+fallback. Under a burst of short jobs, statement by statement, it was most of the
+worker's transaction that submissions wait behind (bench/RESULTS.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from ddpq.core.states import JobState
+from ddpq.store import endings as ending_store
+from ddpq.worker import exits
+from tests.worker.rig import Rig, make_rig
+
+
+def statements_recording(rig: Rig, finishing: list[int]) -> int:
+    """Finish ``finishing`` and record their ends in one transaction: statements run."""
+    for job_id in finishing:
+        rig.host.finish(job_id, 0)
+    ended = rig.worker.executor.ended()
+    assert sorted(e.job_id for e in ended) == sorted(finishing)
+    count = 0
+
+    def counted(*_: Any) -> None:
+        nonlocal count
+        count += 1
+
+    engine = rig.worker.db.write_engine
+    with rig.worker.db.write() as s:
+        event.listen(engine, "before_cursor_execute", counted)
+        try:
+            exits.record_exits(s, ended, rig.settings, rig.clock())
+        finally:
+            event.remove(engine, "before_cursor_execute", counted)
+    return count
+
+
+def test_the_ends_of_a_pass_cost_statements_that_do_not_grow_with_them(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, fake_gpus=8, max_user_ports=8)
+    try:
+        jobs = [rig.submit() for _ in range(8)]
+        rig.step()
+        assert all(rig.job(j).state is JobState.RUNNING for j in jobs)
+        two = statements_recording(rig, jobs[:2])
+        six = statements_recording(rig, jobs[2:])
+        assert two == six  # eight per end before
+        assert all(rig.job(j).state is JobState.SUCCEEDED for j in jobs)
+        assert all(rig.job(j).gpus == [] for j in jobs)  # leases freed
+    finally:
+        rig.close()
+
+
+def rows(rig: Rig, home: Path) -> list[Any]:
+    """Every row of the tables an end writes, the rig's folder named alike; each job's
+    events in order (not the order of different jobs' events, which ids number)."""
+    tables = {
+        "jobs": "*",
+        "attempts": "*",
+        "leases": "*",
+        "job_events": "job_id, at, from_state, to_state, reason",
+    }
+    with rig.api.read() as s:
+        conn = s.connection()
+        return [
+            tuple(str(v).replace(str(home), "HOME") for v in row)
+            for table, columns in tables.items()
+            for row in conn.exec_driver_sql(f"SELECT {columns} FROM {table} ORDER BY 1, id")
+        ]
+
+
+def ended_world(home: Path) -> list[Any]:
+    """Jobs that end every way one pass sees: success, a retry, a failure that cancels
+    its dependent, a job whose success releases one; every row they leave."""
+    rig = make_rig(home, fake_gpus=4, max_user_ports=8)
+    try:
+        ok, retried, failed, freed = (
+            rig.submit(),
+            rig.submit(max_retries=1),
+            rig.submit(),
+            rig.submit(),
+        )
+        doomed, released = rig.submit(after=(failed,)), rig.submit(after=(freed,))
+        rig.step()
+        rig.clock.advance(3.0)
+        rig.host.finish(ok, 0, peak_ram_bytes=1 << 20)
+        rig.host.finish(retried, 1)
+        rig.host.finish(failed, 2)
+        rig.host.finish(freed, 0)
+        rig.clock.advance(1.0)
+        rig.step()
+        states = [rig.job(j).state for j in (ok, retried, failed, freed, doomed, released)]
+        assert states == [
+            JobState.SUCCEEDED,
+            JobState.QUEUED,
+            JobState.FAILED,
+            JobState.SUCCEEDED,
+            JobState.CANCELLED,
+            JobState.RUNNING,
+        ]
+        kept = rows(rig, home)
+        assert any(str(1 << 20) in row for row in kept)  # the attempt's peak host memory
+        return kept
+    finally:
+        rig.close()
+
+
+def test_ends_recorded_together_are_what_one_by_one_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    together = ended_world(tmp_path / "together")
+    with monkeypatch.context() as m:
+        m.setattr(ending_store.Exit, "together", property(lambda _: False))
+        alone = ended_world(tmp_path / "alone")
+    assert together == alone
