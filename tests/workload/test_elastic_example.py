@@ -66,7 +66,10 @@ def test_preempted_on_two_ranks_it_goes_on_on_four(tmp_path: Path) -> None:
     finally:
         kill_job(proc, signal.SIGKILL)
     first = first_log.read_text()
-    assert first.count("exitcode  : 75 ") == 2, first  # both ranks: saved, requeue me
+    # Saved, "requeue me": torchrun reports the first rank to exit 75 and stops the other
+    # with SIGTERM if it has not exited 75 yet (which of the two wins is a race).
+    codes = re.findall(r"exitcode\s*: (-?\d+) ", first)
+    assert "75" in codes and set(codes) <= {"75", "-15"}, first
     assert (job / "metrics.jsonl").read_text() == '{"preempted": true}\n'
     done = spans(first)
     assert 3 <= len(done) < 3 * STEPS, first

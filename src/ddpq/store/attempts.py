@@ -328,12 +328,17 @@ def mark_stop_sent(session: Session, job_id: int, why: StopRequest, now: float) 
     return bool(result.rowcount == 1)
 
 
-def request_preemptions(session: Session, wanted: Mapping[int, str]) -> list[int]:
+def request_preemptions(
+    session: Session, wanted: Mapping[int, str], resize_to: Mapping[int, int] | None = None
+) -> list[int]:
     """Ask running jobs to checkpoint and go (the policy's choice): job id -> who it makes
-    room for. Jobs already being stopped are left alone; the ones asked are returned."""
+    room for; an elastic job's size when it comes back, for those in ``resize_to``
+    (``store.resizes``). Jobs already being stopped are left alone; the ones asked are
+    returned."""
     asked = []
     conn = session.connection()
     for job_id, why in wanted.items():
+        size = {"resize_to": resize_to[job_id]} if resize_to and job_id in resize_to else {}
         result = conn.execute(
             update(_jobs)
             .where(
@@ -342,7 +347,7 @@ def request_preemptions(session: Session, wanted: Mapping[int, str]) -> list[int
                 _jobs.c.preemptible.is_(True),
                 _jobs.c.stop_request.is_(None),
             )
-            .values(stop_request=StopRequest.PREEMPT.value, stop_reason=why)
+            .values(stop_request=StopRequest.PREEMPT.value, stop_reason=why, **size)
         )
         if result.rowcount == 1:
             asked.append(job_id)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
-from ddpq.core.rules import StopRequest
 from ddpq.core.states import JobState
 from ddpq.store import transitions
+from ddpq.store.attempts import request_preemptions
 from ddpq.store.models import Attempt, Job
 
 _jobs = cast(Table, Job.__table__)
@@ -23,22 +23,9 @@ def request_resizes(session: Session, wanted: Mapping[int, tuple[int, str]]) -> 
     -> (its next attempt's GPUs, why). Its preemption signal does it (the job is requeued
     as preempted, ``resize_to`` placing it first). Jobs already being stopped are left
     alone; the ones asked are returned."""
-    asked = []
-    conn = session.connection()
-    for job_id, (size, why) in wanted.items():
-        result = conn.execute(
-            update(_jobs)
-            .where(
-                _jobs.c.id == job_id,
-                _jobs.c.state == JobState.RUNNING,
-                _jobs.c.preemptible.is_(True),
-                _jobs.c.stop_request.is_(None),
-            )
-            .values(stop_request=StopRequest.PREEMPT.value, stop_reason=why, resize_to=size)
-        )
-        if result.rowcount == 1:
-            asked.append(job_id)
-    return asked
+    why = {job_id: reason for job_id, (_, reason) in wanted.items()}
+    sizes = {job_id: size for job_id, (size, _) in wanted.items()}
+    return request_preemptions(session, why, resize_to=sizes)
 
 
 def any_elastic_running(session: Session) -> bool:
