@@ -338,7 +338,9 @@ def request_preemptions(
     asked = []
     conn = session.connection()
     for job_id, why in wanted.items():
-        size = {"resize_to": resize_to[job_id]} if resize_to and job_id in resize_to else {}
+        # None for a plain preemption: what a running job's resize_to is anyway (cleared
+        # when it was leased).
+        size = (resize_to or {}).get(job_id)
         result = conn.execute(
             update(_jobs)
             .where(
@@ -347,7 +349,7 @@ def request_preemptions(
                 _jobs.c.preemptible.is_(True),
                 _jobs.c.stop_request.is_(None),
             )
-            .values(stop_request=StopRequest.PREEMPT.value, stop_reason=why, **size)
+            .values(stop_request=StopRequest.PREEMPT.value, stop_reason=why, resize_to=size)
         )
         if result.rowcount == 1:
             asked.append(job_id)
