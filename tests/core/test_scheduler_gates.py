@@ -238,3 +238,9 @@ def test_a_job_that_does_not_fit_gets_no_gpus_and_no_reason_from_placement() -> 
     chosen = choose(q(gpus=2), world(running=held))
     assert (chosen.gpus, chosen.stopped_by, chosen.reason) == (None, None, None)
     assert math.isinf(world(running=held).end_of(q()))
+
+
+def test_a_budget_of_one_port_is_said_in_the_singular() -> None:
+    world = World(range(2), [], [29500, 29501], 0.0, port_budget=PortBudget(1, {"ann": 1}))
+    said = port_budget(QueuedJob(1, "ann", 1, 0, 0.0), Pass(world))
+    assert said == "ann holds 1 rendezvous port, the most one user may hold at once"

@@ -102,9 +102,8 @@ def port_budget(job: QueuedJob, p: Pass) -> str | None:
     budget = p.world.port_budget
     if not job.needs_port or budget.allows(job.owner, p.ports_placed):
         return None
-    return (
-        f"{job.owner} holds {budget.per_owner} rendezvous ports, the most one user may hold at once"
-    )
+    held = f"{budget.per_owner} rendezvous port" + ("" if budget.per_owner == 1 else "s")
+    return f"{job.owner} holds {held}, the most one user may hold at once"
 
 
 def free_port(job: QueuedJob, p: Pass) -> str | None:
