@@ -52,7 +52,7 @@ class Limits:
 NO_LIMITS = Limits()
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
@@ -77,11 +77,11 @@ class OwnerUse:
         A sharing job may still fit on GPUs its owner holds already (``room_in_own``)."""
         limit = limits.of(owner)
         if limit.jobs is not None and self.jobs.get(owner, 0) >= limit.jobs:
-            return f"at {owner}'s limit of {_plural(limit.jobs, 'running job')}"
+            return f"at {owner}'s limit of {plural(limit.jobs, 'running job')}"
         if limit.gpus is None or gpus == 0:
             return None
         if gpus > limit.gpus:
-            return f"needs {_plural(gpus, 'GPU')}, more than {owner}'s limit of {limit.gpus}"
+            return f"needs {plural(gpus, 'GPU')}, more than {owner}'s limit of {limit.gpus}"
         held = len(self.held(owner))
         if not shares and held + gpus > limit.gpus:
             return self.gpu_limit_reason(owner, limit.gpus)
@@ -99,8 +99,8 @@ class OwnerUse:
     def gpu_limit_reason(self, owner: str, limit: int) -> str:
         held = len(self.held(owner))
         if held >= limit:
-            return f"at {owner}'s limit of {_plural(limit, 'GPU')}"
-        return f"would pass {owner}'s limit of {_plural(limit, 'GPU')} ({owner}'s jobs hold {held})"
+            return f"at {owner}'s limit of {plural(limit, 'GPU')}"
+        return f"would pass {owner}'s limit of {plural(limit, 'GPU')} ({owner}'s jobs hold {held})"
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class Reservation:
     end: float
 
     def describe(self) -> str:
-        return f"reservation {self.id} ({_plural(self.gpus, 'GPU')} for {self.user})"
+        return f"reservation {self.id} ({plural(self.gpus, 'GPU')} for {self.user})"
 
 
 def peak_reserved(reservations: Iterable[Reservation], extra: Reservation | None = None) -> int:

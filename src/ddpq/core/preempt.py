@@ -89,7 +89,7 @@ def victims(
                 and now - r.started_at >= guards.min_run_s
                 and order.outranks(job, r)
             ),
-            key=lambda r: (_worse_first(order, r), -r.started_at, -r.id),
+            key=lambda r: (worse_first(order, r), -r.started_at, -r.id),
         )
         chosen, freed = [], free
         for r in candidates:
@@ -105,5 +105,6 @@ def victims(
     return out
 
 
-def _worse_first(order: Order, job: Orderable) -> tuple[float, ...]:
+def worse_first(order: Order, job: Orderable) -> tuple[float, ...]:
+    """A sort key putting the jobs the policy ranks worst first."""
     return tuple(-x for x in order.rank(job))

@@ -34,20 +34,27 @@ def resizable(active: Sequence[RunningView], held: Held, now: float) -> list[ela
             j.id,
             len(held.get(j.id, ([], None))[0]),
             j.gpus,
-            j.gpus_max,
+            most,
             j.started_at or now,
             j.preemptions,
-            j.resize_to if j.stop_request else None,
+            j.resize_to,  # None unless a resize is under way (a lease clears it)
             j.owner,
         )
         for j in active
-        if j.gpus_max is not None and j.preemptible
+        if (most := resizable_most(j)) is not None
     ]
 
 
+def resizable_most(job: RunningView) -> int | None:
+    """An elastic job's most GPUs, if it can be resized: if the preemption signal reaches
+    it (one that is not preemptible would never be asked, and a shrink counted on it
+    would never come). None: not elastic, or not resizable."""
+    return job.gpus_max if job.preemptible else None
+
+
 def least(active: Sequence[RunningView]) -> dict[int, int]:
-    """Each running elastic job's least GPUs."""
-    return {j.id: j.gpus for j in active if j.gpus_max is not None}
+    """Each running resizable elastic job's least GPUs."""
+    return {j.id: j.gpus for j in active if resizable_most(j) is not None}
 
 
 def leaving(job: RunningView, held: int) -> int:

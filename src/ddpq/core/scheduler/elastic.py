@@ -33,7 +33,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ddpq.core.policy import Order
-from ddpq.core.preempt import DEFAULT_GUARDS, Guards, Preemption, Running, Waiting, victims
+from ddpq.core.preempt import (
+    DEFAULT_GUARDS,
+    Guards,
+    Preemption,
+    Running,
+    Waiting,
+    victims,
+    worse_first,
+)
 from ddpq.core.scheduler.model import QueuedJob
 from ddpq.core.scheduler.placement import Choice, choose
 from ddpq.core.scheduler.state import Pass
@@ -176,7 +184,7 @@ def lent_back(
             for r in running
             if r.id in least and r.gpus > least[r.id] and now - r.started_at >= guards.min_run_s
         ),
-        key=lambda r: (tuple(-x for x in order.rank(r)), -r.started_at, -r.id),
+        key=lambda r: (worse_first(order, r), -r.started_at, -r.id),
     )
     if sum(r.gpus - least[r.id] for r in lenders) < short:
         return []

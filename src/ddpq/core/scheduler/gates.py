@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ddpq.core.limits import plural
 from ddpq.core.scheduler.model import QueuedJob
 from ddpq.core.scheduler.placers import best_set
 from ddpq.core.scheduler.state import Pass
@@ -102,7 +103,7 @@ def port_budget(job: QueuedJob, p: Pass) -> str | None:
     budget = p.world.port_budget
     if not job.needs_port or budget.allows(job.owner, p.ports_placed):
         return None
-    held = f"{budget.per_owner} rendezvous port" + ("" if budget.per_owner == 1 else "s")
+    held = plural(budget.per_owner, "rendezvous port")
     return f"{job.owner} holds {held}, the most one user may hold at once"
 
 
