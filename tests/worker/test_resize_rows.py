@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ddpq.core.limits import Limit, Limits
 from ddpq.store.supervision import RunningView
-from ddpq.worker.resize import least, resizable
+from ddpq.worker.resize import least, owner_room, resizable
 
 
 def row(job_id: int, *, gpus_max: int | None, preemptible: bool) -> RunningView:
@@ -23,3 +24,10 @@ def test_only_preemptible_elastic_jobs_are_lenders_or_resized() -> None:
     held = {1: ([0, 1, 2], None), 2: ([3, 4, 5], None), 3: ([6], None)}
     assert least(active) == {1: 2}
     assert [(r.id, r.held) for r in resizable(active, held, 100.0)] == [(1, 3)]
+
+
+def test_an_owners_room_counts_a_shared_gpu_once() -> None:
+    active = [row(1, gpus_max=4, preemptible=True), row(2, gpus_max=None, preemptible=True)]
+    held = {1: ([0, 1], None), 2: ([1], None)}  # job 2 shares GPU 1 by memory
+    limits = Limits({"ann": Limit(gpus=4)})
+    assert owner_room(limits, active, held) == {"ann": 2}

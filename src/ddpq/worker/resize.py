@@ -9,7 +9,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from ddpq.config import Settings
-from ddpq.core.limits import Limits
+from ddpq.core.limits import Limits, OwnerUse
 from ddpq.core.preempt import Guards
 from ddpq.core.scheduler import elastic
 from ddpq.store import limits as limit_store
@@ -93,12 +93,14 @@ def ask_grows(
 
 
 def owner_room(limits: Limits, active: Sequence[RunningView], held: Held) -> dict[str, int]:
-    """The GPUs each owner with a GPU limit may still take (``core.limits``)."""
+    """The GPUs each owner with a GPU limit may still take (``core.limits``: distinct GPUs,
+    a GPU two of its jobs share by memory counted once)."""
+    use = OwnerUse((j.owner, held.get(j.id, ([], None))[0]) for j in active)
     room: dict[str, int] = {}
-    for j in active:
-        cap = limits.of(j.owner).gpus
+    for owner in {j.owner for j in active}:
+        cap = limits.of(owner).gpus
         if cap is not None:
-            room[j.owner] = room.get(j.owner, cap) - len(held.get(j.id, ([], None))[0])
+            room[owner] = cap - len(use.held(owner))
     return room
 
 
