@@ -13,6 +13,7 @@ import pytest
 from ddpq.executors.local import procs
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
+from tests.workload.runs import NARROW
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
@@ -21,6 +22,9 @@ pytest.importorskip("torch")
 # tests are about ddpq (progress, retries, preemption), not the model.
 TINY = ["--synthetic", "192", "--batch-size", "16", "--stem", "imagenet"]
 TINY += ["--max-steps-per-epoch", "3"]
+# The progress test runs the published network, and so do the tests whose signal must land
+# while the job trains (a narrow run of as many seconds costs as much); the retry test the
+# narrow one (tests/workload/runs.NARROW).
 
 
 def step_after(saved: dict[str, int]) -> tuple[int, int]:
@@ -56,7 +60,9 @@ def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
 ) -> None:
     d = make_daemon("--fake-gpus", "2", "--grace", "2s")
     c = d.client()
-    args = [*TINY, "--max-steps-per-epoch", "8", "--epochs", "6"]
+    # Six epochs of 12 steps on the narrow network: the kill lands after the first epoch's
+    # checkpoint with five epochs (seconds) still to go.
+    args = [*TINY, *NARROW, "--synthetic", "384", "--max-steps-per-epoch", "12", "--epochs", "6"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, retries=1))
     running = wait_state(c, job.id, "running", timeout=60)
     assert running.job_dir is not None
@@ -97,6 +103,8 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
     c = d.client()
     # Three epochs of twelve steps: the urgent job, submitted at the first epoch's second
     # step, lands mid-epoch or at an epoch's end (both are checked below), never after the end.
+    # The published width: the train records come about every 2 s, and the narrow network's
+    # epoch would be over before its second step's record.
     args = [*TINY, "--max-steps-per-epoch", "12", "--epochs", "3", "--deterministic"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, preemptible=True))
     running = wait_state(c, job.id, "running", timeout=60)
@@ -143,6 +151,8 @@ def test_an_elastic_resnet18_grows_from_2_to_4_gpus_and_trains_as_a_run_on_4(
     wait_file = f"while [ ! -e {flag} ]; do sleep 0.1; done"
     blocker = c.submit(JobSubmit(command=["sh", "-c", wait_file], gpus=2))
     wait_state(c, blocker.id, "running", timeout=60)
+    # The published width, for the same reason as above: the grow must land mid-run. (The
+    # narrow network run as long costs as much CPU: the ranks compute for as many seconds.)
     recipe = ["--synthetic", "400", "--stem", "imagenet", "--max-steps-per-epoch", "12"]
     recipe += ["--epochs", "3"]
     args = [*recipe, "--batch-size", "8"]

@@ -23,6 +23,7 @@ import torch  # noqa: E402
 from ddpq.workloads import preemption, resize  # noqa: E402
 from ddpq.workloads import resnet18 as workload  # noqa: E402
 from tests.workload.runs import (  # noqa: E402
+    NARROW,
     PREEMPTIBLE,
     RUN_TIMEOUT_S,
     finish,
@@ -35,7 +36,9 @@ from tests.workload.runs import (  # noqa: E402
     wait_for,
 )
 
-STEPS = 12
+# The narrow network's steps are ~0.03 s on a CPU: 40 of them leave the preemption, sent
+# after the second, over a second to land inside the first epoch.
+STEPS = 40
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -52,8 +55,9 @@ def results(recs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 # on a loaded 2-core box.
 @pytest.mark.timeout(900)
 def test_preempted_mid_epoch_resumes_at_that_step_with_the_same_result(tmp_path: Path) -> None:
-    args = ["--synthetic", "200", "--batch-size", "8", "--max-steps-per-epoch", str(STEPS)]
-    args += ["--epochs", "2", "--seed", "5", "--deterministic"]
+    args = ["--synthetic", str(16 * STEPS), "--batch-size", "8"]
+    args += ["--max-steps-per-epoch", str(STEPS), "--epochs", "2", "--seed", "5"]
+    args += ["--deterministic", *NARROW]
 
     # The reference: the same seed, never interrupted, not even preemptible.
     ref = tmp_path / "ref"
@@ -114,7 +118,7 @@ def test_a_signal_during_set_up_requeues_without_saving(tmp_path: Path) -> None:
     catches it before that import) or builds the model; never lost, never a crash."""
     job = tmp_path / "job"
     log = tmp_path / "job.log"
-    args = ["--synthetic", "40", "--batch-size", "8", "--epochs", "1"]
+    args = ["--synthetic", "40", "--batch-size", "8", "--epochs", "1", *NARROW]
     proc = start(args, job, None, log, {**PREEMPTIBLE, "DDPQ_REQUEUE_EXIT": "76"})
     try:
         usr1 = 1 << (signal.SIGUSR1 - 1)
@@ -163,7 +167,7 @@ def test_a_signal_during_evaluation_saves_that_epoch_end(
     in_process: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job = in_process
-    args = ["--synthetic", "40", "--batch-size", "8", "--max-steps-per-epoch", "2"]
+    args = ["--synthetic", "40", "--batch-size", "8", "--max-steps-per-epoch", "2", *NARROW]
     args += ["--checkpoint-every", "5"]  # no epoch checkpoint is due: the preemption saves
     came = signal_during_evaluation(monkeypatch)
     assert workload.main([*args, "--epochs", "3"]) == workload.EXIT_REQUEUE == 75

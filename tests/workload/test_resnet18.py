@@ -26,6 +26,7 @@ import torch  # noqa: E402
 from ddpq.workloads import cifar, resize  # noqa: E402
 from ddpq.workloads import resnet18 as workload  # noqa: E402
 from tests.workload.runs import (  # noqa: E402
+    NARROW,
     RUN_TIMEOUT_S,
     SRC,
     finish,
@@ -198,7 +199,7 @@ def test_pretrained_weights_come_from_a_local_file_only(tmp_path: Path) -> None:
     imagenet = resnet18(weights=None)  # 1000 classes, like the published file
     path = tmp_path / "resnet18-f37072fd.pth"
     torch.save(imagenet.state_dict(), path)
-    model = workload.build_model("cifar")
+    model = workload.build_model(workload.Architecture("cifar", 64))
     skipped = workload.load_pretrained(model, str(path))
     # The new head and the CIFAR stem's 3x3 conv keep their fresh initialisation.
     assert skipped == ["conv1.weight", "fc.bias", "fc.weight"]
@@ -275,6 +276,7 @@ def test_eval_is_the_same_on_one_and_two_ranks(tmp_path: Path, data_dir: Path) -
 def test_sigterm_then_rerun_resumes_at_the_next_epoch(tmp_path: Path, data_dir: Path) -> None:
     job = tmp_path / "job"
     args = ["--data-dir", str(data_dir), "--batch-size", "16", "--max-steps-per-epoch", "4"]
+    args += NARROW
     log = tmp_path / "first.log"
     proc = start([*args, "--epochs", "50"], job, nproc=2, log=log)
     ckpt = job / "checkpoint.pt"

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from ddpq.workloads.resnet18 import build_model
+from ddpq.workloads import resnet18 as workload
+from ddpq.workloads.resnet18 import Architecture, build_model
+from ddpq.workloads.resnet18_cli import build_parser
 
 
 @pytest.mark.parametrize("stem", ["imagenet", "cifar"])
@@ -17,7 +20,7 @@ def test_a_seed_gives_torchvisions_weights_and_outputs(stem: str) -> None:
     from torchvision.models import resnet18
 
     torch.manual_seed(7)
-    ours = build_model(stem)
+    ours = build_model(Architecture(stem, 64))
     torch.manual_seed(7)
     theirs = resnet18(weights=None, num_classes=10)
     if stem == "cifar":
@@ -36,8 +39,57 @@ def test_a_seed_gives_torchvisions_weights_and_outputs(stem: str) -> None:
 
 def test_building_the_model_does_not_import_torchvision() -> None:
     code = (
-        "import sys; from ddpq.workloads.resnet18 import build_model; build_model('cifar'); "
+        "import sys; from ddpq.workloads.resnet18 import Architecture, build_model; "
+        "build_model(Architecture('cifar', 64)); "
         "print('torchvision' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def scaled(name: str, dim: int, channels: int, width: int) -> int:
+    """A published weight's size along ``dim`` at ``width``."""
+    if name == "conv1.weight" and dim == 1:
+        return channels  # the image's three colours
+    if name.startswith("fc.") and dim == 0:
+        return channels  # the ten classes
+    if dim >= 2:
+        return channels  # a kernel's height and width
+    return channels * width // 64
+
+
+@pytest.mark.parametrize("width", [1, 8, 16, 32])
+@pytest.mark.parametrize("stem", ["imagenet", "cifar"])
+def test_a_width_scales_every_layer_s_channels_alike(stem: str, width: int) -> None:
+    """--width keeps ResNet18's layers, in their order and at their strides, each with
+    width/64 of its channels: the published network's weights, each shape scaled."""
+    published = build_model(Architecture(stem, 64)).state_dict()
+    narrow = build_model(Architecture(stem, width))
+    shapes = {name: tuple(t.shape) for name, t in narrow.state_dict().items()}
+    assert list(shapes) == list(published)
+    for name, tensor in published.items():
+        expected = tuple(scaled(name, dim, n, width) for dim, n in enumerate(tensor.shape))
+        assert shapes[name] == expected, name
+    out = narrow.eval()(torch.randn(2, 3, 32, 32))
+    assert out.shape == (2, 10)
+
+
+def test_a_checkpoint_resumes_only_on_its_own_width(tmp_path: Path) -> None:
+    """A checkpoint of one width cannot load into another; the run says so in one line
+    (an old checkpoint, from before --width, counts as 64); --eval-only evaluates what was
+    trained."""
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    state = {"format": 2, "epoch": 1, "stem": "imagenet", "width": 16}
+    args = build_parser().parse_args(["--checkpoint-dir", str(tmp_path), "--width", "32"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(workload, "load_checkpoint", lambda path: dict(state))
+        wrong = r"--width 16, not --stem imagenet --width 32"
+        with pytest.raises(workload.WorkloadError, match=wrong):
+            workload.find_checkpoint(args)
+        args.width = 16
+        assert workload.find_checkpoint(args)[2] == Architecture("imagenet", 16)
+        args.width, args.eval_only = 64, True
+        assert workload.find_checkpoint(args)[2] == Architecture("imagenet", 16)
+        del state["width"]
+        args.eval_only = False
+        assert workload.find_checkpoint(args)[2] == Architecture("imagenet", 64)

@@ -344,14 +344,31 @@ def load_data(args: argparse.Namespace) -> tuple[cifar.Cifar10, str]:
 # --------------------------------------------------------------------------- model
 
 
-def build_model(stem: str) -> nn.Module:
+@dataclass(frozen=True)
+class Architecture:
+    """What a checkpoint's weights fit: the stem and the width (``--stem``, ``--width``)."""
+
+    stem: str
+    width: int
+
+    @classmethod
+    def of_checkpoint(cls, state: dict[str, Any]) -> Architecture:
+        # Checkpoints from before --width were all of the published width.
+        return cls(str(state["stem"]), int(state.get("width", 64)))
+
+    def describe(self) -> str:
+        width = f", width {self.width}" if self.width != 64 else ""
+        return f"stem {self.stem}{width}"
+
+
+def build_model(arch: Architecture) -> nn.Module:
     # Not torchvision's: importing it costs each rank ~2 s of CPU (resnet_model's docstring).
     from ddpq.workloads.resnet_model import ResNet18
 
-    model = ResNet18(num_classes=cifar.NUM_CLASSES)
-    if stem == "cifar":
+    model = ResNet18(num_classes=cifar.NUM_CLASSES, width=arch.width)
+    if arch.stem == "cifar":
         # 32x32 inputs: keep full resolution into layer1 instead of dividing it by 4.
-        model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        model.conv1 = nn.Conv2d(3, arch.width, kernel_size=3, stride=1, padding=1, bias=False)
         model.maxpool = nn.Identity()
     return model
 
@@ -847,6 +864,7 @@ class Trainer:
             "data": self.data_position(epochs_done, step),
             "ranks": ranks,
             "stem": self.args.stem,
+            "width": self.args.width,
             "world_size": self.cl.world_size,
             "batch_size": self.args.batch_size,
             "metrics": self.last,
@@ -1033,19 +1051,24 @@ def setup_backends(cuda: bool, deterministic: bool) -> None:
         torch.set_float32_matmul_precision("high")  # TF32 where fp32 remains (no --amp)
 
 
-def find_checkpoint(args: argparse.Namespace) -> tuple[Path | None, dict[str, Any] | None, str]:
-    """The checkpoint path, its contents if it exists, and the stem to build."""
+def find_checkpoint(
+    args: argparse.Namespace,
+) -> tuple[Path | None, dict[str, Any] | None, Architecture]:
+    """The checkpoint path, its contents if it exists, and the network to build."""
     ckpt = checkpoint_path(args)
     state = load_checkpoint(ckpt) if ckpt is not None and ckpt.is_file() else None
     if args.eval_only and state is None:
         where = ckpt or "(set --checkpoint-dir or $DDPQ_JOB_DIR)"
         raise WorkloadError(f"--eval-only: no checkpoint at {where}")
-    if state is None or state["stem"] == args.stem:
-        return ckpt, state, args.stem
-    if args.eval_only:  # evaluate what was trained
-        return ckpt, state, str(state["stem"])
+    asked = Architecture(args.stem, args.width)
+    if state is None:
+        return ckpt, state, asked
+    trained = Architecture.of_checkpoint(state)
+    if trained == asked or args.eval_only:  # --eval-only evaluates what was trained
+        return ckpt, state, trained
     raise WorkloadError(
-        f"checkpoint {ckpt} was trained with --stem {state['stem']}, not --stem {args.stem}"
+        f"checkpoint {ckpt} was trained with --stem {trained.stem} --width {trained.width}, "
+        f"not --stem {asked.stem} --width {asked.width}"
     )
 
 
@@ -1111,7 +1134,7 @@ def build_trainer(
     cl: Cluster,
     data_np: cifar.Cifar10,
     state: dict[str, Any] | None,
-    stem: str,
+    arch: Architecture,
     stop: StopRequest,
     preempt_cfg: preemption.PreemptConfig,
 ) -> Trainer:
@@ -1120,7 +1143,7 @@ def build_trainer(
     # (191 vs 193 ms a step, 1 thread, batch 64), so the plain layout is kept there.
     channels_last = cuda
     torch.manual_seed(args.seed)
-    net = build_model(stem)
+    net = build_model(arch)
     if args.pretrained is not None and state is None:
         skipped = load_pretrained(net, args.pretrained)
         log(cl, f"pretrained weights from {pretrained_path(args.pretrained)}; new: {skipped}")
@@ -1184,17 +1207,17 @@ def train_main(
 ) -> int:
     t_begin = time.perf_counter()
     data_np, data_desc = load_data(args)  # before joining: a data error fails fast everywhere
-    ckpt, state, stem = find_checkpoint(args)
+    ckpt, state, arch = find_checkpoint(args)
     cl = start_cluster(args)
     setup_backends(cl.device.type == "cuda", args.deterministic)
-    trainer = build_trainer(args, cl, data_np, state, stem, stop, preempt_cfg)
+    trainer = build_trainer(args, cl, data_np, state, arch, stop, preempt_cfg)
     del data_np  # the device copy is what trains
     backend = "nccl" if cl.device.type == "cuda" else "gloo"
     log(
         cl,
         f"resnet18: world_size {cl.world_size} on {cl.device.type} "
         f"({backend}{'' if cl.distributed else ', no process group'}), "
-        f"{torch.get_num_threads()} threads/rank, stem {stem}, "
+        f"{torch.get_num_threads()} threads/rank, {arch.describe()}, "
         f"amp {'on' if trainer.amp else 'off'}, "
         f"batch {trainer.batch}/rank x {trainer.steps} steps/epoch, "
         f"peak lr {trainer.schedule.peak_lr:.4g}; data {data_desc}",

@@ -22,36 +22,78 @@ def default_data_dir() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "ddpq", "cifar10")
 
 
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
+    value = _number(text)
     if not value >= 0.0:  # also rejects NaN
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    value = _number(text)
     if not value > 0.0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 
+# The first stage's channels: 64 is ResNet18 as published (and as its ImageNet weights fit).
+# The bound keeps a typo from asking for a network no machine holds (at 256: 180 M weights).
+PUBLISHED_WIDTH = 64
+MAX_WIDTH = 256
+
+
+def _width(text: str) -> int:
+    value = _whole_number(text)
+    if not 1 <= value <= MAX_WIDTH:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_WIDTH}, got {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Checks what no single option's type can: a combination of options."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, rest = super().parse_known_args(args, namespace)
+        if parsed.pretrained is not None and parsed.width != PUBLISHED_WIDTH:
+            self.error(
+                f"--pretrained: the ImageNet weights fit --width {PUBLISHED_WIDTH} only, "
+                f"not --width {parsed.width}"
+            )
+        return parsed, rest
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m ddpq.workloads.resnet18",
         description=(
             "DDP ResNet18 on CIFAR-10. Run under torchrun (one process per device) or plainly "
@@ -138,6 +180,16 @@ def _model_options(model: argparse._ArgumentGroup) -> None:
         help=(
             "imagenet: torchvision's 7x7/2 conv + maxpool; cifar: 3x3/1 conv, no maxpool "
             "(slower, more accurate on 32x32 images) (default: %(default)s)"
+        ),
+    )
+    model.add_argument(
+        "--width",
+        type=_width,
+        default=PUBLISHED_WIDTH,
+        help=(
+            "channels of the first stage, doubled at each of the next three; 64 is ResNet18 "
+            "as published, 8 to 32 a smaller, quicker network for checking a set-up "
+            "(default: %(default)s)"
         ),
     )
     model.add_argument(
