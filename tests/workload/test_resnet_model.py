@@ -93,3 +93,29 @@ def test_a_checkpoint_resumes_only_on_its_own_width(tmp_path: Path) -> None:
         del state["width"]
         args.eval_only = False
         assert workload.find_checkpoint(args)[2] == Architecture("imagenet", 64)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--width", "0"], "argument --width: must be from 1 to 256, got 0"),
+        (["--width", "257"], "argument --width: must be from 1 to 256, got 257"),
+        (["--width", "-16"], "argument --width: must be from 1 to 256, got -16"),
+        (["--width", "16.5"], "argument --width: must be a whole number, got '16.5'"),
+        (["--width", "wide"], "argument --width: must be a whole number, got 'wide'"),
+        (["--width", ""], "argument --width: must be a whole number, got ''"),
+        (["--width"], "argument --width: expected one argument"),
+        (
+            ["--width", "16", "--pretrained"],
+            "--pretrained: the ImageNet weights fit --width 64 only, not --width 16",
+        ),
+    ],
+)
+def test_a_bad_width_is_refused_at_submission_with_one_line(args: list[str], said: str) -> None:
+    """What ``ddpq submit resnet18`` and the API check before a job is queued (a 422)."""
+    from ddpq.workloads import registry
+
+    with pytest.raises(registry.BadWorkload) as refused:
+        registry.resolve("resnet18", args)
+    assert str(refused.value) == said
+    assert registry.resolve("resnet18", ["--width", "16"])[-2:] == ["--width", "16"]
