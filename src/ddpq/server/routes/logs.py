@@ -26,6 +26,17 @@ from ddpq.store.db import Database
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 LOG_CHUNK = 64 * 1024
+# A follower's place in the log is its offset and, to find it again after the shim compacts
+# the log (``executors.local.shim_log``: the middle dropped, the newest part moved nearer
+# the start), the last bytes it was sent, looked for among the log's newest: 4 KiB, so that
+# only output that repeats itself for as long could be taken for another place in it (and
+# then it is the same output), shorter ends of them if a small cap kept less than that.
+ANCHOR = 4096
+ANCHOR_ENDS = (ANCHOR, 1024, 256)
+SEARCH = 4 * 1024 * 1024
+# How the shim's line where it dropped output begins (``executors.local.shim_log``; kept
+# equal by tests/test_log_follow.py): a follower that lost its place goes on after it.
+DROPPED_NOTE = b"\n[ddpq: log over its cap of "
 # Who a stream asks as when it looks the log up again (the job had no folder yet when it
 # began): the caller's right to read it was checked then.
 STREAM = Caller("ddpq", True)
@@ -86,19 +97,55 @@ async def follow_log(
     # Async, so a quiet follower holds no worker thread while it waits (a blocking
     # generator would, and 40 of them would starve the whole API); Starlette cancels
     # it when the client goes away.
+    seen = b""  # the last bytes sent (at most ANCHOR), which end at ``offset``
     while True:
         state = await run_in_threadpool(job_state, db, job_id)
         if path is None:
             path, _ = await run_in_threadpool(log_target, db, job_id, STREAM)
-        data, size = await run_in_threadpool(read, path, offset, LOG_CHUNK)
-        if size < offset:  # the shim compacted the log past its cap
+        data, offset, skipped = (
+            await run_in_threadpool(read_on, path, offset, seen) if path else (b"", 0, False)
+        )
+        if skipped:
+            seen = b""
             yield b"\n[ddpq: log compacted; some output skipped]\n"
-            offset = max(0, size - LOG_CHUNK)
             continue
         if data:
+            seen = (seen + data[-ANCHOR:])[-ANCHOR:]
             offset += len(data)
             yield data
             continue
         if JobState(state) in TERMINAL:
             return
         await asyncio.sleep(0.2)
+
+
+def read_on(path: Path, offset: int, seen: bytes, search: int = SEARCH) -> tuple[bytes, int, bool]:
+    """What a follower that was sent ``seen`` last, ending at ``offset``, reads next: the
+    bytes, the offset they start at, and whether output it never had was dropped first.
+
+    Its place is checked on every read, not only when the log got shorter than its offset:
+    a follower more than half a cap behind would otherwise read on from a place that now
+    holds other output. After a compaction its last bytes are found again among the newest
+    ``search`` bytes and it reads on right after them, neither skipping output nor sending
+    any twice; found nowhere (it fell further behind than that), it is told output was
+    skipped and goes on with the newest part the shim kept."""
+    data, size = jobdir.read_range(path, offset - len(seen), len(seen) + LOG_CHUNK)
+    if data[: len(seen)] == seen and size >= offset:
+        return data[len(seen) :], offset, False
+    base = max(0, size - search)
+    window, _ = jobdir.read_range(path, base, search)
+    for length in ANCHOR_ENDS if seen else ():
+        found = window.rfind(seen[-length:])
+        if found >= 0:
+            at = found + len(seen[-length:])
+            return window[at : at + LOG_CHUNK], base + at, False
+    return b"", base + newest_part(window), True
+
+
+def newest_part(window: bytes) -> int:
+    """Where the newest output kept by the last compaction begins in ``window`` (the line
+    after the shim's note), or, with no note in it, its last chunk. (A job may print a
+    note of its own: then its own follower resumes later than it could, nothing worse.)"""
+    note = window.rfind(DROPPED_NOTE)
+    end = window.find(b"\n", note + len(DROPPED_NOTE)) if note >= 0 else -1
+    return end + 1 if end >= 0 else max(0, len(window) - LOG_CHUNK)
