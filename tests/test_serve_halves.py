@@ -7,16 +7,19 @@ half's death stops the other, with one line saying why; nothing is left behind.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ddpq.daemon import halves
+from ddpq.config import ConfigError
+from ddpq.daemon import halves, state_folder
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_for
 
@@ -143,3 +146,35 @@ def test_a_setting_the_worker_refuses_stays_a_failed_starts_one_line(tmp_path: P
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith("ddpq: --executor slurm needs Slurm's commands on PATH"), line
+
+
+def _last_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_start_waits_for_the_lock_of_a_worker_half_whose_parent_is_gone(
+    tmp_path: Path,
+) -> None:
+    """After `kill -9` of `serve`, its worker half holds the lock while it stops: a start
+    then waits for it (the lock names a pid that is gone) instead of refusing."""
+    held = open(tmp_path / "worker.lock", "a+")  # noqa: SIM115 - released by the timer
+    fcntl.flock(held, fcntl.LOCK_EX)
+    held.write(str(_last_pid()))
+    held.flush()
+    threading.Timer(0.3, held.close).start()  # the orphaned half ends
+    lock = state_folder.worker_lock(tmp_path, patience_s=60)
+    try:
+        assert (tmp_path / "worker.lock").read_text() == str(os.getpid())
+    finally:
+        lock.close()
+
+
+def test_a_start_beside_a_running_worker_is_refused_at_once(tmp_path: Path) -> None:
+    held = state_folder.worker_lock(tmp_path)  # names this process, which runs
+    try:
+        with pytest.raises(ConfigError, match=f"another ddpq worker \\(pid {os.getpid()}\\)"):
+            state_folder.worker_lock(tmp_path, patience_s=60)
+    finally:
+        held.close()
