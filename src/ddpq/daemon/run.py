@@ -246,8 +246,11 @@ def _run_worker_child(settings: Settings, parent: ApiParent) -> NoReturn:
     """The worker's process under ``serve``: start, say so to the parent, run until a
     SIGTERM (the parent's, or a service manager's) or the parent's end. Never returns:
     what is up the stack is the parent's."""
+    from ddpq.executors.local import cgroups
+
     shutdown = Shutdown()
     signal.signal(signal.SIGTERM, lambda *_: shutdown.event.set())  # SIGINT: ignored
+    cgroups.companion(parent.pid)  # in the daemon's cgroup too: moved along (cgroup v2)
     try:
         try:
             half = _WorkerHalf(settings, shutdown)
