@@ -136,11 +136,15 @@ class ApiParent:
         self._channel = channel
 
     def ready(self) -> None:
-        self._channel.sendall(READY)
+        """Say the worker runs. A parent already gone (a SIGTERM before it could handle
+        one) is ``watch``'s to find: the end of the socket pair."""
+        with contextlib.suppress(OSError):
+            self._channel.sendall(READY)
 
     def refuse(self, message: str) -> NoReturn:
         """The worker's settings refuse it: the parent says so (one line) and exits 2."""
-        self._channel.sendall(REFUSED + message.replace("\n", " ").encode() + b"\n")
+        with contextlib.suppress(OSError):
+            self._channel.sendall(REFUSED + message.replace("\n", " ").encode() + b"\n")
         leave(2)
 
     def died(self, why: str) -> None:

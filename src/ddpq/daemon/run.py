@@ -256,11 +256,11 @@ def _run_worker_child(settings: Settings, parent: ApiParent) -> NoReturn:
             half = _WorkerHalf(settings, shutdown)
         except ConfigError as exc:
             parent.refuse(str(exc))
-        parent.ready()
-        parent.watch(shutdown)
-        freeze_startup_objects()
-        take_short_turns()
         try:
+            parent.ready()
+            parent.watch(shutdown)
+            freeze_startup_objects()
+            take_short_turns()
             while not shutdown.event.wait(3600):
                 pass
         finally:
