@@ -20,6 +20,7 @@ import pytest
 
 from ddpq.config import ConfigError
 from ddpq.daemon import halves, state_folder
+from ddpq.daemon.watchdog import Shutdown
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_for
 
@@ -178,3 +179,21 @@ def test_a_start_beside_a_running_worker_is_refused_at_once(tmp_path: Path) -> N
             state_folder.worker_lock(tmp_path, patience_s=60)
     finally:
         held.close()
+
+
+class FakeServer:
+    should_exit = False
+    force_exit = False
+
+
+def test_a_clean_stop_of_the_worker_half_stops_the_api_as_a_signal_would() -> None:
+    """Before the API server is attached or after: it stops, unforced, and nothing failed."""
+    early, late = Shutdown(), Shutdown()
+    early_server, late_server = FakeServer(), FakeServer()
+    early.stop()
+    early.attach(early_server)
+    late.attach(late_server)
+    late.stop()
+    for shutdown, server in ((early, early_server), (late, late_server)):
+        assert server.should_exit and not server.force_exit
+        assert shutdown.died is None and shutdown.event.is_set()

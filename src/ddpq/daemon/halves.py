@@ -93,7 +93,7 @@ class WorkerProcess:
                 return
             if self._ended == CLEAN:
                 log.info("the worker process (pid %d) stopped; stopping the API", self.pid)
-                os.kill(os.getpid(), signal.SIGTERM)
+                shutdown.stop()
                 return
             said = self._said.readline()
             if said.startswith(DIED):  # the child logged it: one line, not two

@@ -50,6 +50,15 @@ class Shutdown:
             self._server = server
             if self.died is not None:
                 self._stop_server()
+            elif self.event.is_set():
+                server.should_exit = True
+
+    def stop(self) -> None:
+        """Stop as a SIGTERM would (``serve``'s worker half stopped by one): no failure."""
+        with self._lock:
+            self.event.set()
+            if self._server is not None:
+                self._server.should_exit = True
 
     def fail(self, why: str) -> None:
         with self._lock:
