@@ -63,7 +63,11 @@ def main() -> None:
         if not args.hold:
             wait_until(lambda: _all_done(http, []), 600, "the burst")
         done, after = time.time() - t0, thread_cpu(daemon.pid)
-        who = {int(k): v for k, v in json.loads(names.read_text()).items()}
+        who = {
+            int(k): v
+            for written in home.glob(names.name + "*")
+            for k, v in json.loads(written.read_text()).items()
+        }
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
@@ -87,17 +91,31 @@ def _devices(http: httpx.Client) -> int:
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
-    """Each thread's user + system CPU seconds so far."""
+    """Each thread's user + system CPU seconds so far, the daemon's and its child's
+    (``serve``'s worker half; the fork server and the jobs are the worker's children)."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
-            continue  # ended meanwhile
-        fields = stat.rsplit(")", 1)[1].split()
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    for process in (pid, *children(pid)):
+        for tid in os.listdir(f"/proc/{process}/task"):
+            try:
+                stat = Path(f"/proc/{process}/task/{tid}/stat").read_text()
+            except OSError:
+                continue  # ended meanwhile
+            fields = stat.rsplit(")", 1)[1].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
     return out
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
 
 
 if __name__ == "__main__":

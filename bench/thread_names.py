@@ -24,3 +24,5 @@ def start(path: str) -> None:
             time.sleep(0.5)
 
     threading.Thread(target=write, name="bench-thread-names", daemon=True).start()
+    # `ddpq serve`'s worker half, forked: its threads, in a file of its own.
+    os.register_at_fork(after_in_child=lambda: start(f"{path}.{os.getpid()}"))

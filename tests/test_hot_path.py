@@ -15,7 +15,18 @@ from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, JobState
 from ddpq.daemon.heap import freeze_startup_objects
 from ddpq.daemon.lock_turns import take_short_turns
-from ddpq.store import attempts, host, jobs, leases, queue, settling, supervision, transitions
+from ddpq.store import (
+    attempts,
+    host,
+    jobs,
+    leases,
+    queue,
+    settling,
+    supervision,
+    transitions,
+    users,
+)
+from ddpq.store import limits as limit_store
 from ddpq.store.db import Database, Session, migrate
 
 
@@ -78,6 +89,9 @@ def test_the_statements_of_every_pass_and_submission_are_built_once(tmp_path: Pa
         lambda s: jobs.auto_memory_jobs(s, [1, 2, 3]),
         lambda s: jobs.set_waiting_reasons(s, {1: "waiting for GPUs"}, {}),
         lambda s: attempts.mark_running_many(s, [(running(s, spec), "h")], "local", "", 6.0),
+        lambda s: limit_store.limits(s),
+        lambda s: limit_store.open_reservations(s, 5.0),
+        lambda s: users.unix_accounts(s, {"alice", "bob"}),
     ]
     try:
         for call in calls:

@@ -320,6 +320,23 @@ def test_a_daemon_sharing_its_cgroup_moves_no_one_else_and_says_why(
     assert "other processes share the daemon's cgroup (PID 1)" in said
 
 
+def test_serves_api_half_moves_into_the_leaf_beside_its_worker(
+    fake_v2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ddpq serve` is two processes in the service's cgroup: the worker moves its API
+    half (its parent, a companion) into the leaf with itself, or no controller could be
+    handed down under systemd with cgroup v2."""
+    api_half = os.getppid()
+    (fake_v2 / "cgroup.procs").write_text(f"{api_half}\n{os.getpid()}\n")
+    monkeypatch.setattr(cgroups, "_companions", {api_half})
+    tree = fake_v2 / "ddpq-test"
+    tree.mkdir()
+    tracking = cgroups.Tracking("cgroup", tree=tree, trees=(tree,))
+    found = limits.detect(tmp_path, tracking, 64, **no_v1(tmp_path))
+    assert found.v2 == {"cpuset", "memory", "pids"}
+    assert cgroup_v1.read(fake_v2 / "cgroup.procs") == ""  # both moved out of it
+
+
 def test_a_missing_controller_is_said_missing_never_pretended(
     fake_v2: Path, tmp_path: Path
 ) -> None:

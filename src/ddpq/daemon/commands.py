@@ -140,7 +140,10 @@ def _daemon_command(name: str, doc: str, *, api: bool, worker: bool) -> None:
 
 
 _daemon_command(
-    "serve", "Run the API and the worker in one process (a one-box lab).", api=True, worker=True
+    "serve",
+    "Run the API and the worker, in a child process (a one-box lab).",
+    api=True,
+    worker=True,
 )
 _daemon_command(
     "server",

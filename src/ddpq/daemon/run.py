@@ -1,4 +1,5 @@
-"""Wiring for ``ddpq serve`` (API + worker in one process), ``ddpq server`` and ``ddpq worker``."""
+"""Wiring for ``ddpq serve`` (the API, its worker in a child process: ``halves``), ``ddpq
+server`` and ``ddpq worker``."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import os
 import signal
 import socket
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ddpq import enforcement
 from ddpq.config import ConfigError, Settings
 from ddpq.core.names import SYSTEM_SOCKET
+from ddpq.daemon.halves import ApiParent, WorkerProcess, fork_worker, leave
 from ddpq.daemon.heap import freeze_startup_objects
 from ddpq.daemon.job_ids import keep_job_ids_unique
 from ddpq.daemon.lock_turns import take_short_turns
@@ -183,7 +185,9 @@ def _say_where_the_socket_is(settings: Settings, listener: UnixListener | None) 
 
 
 def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
-    """Run the daemon until a signal stops it; ``WorkerDied`` if its worker died."""
+    """Run the daemon until a signal stops it; ``WorkerDied`` if its worker died.
+
+    ``ddpq serve`` (both) runs its worker in a child process (``daemon.halves``)."""
     settings.validate(runs_jobs=worker, listens=api)
     require_jobs_can_run_the_shim(settings, runs_jobs=worker)
     setup_logging()
@@ -204,58 +208,147 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
         keep_job_ids_unique(settings)
     sock = listen_socket(settings.host, settings.port) if api else None
     unix = listen_unix(settings.socket_file) if api and settings.socket_file else None
+    # Held by both halves of `serve` (the child inherits it): the lock is free once both end.
     lock = worker_lock(settings.home) if worker else None
+    child: WorkerProcess | None = None
+    if api and worker:
+        _import_both_halves()  # once, here, not once in each half after the fork
+        freeze_startup_objects()  # and the child's copy of them left unwritten by the GC
+        forked = fork_worker()
+        if isinstance(forked, ApiParent):
+            for listening in (sock, unix.sock if unix is not None else None):
+                if listening is not None:
+                    listening.close()  # the parent's to serve (and the socket file its to remove)
+            _run_worker_child(settings, forked)
+        child = forked
+    try:
+        _run_halves(settings, sock, unix, child, worker=child is None and worker)
+    finally:
+        if lock is not None:
+            lock.close()
+        trust.close()
+
+
+def _import_both_halves() -> None:
+    """What the API and the worker import to start, imported before the fork."""
+    import uvicorn  # noqa: F401
+
+    import ddpq.daemon.janitor
+    import ddpq.daemon.notifier
+    import ddpq.daemon.quota
+    import ddpq.executors.local
+    import ddpq.server.app
+    import ddpq.server.protocol
+    import ddpq.worker.loop  # noqa: F401
+
+
+def _run_worker_child(settings: Settings, parent: ApiParent) -> NoReturn:
+    """The worker's process under ``serve``: start, say so to the parent, run until a
+    SIGTERM (the parent's, or a service manager's) or the parent's end. Never returns:
+    what is up the stack is the parent's."""
+    from ddpq.executors.local import cgroups
+
+    shutdown = Shutdown()
+    signal.signal(signal.SIGTERM, lambda *_: shutdown.event.set())  # SIGINT: ignored
+    cgroups.companion(parent.pid)  # in the daemon's cgroup too: moved along (cgroup v2)
+    try:
+        try:
+            half = _WorkerHalf(settings, shutdown)
+        except ConfigError as exc:
+            parent.refuse(str(exc))
+        try:
+            parent.ready()
+            parent.watch(shutdown)
+            freeze_startup_objects()
+            take_short_turns()
+            while not shutdown.event.wait(3600):
+                pass
+        finally:
+            shutdown.stopping = True
+            half.stop(settings)
+    except BaseException as exc:  # whatever it is, this process ends here
+        why = f"the worker process failed ({type(exc).__name__}: {exc})"
+        log.critical("%s; stopping the daemon (exit status 1)", why, exc_info=True)
+        parent.died(why)
+        leave(1)
+    if shutdown.died is not None:
+        parent.died(shutdown.died)
+    leave(0 if shutdown.died is None else 1)
+
+
+def _run_halves(
+    settings: Settings,
+    sock: socket.socket | None,
+    unix: UnixListener | None,
+    child: WorkerProcess | None,
+    *,
+    worker: bool,
+) -> None:
+    """The API (if ``sock``), with the worker in this process (``worker``) or in ``child``."""
     shutdown = Shutdown()
     # First: a setting the worker refuses (no sbatch here, say) stays a failed start's only line.
-    agent = _start_worker(settings) if worker else None
-    # Before the worker opens a pidfd per running job and the API a socket per connection.
-    open_files = raise_open_files_limit()
-    thread: threading.Thread | None = None
-    if agent is not None:
-        target = watched("worker", agent.run, shutdown)
-        thread = threading.Thread(target=target, name="ddpq-worker", daemon=True)
-        thread.start()
-        log.info(
-            "worker: %d GPU(s)%s, ports %d-%d",
-            len(agent.devices),
-            " (fake)" if settings.fake_gpus is not None else "",
-            *settings.port_range,
-        )
-        log.info("worker: %s", agent.executor.describe())
-        _say_what_limits_jobs(settings, agent.executor)
-    if api:  # after the worker: a setting it refuses stays the only line of a failed start
+    half = _WorkerHalf(settings, shutdown) if worker else None
+    if child is not None:
+        child.wait_ready()
+        child.watch(shutdown)
+    # The API's socket per connection (said once: by the worker's half where it has one).
+    open_files = half.open_files if half else raise_open_files_limit(say=child is None)
+    if sock is not None:  # after the worker: a setting it refuses stays a failed start's only line
         _say_who_is_trusted(settings)
         _say_where_the_socket_is(settings, unix)
-    # Beside the worker, not in its pass: a receiver that hangs never delays scheduling.
-    notifier = _start_notifier(settings, shutdown) if worker else None
-    janitor = _start_janitor(settings, shutdown) if worker else None
-    disk = _start_disk_watch(settings, shutdown) if worker else None
     try:
         _serve(settings, sock, unix, shutdown, open_files)
     finally:
         shutdown.stopping = True
         if unix is not None:
             unix.close()
-        if disk is not None:
-            disk.stop()
-        if janitor is not None:
-            janitor[0].stop()
-            janitor[1].join(timeout=5)  # a pass half done is finished by the next daemon
-        if agent is not None and thread is not None:
-            if settings.stop_jobs_on_exit and thread.is_alive():
-                log.info("stopping: cancelling running jobs (--stop-jobs)")
-            else:
-                log.info("stopping: running jobs keep running and are re-adopted on restart")
-            agent.stop()
-            thread.join()
-            keep_job_ids_unique(settings)  # the mark a restore of an older backup must pass
-        if notifier is not None:
-            notifier.stop()
-        if lock is not None:
-            lock.close()
-        trust.close()
+        if half is not None:
+            half.stop(settings)
+        if child is not None:
+            ended = child.stop()
+            if ended is not None and shutdown.died is None:
+                shutdown.died = f"the worker process (pid {child.pid}) {ended} while stopping"
     if shutdown.died is not None:
         raise WorkerDied(f"{shutdown.died}; see the log above")
+
+
+class _WorkerHalf:
+    """The worker's thread and those beside it (notifications, retention, the disk)."""
+
+    def __init__(self, settings: Settings, shutdown: Shutdown) -> None:
+        self.agent = _start_worker(settings)
+        # Before the worker opens a pidfd per running job (and the API, here, a socket
+        # per connection).
+        self.open_files = raise_open_files_limit()
+        target = watched("worker", self.agent.run, shutdown)
+        self.thread = threading.Thread(target=target, name="ddpq-worker", daemon=True)
+        self.thread.start()
+        log.info(
+            "worker: %d GPU(s)%s, ports %d-%d",
+            len(self.agent.devices),
+            " (fake)" if settings.fake_gpus is not None else "",
+            *settings.port_range,
+        )
+        log.info("worker: %s", self.agent.executor.describe())
+        _say_what_limits_jobs(settings, self.agent.executor)
+        # Beside the worker, not in its pass: a receiver that hangs never delays scheduling.
+        self.notifier = _start_notifier(settings, shutdown)
+        self.janitor = _start_janitor(settings, shutdown)
+        self.disk = _start_disk_watch(settings, shutdown)
+
+    def stop(self, settings: Settings) -> None:
+        self.disk.stop()
+        if self.janitor is not None:
+            self.janitor[0].stop()
+            self.janitor[1].join(timeout=5)  # a pass half done is finished by the next daemon
+        if settings.stop_jobs_on_exit and self.thread.is_alive():
+            log.info("stopping: cancelling running jobs (--stop-jobs)")
+        else:
+            log.info("stopping: running jobs keep running and are re-adopted on restart")
+        self.agent.stop()
+        self.thread.join()
+        keep_job_ids_unique(settings)  # the mark a restore of an older backup must pass
+        self.notifier.stop()
 
 
 def _serve(

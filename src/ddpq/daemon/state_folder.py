@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 from typing import IO
 
@@ -27,22 +28,50 @@ def make_private(settings: Settings) -> None:
             job_dir.chmod(0o700)
 
 
-def worker_lock(home: Path) -> IO[str]:
-    """One worker per state folder: two would each think the other's jobs were lost."""
+# How long a start waits for the worker half of a `ddpq serve` whose API half was killed
+# (the lock's pid is gone): it stops on its own once it sees its parent's end.
+ORPHAN_STOP_S = 30.0
+
+
+def worker_lock(home: Path, *, patience_s: float = ORPHAN_STOP_S) -> IO[str]:
+    """One worker per state folder: two would each think the other's jobs were lost.
+
+    The lock is held by every process of the daemon that took it (``serve``'s worker
+    half inherits it) and names the one started. If that one is gone while the lock is
+    held, what holds it is a worker half stopping after its parent's death: waited for,
+    ``patience_s`` at most, so a restart right after a crash is not refused."""
     home.mkdir(parents=True, exist_ok=True)
     f = open(home / "worker.lock", "a+")  # noqa: SIM115 - held for the process's life
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        pid = f.read().strip() or "?"
-        f.close()
-        raise ConfigError(f"another ddpq worker (pid {pid}) already runs on {home}") from None
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            f.seek(0)
+            pid = f.read().strip() or "?"
+            if _alive(pid) or time.monotonic() > deadline:
+                f.close()
+                raise ConfigError(
+                    f"another ddpq worker (pid {pid}) already runs on {home}"
+                ) from None
+            time.sleep(0.05)  # a stopping worker half: no event to wait on but its lock
     f.seek(0)
     f.truncate()
     f.write(str(os.getpid()))
     f.flush()
     return f
+
+
+def _alive(pid: str) -> bool:
+    """Whether the process ``pid`` names runs (an unreadable pid counts as running)."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, OSError):
+        return True
+    return True
 
 
 def agree_on_trust(settings: Settings) -> IO[str]:

@@ -1,6 +1,7 @@
 """A daemon whose worker has died does not stay up; and the descriptors the daemon may hold.
 
-The worker is a thread of the daemon. Were it to die alone, the process would go on
+The worker is a thread of the daemon (of ``ddpq serve``'s child process, whose end stops
+the API in turn: ``daemon.halves``). Were it to die alone, the process would go on
 answering the API while nothing is ever scheduled again, and a service manager
 (``Restart=on-failure``) would never see a failure. So the thread's death, whatever its
 cause, is logged with its traceback and ends the daemon: the API stops (without waiting
@@ -49,6 +50,15 @@ class Shutdown:
             self._server = server
             if self.died is not None:
                 self._stop_server()
+            elif self.event.is_set():
+                server.should_exit = True
+
+    def stop(self) -> None:
+        """Stop as a SIGTERM would (``serve``'s worker half stopped by one): no failure."""
+        with self._lock:
+            self.event.set()
+            if self._server is not None:
+                self._server.should_exit = True
 
     def fail(self, why: str) -> None:
         with self._lock:
@@ -83,8 +93,9 @@ def watched(name: str, run: Callable[[], None], shutdown: Shutdown) -> Callable[
     return target
 
 
-def raise_open_files_limit() -> int:
-    """Raise the soft limit on open files to the hard one and say so; the limit now.
+def raise_open_files_limit(*, say: bool = True) -> int:
+    """Raise the soft limit on open files to the hard one and say so (``say``: ``serve``'s
+    two processes raise it each, one says it); the limit now.
 
     The worker holds a descriptor per running job (its shim's pidfd), the API one per
     connection: systemd's default soft limit, 1024, runs out at about a thousand jobs.
@@ -92,16 +103,21 @@ def raise_open_files_limit() -> int:
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = _nr_open() if hard == resource.RLIM_INFINITY else hard
+    level, now = logging.INFO, soft
     if soft == resource.RLIM_INFINITY or soft >= target:
-        log.info("open files: at most %d", soft)
-        return soft
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError) as exc:
-        log.warning("open files: at most %d (cannot raise it to %d: %s)", soft, target, exc)
-        return soft
-    log.info("open files: at most %d (the hard limit; the soft limit was %d)", target, soft)
-    return target
+        message = f"open files: at most {soft}"
+    else:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            level = logging.WARNING
+            message = f"open files: at most {soft} (cannot raise it to {target}: {exc})"
+        else:
+            now = target
+            message = f"open files: at most {target} (the hard limit; the soft limit was {soft})"
+    if say:
+        log.log(level, "%s", message)
+    return now
 
 
 def _nr_open() -> int:

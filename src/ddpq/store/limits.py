@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from ddpq.core.limits import EVERYONE, Limit, Limits, Reservation, peak_reserved
@@ -50,14 +50,12 @@ def clear_limit(session: Session, user: str) -> bool:
 
 def limits(session: Session) -> Limits:
     """Every limit, as the planner takes them (read on every pass: one small table)."""
-    rows = {
-        user: Limit(gpus, jobs)
-        for user, gpus, jobs in session.execute(
-            select(UserLimit.user, UserLimit.max_gpus, UserLimit.max_jobs)
-        )
-    }
+    rows = {user: Limit(gpus, jobs) for user, gpus, jobs in session.execute(_LIMITS)}
     default = rows.pop(EVERYONE, Limit())
     return Limits(rows, default)
+
+
+_LIMITS = select(UserLimit.user, UserLimit.max_gpus, UserLimit.max_jobs)  # built once: every pass
 
 
 # ---- reservations -----------------------------------------------------------------------
@@ -120,8 +118,22 @@ def delete_reservation(session: Session, reservation_id: int) -> Reservation:
 
 
 def open_reservations(session: Session, now: float) -> list[Reservation]:
-    """Those that have not ended (read on every pass; ``end_at`` is indexed)."""
-    return [r.reservation for r in list_reservations(session, now)]
+    """Those that have not ended (read on every pass; ``end_at`` is indexed), as
+    ``list_reservations`` orders them, by a statement built once and no ORM objects."""
+    return [Reservation(*row) for row in session.execute(_OPEN, {"now": now})]
+
+
+_OPEN = (
+    select(
+        GpuReservation.id,
+        GpuReservation.user,
+        GpuReservation.gpus,
+        GpuReservation.start_at,
+        GpuReservation.end_at,
+    )
+    .where(GpuReservation.end_at > bindparam("now"))
+    .order_by(GpuReservation.start_at, GpuReservation.id)
+)
 
 
 def list_reservations(session: Session, now: float, ended: bool = False) -> list[ReservationRow]:

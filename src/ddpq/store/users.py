@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 # Re-exported: the admin commands check account names with it too.
@@ -60,10 +60,12 @@ def unix_accounts(session: Session, names: set[str]) -> dict[str, str]:
     """name -> mapped Unix account, for the users among ``names`` that have one."""
     if not names:
         return {}
-    rows = session.execute(
-        select(User.name, User.unix_user).where(User.name.in_(names), User.unix_user.is_not(None))
-    )
-    return {name: unix for name, unix in rows if unix}
+    return {name: unix for name, unix in session.execute(_MAPPED, {"names": list(names)}) if unix}
+
+
+_MAPPED = select(User.name, User.unix_user).where(  # built once: every pass that starts jobs
+    User.name.in_(bindparam("names", expanding=True)), User.unix_user.is_not(None)
+)
 
 
 def map_unix_user(session: Session, name: str, unix_user: str | None) -> None:

@@ -84,7 +84,8 @@ class PortGate:
         """``placements`` with ports that pass the test-bind, each busy one replaced by the
         next port of ``offered`` (the planner's) that no placement has and that passes; a
         placement none passes for is left out (its job waits). Busy ports cool down."""
-        left = [p for p in offered if p not in {pl.port for pl in placements}]
+        placed = {pl.port for pl in placements}  # once, not once per port of the range
+        left = [p for p in offered if p not in placed]
         kept: list[Placement] = []
         busy: list[int] = []
         for placement in placements:

@@ -208,6 +208,21 @@ def create(path: Path) -> Path:
     return path
 
 
+_companions: set[int] = set()
+
+
+def companion(pid: int) -> None:
+    """``pid`` is another process of this daemon (``ddpq serve``'s API half, its worker's
+    parent): it shares the daemon's cgroup, and moves into the daemon's leaf with it
+    (``limits``) where cgroup v2 wants the cgroup empty to hand controllers down."""
+    _companions.add(pid)
+
+
+def ours() -> set[int]:
+    """This daemon's processes: this one and its companions."""
+    return {os.getpid(), *_companions}
+
+
 def add(path: Path, pid: int) -> None:
     """Move ``pid`` (and its threads) into the cgroup; its future children start there."""
     with open(path / "cgroup.procs", "w") as f:

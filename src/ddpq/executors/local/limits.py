@@ -133,7 +133,9 @@ def _enable(base: Path, name: str) -> None:
         # once no process is in it. The daemon moves itself into a leaf of it (job cgroups
         # stay beside that); any other process there is not ours to move (a login
         # session's shell, say): then the controller is said to be missing, and why.
-        others = [pid for pid in cgroups.members(base) if pid != os.getpid()]
+        ours = cgroups.ours()  # `serve`'s API half too, beside its worker
+        inside = cgroups.members(base)
+        others = [pid for pid in inside if pid not in ours]
         if others:
             raise OSError(
                 errno.EBUSY,
@@ -142,7 +144,8 @@ def _enable(base: Path, name: str) -> None:
             ) from None
         leaf = base / LEAF
         leaf.mkdir(exist_ok=True)
-        cgroups.add(leaf, os.getpid())
+        for pid in sorted({os.getpid(), *(pid for pid in inside if pid in ours)}):
+            cgroups.add(leaf, pid)
         cgroup_v1.write(base / "cgroup.subtree_control", f"+{name}")
 
 
