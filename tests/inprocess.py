@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from ddpq.config import Settings
 from ddpq.core.gpus import Gpu
-from ddpq.server.app import create_app
+from ddpq.server.app import create_app, guard_names, serve_anew
 from ddpq.store import devices as device_store
 from ddpq.store.db import Database
 from tests.template_db import migrated
@@ -24,11 +25,37 @@ from tests.template_db import migrated
 BASE = "http://127.0.0.1:8765"
 
 
+# Apps no client holds, by their guard's names (the one thing an app keeps from the settings
+# it was built on): FastAPI builds a route's validators on an app's first request to it, ~0.1 s
+# of CPU per app, so each test process builds one app per set of names and lends it on.
+_IDLE_APPS: dict[frozenset[str], list[FastAPI]] = {}
+
+
+class _LentClient(TestClient):
+    """A TestClient on a lent app, which goes back to the idle ones when the client's
+    ``with`` block ends (a client never entered keeps its app)."""
+
+    def __exit__(self, *exc_info: object) -> None:
+        super().__exit__(*exc_info)
+        app: FastAPI = self.app  # type: ignore[assignment]  # what _lend gave it
+        _IDLE_APPS.setdefault(guard_names(app.state.settings), []).append(app)
+
+
+def _lend(config: Settings) -> FastAPI:
+    """An app on ``config`` as ``create_app`` makes it: an idle one made new, or a new one."""
+    idle = _IDLE_APPS.get(guard_names(config))
+    if not idle:
+        return create_app(config)
+    app = idle.pop()
+    serve_anew(app, config)
+    return app
+
+
 def make_client(home: Path, **settings: Any) -> TestClient:
     config = Settings(home=home, **settings)
     migrated(config.db_path)
     # 500s as answers, not exceptions: several tests assert that there is none.
-    return TestClient(create_app(config), base_url=BASE, raise_server_exceptions=False)
+    return _LentClient(_lend(config), base_url=BASE, raise_server_exceptions=False)
 
 
 def client_with_gpus(
