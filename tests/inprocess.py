@@ -7,6 +7,7 @@ the session's migrated template: ``tests/template_db.py``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,12 +38,13 @@ class _LentClient(TestClient):
 
     def __exit__(self, *exc_info: object) -> None:
         super().__exit__(*exc_info)
-        app: FastAPI = self.app  # type: ignore[assignment]  # what _lend gave it
-        _IDLE_APPS.setdefault(guard_names(app.state.settings), []).append(app)
+        app: FastAPI = self.app  # type: ignore[assignment]  # what lend gave it
+        give_back(app)
 
 
-def _lend(config: Settings) -> FastAPI:
-    """An app on ``config`` as ``create_app`` makes it: an idle one made new, or a new one."""
+def lend(config: Settings) -> FastAPI:
+    """An app on ``config`` as ``create_app`` makes it: an idle one made new, or a new one.
+    Given back (``give_back``) once its last request and its lifespan have ended."""
     idle = _IDLE_APPS.get(guard_names(config))
     if not idle:
         return create_app(config)
@@ -51,11 +53,23 @@ def _lend(config: Settings) -> FastAPI:
     return app
 
 
+def give_back(app: FastAPI) -> None:
+    _IDLE_APPS.setdefault(guard_names(app.state.settings), []).append(app)
+
+
+@contextlib.contextmanager
+def lent_app(config: Settings) -> Iterator[FastAPI]:
+    """``lend``, given back when the block ends (enter a client on it after this)."""
+    app = lend(config)
+    yield app
+    give_back(app)
+
+
 def make_client(home: Path, **settings: Any) -> TestClient:
     config = Settings(home=home, **settings)
     migrated(config.db_path)
     # 500s as answers, not exceptions: several tests assert that there is none.
-    return _LentClient(_lend(config), base_url=BASE, raise_server_exceptions=False)
+    return _LentClient(lend(config), base_url=BASE, raise_server_exceptions=False)
 
 
 def client_with_gpus(

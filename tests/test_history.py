@@ -246,7 +246,7 @@ def test_a_page_of_a_long_history_costs_a_page(tmp_path: Path, db: Database) -> 
             " gpu_mem_auto, oom_requeues, interactive)"
             " VALUES ('j', ?, '[]', '/', '{}', 'plain', 0, 0, 0, 0, 0, 0, 'USR1', 0, 1, 0, 0,"
             " ?, '', 0, ?, 0, 0, 0)",
-            [(f"u{i % 7}", FINISHED[i % 4].value, T0 + i) for i in range(2_000)],
+            [(f"u{i % 7}", FINISHED[i % 4].value, T0 + i) for i in range(500)],
         )
     small = {f: vm_steps(path, f, 50) for f in (history.Filters(), history.Filters(owner="u3"))}
     with sqlite3.connect(path) as conn:
@@ -257,7 +257,7 @@ def test_a_page_of_a_long_history_costs_a_page(tmp_path: Path, db: Database) -> 
             " gpu_mem_auto, oom_requeues, interactive)"
             " VALUES ('j', ?, '[]', '/', '{}', 'plain', 0, 0, 0, 0, 0, 0, 'USR1', 0, 1, 0, 0,"
             " ?, '', 0, ?, 0, 0, 0)",
-            [(f"u{i % 7}", FINISHED[i % 4].value, T0 - 1 - i) for i in range(60_000)],
+            [(f"u{i % 7}", FINISHED[i % 4].value, T0 - 1 - i) for i in range(15_000)],
         )
     for f, (rows, steps) in small.items():
         big_rows, big_steps = vm_steps(path, f, 50)

@@ -730,9 +730,7 @@ def capped_scenarios(draw: st.DrawFn) -> Capped:
     """Any scenario, its queued jobs dealt into a few sweeps (some capped, some members
     of which already run) or left alone."""
     s = draw(any_scenario)
-    queued = tuple(
-        replace(j, sweep_id=draw(sweep_ids)) for j in s.queued
-    )
+    queued = tuple(replace(j, sweep_id=draw(sweep_ids)) for j in s.queued)
     cap = draw(caps_of_sweeps)
     running = draw(running_of_sweeps)
     return Capped(replace(s, queued=queued), SweepCaps(cap, running))
