@@ -727,26 +727,28 @@ def test_a_storage_fault_is_503_with_its_cause_logged_once(daemon: Daemon) -> No
     resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
     env = {f"K{i}": "x" * 200 for i in range(120)}  # ~24 KiB a job: the WAL grows fast
     body = {"command": ["true"], "hold": True, "env": env}
-    answers = [httpx.post(daemon.url + "/v1/jobs", json=body, timeout=30) for _ in range(40)]
-    statuses = [r.status_code for r in answers]
-    assert 503 in statuses and set(statuses) <= {201, 503}, statuses
-    first = statuses.index(503)
-    assert set(statuses[first:]) == {503}  # while the fault lasts, every write says so
-    for r in answers[first:]:
-        assert_error(r, 503, "unavailable", "database")
-        assert r.headers["Retry-After"]
-    listed = httpx.get(daemon.url + "/v1/jobs", params={"limit": 1})
-    assert listed.status_code == 200 and listed.json()["total"] == first
-    assert httpx.get(daemon.url + "/healthz").status_code == 200
-    log = (daemon.home / "daemon.log").read_text()
-    assert log.count("answering 503") == 1 and "Traceback" not in log, log
+    # One client: httpx.post would make a client, and load the CA bundle, for each request.
+    with httpx.Client(base_url=daemon.url, timeout=30) as http:
+        answers = [http.post("/v1/jobs", json=body) for _ in range(40)]
+        statuses = [r.status_code for r in answers]
+        assert 503 in statuses and set(statuses) <= {201, 503}, statuses
+        first = statuses.index(503)
+        assert set(statuses[first:]) == {503}  # while the fault lasts, every write says so
+        for r in answers[first:]:
+            assert_error(r, 503, "unavailable", "database")
+            assert r.headers["Retry-After"]
+        listed = http.get("/v1/jobs", params={"limit": 1})
+        assert listed.status_code == 200 and listed.json()["total"] == first
+        assert http.get("/healthz").status_code == 200
+        log = (daemon.home / "daemon.log").read_text()
+        assert log.count("answering 503") == 1 and "Traceback" not in log, log
 
-    resource.prlimit(
-        daemon.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
-    )
-    again = httpx.post(daemon.url + "/v1/jobs", json=body)
-    assert again.status_code == 201
-    assert httpx.get(daemon.url + "/v1/jobs").json()["total"] == first + 1
+        resource.prlimit(
+            daemon.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+        )
+        again = http.post("/v1/jobs", json=body)
+        assert again.status_code == 201
+        assert http.get("/v1/jobs").json()["total"] == first + 1
 
 
 @pytest.mark.parametrize(

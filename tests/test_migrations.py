@@ -67,10 +67,9 @@ def _fresh(revision: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=f"ddpq-migrations-{revision}-")) / "ddpq.db"
     scripts = ScriptDirectory.from_config(alembic_config(path))
     below = scripts.get_revision(revision).down_revision
-    while below is not None and below not in _FRESH:
+    while isinstance(below, str) and below not in _FRESH:  # a merge (a tuple) ends the search
         below = scripts.get_revision(below).down_revision
-    if below is not None:
-        assert isinstance(below, str)  # the chain has no merges
+    if isinstance(below, str):
         shutil.copyfile(_FRESH[below], path)
     command.upgrade(alembic_config(path), revision)
     _FRESH[revision] = path
