@@ -30,6 +30,8 @@ BASE = "http://127.0.0.1:8765"
 # it was built on): FastAPI builds a route's validators on an app's first request to it, ~0.1 s
 # of CPU per app, so each test process builds one app per set of names and lends it on.
 _IDLE_APPS: dict[frozenset[str], list[FastAPI]] = {}
+# Each app's names, as they were when it was built (the variables may have changed since).
+_NAMES_OF: dict[FastAPI, frozenset[str]] = {}
 
 
 class _LentClient(TestClient):
@@ -45,16 +47,21 @@ class _LentClient(TestClient):
 def lend(config: Settings) -> FastAPI:
     """An app on ``config`` as ``create_app`` makes it: an idle one made new, or a new one.
     Given back (``give_back``) once its last request and its lifespan have ended."""
-    idle = _IDLE_APPS.get(guard_names(config))
+    names = guard_names(config)
+    idle = _IDLE_APPS.get(names)
     if not idle:
-        return create_app(config)
+        app = create_app(config)
+        _NAMES_OF[app] = names
+        return app
     app = idle.pop()
     serve_anew(app, config)
     return app
 
 
 def give_back(app: FastAPI) -> None:
-    _IDLE_APPS.setdefault(guard_names(app.state.settings), []).append(app)
+    idle = _IDLE_APPS.setdefault(_NAMES_OF[app], [])
+    if app not in idle:  # a client closed twice lends its app once
+        idle.append(app)
 
 
 @contextlib.contextmanager
