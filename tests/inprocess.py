@@ -73,9 +73,18 @@ def lent_app(config: Settings) -> Iterator[FastAPI]:
 
 
 def make_client(home: Path, **settings: Any) -> TestClient:
+    """A client on a new app (``lent_client``: a lent one)."""
     config = Settings(home=home, **settings)
     migrated(config.db_path)
     # 500s as answers, not exceptions: several tests assert that there is none.
+    return TestClient(create_app(config), base_url=BASE, raise_server_exceptions=False)
+
+
+def lent_client(home: Path, **settings: Any) -> TestClient:
+    """``make_client`` on a lent app, for tests that change nothing ``create_app`` reads
+    but the settings (not, say, a monkeypatched ``apidocs.assets_folder``)."""
+    config = Settings(home=home, **settings)
+    migrated(config.db_path)
     return _LentClient(lend(config), base_url=BASE, raise_server_exceptions=False)
 
 

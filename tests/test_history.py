@@ -18,7 +18,7 @@ from ddpq.core.states import JobState
 from ddpq.store import history
 from ddpq.store.db import Database
 from ddpq.store.models import Attempt, Job
-from tests.inprocess import make_client
+from tests.inprocess import lent_client
 
 FINISHED = [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT]
 T0 = 1_700_000_000.0
@@ -72,7 +72,7 @@ def add_job(
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[TestClient]:
-    with make_client(tmp_path) as c:
+    with lent_client(tmp_path) as c:
         yield c
 
 
@@ -295,7 +295,7 @@ def test_the_index_migration_keeps_the_jobs_both_ways(tmp_path: Path) -> None:
 
 
 def test_with_auth_the_history_needs_a_caller(tmp_path: Path) -> None:
-    with make_client(tmp_path / "authed", auth=True) as c:
+    with lent_client(tmp_path / "authed", auth=True) as c:
         r = c.get("/v1/history")
         assert r.status_code == 401, r.text
         doc = c.get("/openapi.json").json()
