@@ -31,7 +31,7 @@ from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database
 from tests.helpers import Daemon, wait_done, wait_state
-from tests.inprocess import BASE, make_client
+from tests.inprocess import BASE, lent_client
 
 INT64_MAX = 2**63 - 1
 
@@ -43,8 +43,8 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def api(home: Path) -> Iterator[TestClient]:
-    with make_client(home, fake_gpus=2) as c:
-        assert (home / "ddpq.db").exists()  # make_client migrated a real database
+    with lent_client(home, fake_gpus=2) as c:
+        assert (home / "ddpq.db").exists()  # lent_client migrated a real database
         with Database(home / "ddpq.db").write() as s:  # what the worker would report
             rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
             device_store.replace_all(s, rows, time.time())
@@ -167,7 +167,7 @@ def test_a_foreign_host_is_refused(api: TestClient, host: str, method: str) -> N
 )
 def test_the_daemons_own_names_pass(home: Path, host: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DDPQ_ALLOWED_HOSTS", "gpu-box.lab, other.lab")
-    with make_client(home) as c:
+    with lent_client(home) as c:
         assert c.get("/v1/jobs", headers={"Host": host}).status_code == 200
         assert c.get("/healthz", headers={"Host": socket.gethostname()}).status_code == 200
 
@@ -568,7 +568,7 @@ def test_the_walk_judges_paths_as_the_account_would(tree: Path) -> None:
 @needs_root_and_nobody
 def test_a_root_daemon_does_not_reveal_hidden_paths(home: Path, tree: Path) -> None:
     """With --auth as root: missing and out-of-reach read the same to the job's owner."""
-    with make_client(home, auth=True) as c:
+    with lent_client(home, auth=True) as c:
         with Database(home / "ddpq.db").write() as s:
             _, token = user_store.add_user(
                 s, "alice", admin=False, unix_user=NOBODY, now=time.time()
@@ -635,7 +635,7 @@ def test_a_name_with_a_trailing_newline_is_refused(api: TestClient) -> None:
 
 
 def test_only_admins_may_set_a_high_priority(home: Path) -> None:
-    with make_client(home, auth=True) as c:
+    with lent_client(home, auth=True) as c:
         with Database(home / "ddpq.db").write() as s:
             me = pwd.getpwuid(os.geteuid()).pw_name
             _, user = user_store.add_user(s, "alice", admin=False, unix_user=me, now=time.time())
@@ -727,26 +727,28 @@ def test_a_storage_fault_is_503_with_its_cause_logged_once(daemon: Daemon) -> No
     resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
     env = {f"K{i}": "x" * 200 for i in range(120)}  # ~24 KiB a job: the WAL grows fast
     body = {"command": ["true"], "hold": True, "env": env}
-    answers = [httpx.post(daemon.url + "/v1/jobs", json=body, timeout=30) for _ in range(40)]
-    statuses = [r.status_code for r in answers]
-    assert 503 in statuses and set(statuses) <= {201, 503}, statuses
-    first = statuses.index(503)
-    assert set(statuses[first:]) == {503}  # while the fault lasts, every write says so
-    for r in answers[first:]:
-        assert_error(r, 503, "unavailable", "database")
-        assert r.headers["Retry-After"]
-    listed = httpx.get(daemon.url + "/v1/jobs", params={"limit": 1})
-    assert listed.status_code == 200 and listed.json()["total"] == first
-    assert httpx.get(daemon.url + "/healthz").status_code == 200
-    log = (daemon.home / "daemon.log").read_text()
-    assert log.count("answering 503") == 1 and "Traceback" not in log, log
+    # One client: httpx.post would make a client, and load the CA bundle, for each request.
+    with httpx.Client(base_url=daemon.url, timeout=30) as http:
+        answers = [http.post("/v1/jobs", json=body) for _ in range(40)]
+        statuses = [r.status_code for r in answers]
+        assert 503 in statuses and set(statuses) <= {201, 503}, statuses
+        first = statuses.index(503)
+        assert set(statuses[first:]) == {503}  # while the fault lasts, every write says so
+        for r in answers[first:]:
+            assert_error(r, 503, "unavailable", "database")
+            assert r.headers["Retry-After"]
+        listed = http.get("/v1/jobs", params={"limit": 1})
+        assert listed.status_code == 200 and listed.json()["total"] == first
+        assert http.get("/healthz").status_code == 200
+        log = (daemon.home / "daemon.log").read_text()
+        assert log.count("answering 503") == 1 and "Traceback" not in log, log
 
-    resource.prlimit(
-        daemon.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
-    )
-    again = httpx.post(daemon.url + "/v1/jobs", json=body)
-    assert again.status_code == 201
-    assert httpx.get(daemon.url + "/v1/jobs").json()["total"] == first + 1
+        resource.prlimit(
+            daemon.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+        )
+        again = http.post("/v1/jobs", json=body)
+        assert again.status_code == 201
+        assert http.get("/v1/jobs").json()["total"] == first + 1
 
 
 @pytest.mark.parametrize(

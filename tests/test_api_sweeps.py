@@ -25,7 +25,7 @@ from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database
 from ddpq.store.models import Sweep
-from tests.inprocess import make_client
+from tests.inprocess import lent_client
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def api(home: Path) -> Iterator[TestClient]:
-    with make_client(home, fake_gpus=2) as c:
+    with lent_client(home, fake_gpus=2) as c:
         with Database(home / "ddpq.db").write() as s:  # what the worker would report
             rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
             device_store.replace_all(s, rows, time.time())
@@ -361,7 +361,7 @@ def test_after_a_sweep_is_a_jobs_dependency(api: TestClient) -> None:
 
 
 def test_only_the_owner_or_an_admin_may_act_on_a_sweep(home: Path) -> None:
-    with make_client(home, auth=True) as c:
+    with lent_client(home, auth=True) as c:
         me = pwd.getpwuid(os.geteuid()).pw_name
         with Database(home / "ddpq.db").write() as s:
             _, alice = user_store.add_user(s, "alice", admin=False, unix_user=me, now=time.time())

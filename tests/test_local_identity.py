@@ -9,6 +9,7 @@ accounts and jobs running as them: tests/test_local_users.py.
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import json
 import os
@@ -27,13 +28,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ddpq.config import Settings
 from ddpq.core.gpus import Gpu
-from ddpq.server.app import create_app
 from ddpq.server.peer import PeerCredentials, peer_of, read_peer_credentials, with_peer
 from ddpq.store import devices as device_store
 from ddpq.store import tokens as token_store
 from ddpq.store.db import Database
 from tests.helpers import wait_for
-from tests.inprocess import BASE
+from tests.inprocess import BASE, lent_app
 from tests.template_db import migrated
 
 PEER_UID = b"x-test-peer-uid"  # this test's own marker, turned into credentials below
@@ -69,24 +69,19 @@ Make = Callable[..., TestClient]
 
 @pytest.fixture
 def make(tmp_path: Path) -> Iterator[Make]:
-    opened: list[TestClient] = []
+    with contextlib.ExitStack() as opened:  # clients closed first, then their apps given back
 
-    def build(**settings: Any) -> TestClient:
-        config = Settings(home=tmp_path / "home", fake_gpus=2, **settings)
-        migrated(config.db_path)
-        with Database(config.db_path).write() as s:
-            rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
-            device_store.replace_all(s, rows, time.time())
-        client = TestClient(
-            on_socket(create_app(config)), base_url=BASE, raise_server_exceptions=False
-        )
-        client.__enter__()
-        opened.append(client)
-        return client
+        def build(**settings: Any) -> TestClient:
+            config = Settings(home=tmp_path / "home", fake_gpus=2, **settings)
+            migrated(config.db_path)
+            with Database(config.db_path).write() as s:
+                rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
+                device_store.replace_all(s, rows, time.time())
+            app = on_socket(opened.enter_context(lent_app(config)))
+            client = TestClient(app, base_url=BASE, raise_server_exceptions=False)
+            return opened.enter_context(client)
 
-    yield build
-    for client in opened:
-        client.__exit__(None, None, None)
+        yield build
 
 
 def as_uid(uid: int, **headers: str) -> dict[str, str]:

@@ -19,8 +19,9 @@ from sqlalchemy import text
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import InvalidTransition, JobState, can_transition
 from ddpq.store import jobs, transitions
-from ddpq.store.db import Database, migrate
+from ddpq.store.db import Database
 from ddpq.store.transitions import Change
+from tests.template_db import migrated
 
 STORE = Path(__file__).resolve().parents[1] / "src" / "ddpq" / "store"
 # The writer itself, and the tables' declarations.
@@ -150,8 +151,7 @@ def test_the_reader_leaves_other_writes_and_reads_alone(source: str) -> None:
 
 @pytest.fixture
 def db(tmp_path: Path) -> Database:
-    migrate(tmp_path / "ddpq.db")
-    return Database(tmp_path / "ddpq.db")
+    return Database(migrated(tmp_path / "ddpq.db"))
 
 
 def new(db: Database, n: int = 1) -> list[int]:

@@ -26,7 +26,7 @@ from ddpq.store import devices as device_store
 from ddpq.store import usage as usage_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database
-from tests.inprocess import make_client
+from tests.inprocess import lent_client
 
 H = 3600.0
 # Midnight UTC five days ago: the whole history lies in the past and within `since=30d`.
@@ -134,7 +134,7 @@ def seed(home: Path) -> None:
 
 @pytest.fixture
 def api(home: Path) -> Iterator[TestClient]:
-    with make_client(home, fake_gpus=4) as c:
+    with lent_client(home, fake_gpus=4) as c:
         seed(home)
         yield c
 
@@ -231,7 +231,7 @@ def test_a_running_attempt_counts_up_to_now(home: Path, api: TestClient) -> None
 
 
 def test_with_auth_every_user_sees_everyones_usage_and_no_token_sees_none(home: Path) -> None:
-    with make_client(home, fake_gpus=4, auth=True) as c:
+    with lent_client(home, fake_gpus=4, auth=True) as c:
         seed(home)
         with Database(home / "ddpq.db").write() as s:
             _, token = user_store.add_user(s, "alice", admin=False, unix_user=None, now=0.0)
@@ -293,7 +293,7 @@ def test_the_defaults_are_thirty_days_by_user(api: TestClient) -> None:
 def test_the_report_says_whether_outside_use_counts_in_fair_share(
     home: Path, settings: dict[str, Any], counted: str
 ) -> None:
-    with make_client(home, **settings) as c:
+    with lent_client(home, **settings) as c:
         seed(home)
         report = c.get("/v1/usage").json()
     assert report["outside_use"] == counted

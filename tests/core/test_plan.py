@@ -7,6 +7,7 @@ that a bug in the planner cannot hide behind the same bug in the test.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -62,6 +63,36 @@ limited = st.one_of(
 time_limits = st.one_of(st.none(), limited, limited, limited)  # about 1 in 4 has none
 short_limits = st.sampled_from([30.0, 60.0, 90.0, 300.0])
 ages = st.one_of(st.sampled_from([0, 40, 500, 1000]), st.integers(0, 2000))
+# The strategies a scenario draws from, made once: Hypothesis validates each new strategy
+# object when it is first drawn from, so one made inside a draw costs that on every example
+# (a third of these tests' CPU). Where a bound depends on the example, one per bound.
+owners = st.sampled_from(OWNERS)
+seeded_randoms = st.randoms(use_true_random=False)
+queued_limits = st.one_of(short_limits, time_limits)
+not_befores = st.one_of(st.none(), st.integers(int(NOW) - 100, int(NOW) + 100).map(float))
+port_lists = st.lists(st.integers(29500, 29600), unique=True, max_size=16)
+usages = st.dictionaries(owners, st.sampled_from([0.0, 10.0, 500.0, 3600.0, 86400.0]))
+running_limits = st.one_of(limited, limited, limited, st.none())
+backfill_gpus = st.one_of(st.integers(1, 2), st.integers(0, 3))
+backfill_limits = st.one_of(short_limits, limited, limited, st.none())
+small_usages = st.dictionaries(owners, st.sampled_from([0.0, 10.0, 500.0]))
+
+
+@functools.cache
+def usable_flags_of(n: int) -> st.SearchStrategy[list[bool]]:
+    """Most GPUs are usable; some are external (policy keeps them from ddpq)."""
+    return st.lists(st.sampled_from([True, True, True, False]), min_size=n, max_size=n)
+
+
+@functools.cache
+def orders_of(n: int) -> st.SearchStrategy[list[int]]:
+    return st.permutations(range(n))
+
+
+@functools.cache
+def asked_gpus(n: int) -> st.SearchStrategy[int]:
+    """Mostly small, some more than the box has."""
+    return st.one_of(st.integers(0, 2), st.integers(0, n + 2))
 
 
 @st.composite
@@ -70,14 +101,12 @@ def scenarios(draw: st.DrawFn, max_gpus: int = 16, max_queued: int = 12) -> Scen
     all_gpus = list(range(n))
     # Most GPUs are usable; some are external (policy keeps them from ddpq), and a
     # running job may still hold one of those (the policy changed under it).
-    usable_flags = draw(
-        st.lists(st.sampled_from([True, True, True, False]), min_size=n, max_size=n)
-    )
+    usable_flags = draw(usable_flags_of(n))
     usable = [g for g, ok in zip(all_gpus, usable_flags, strict=True) if ok]
-    draw(st.randoms(use_true_random=False)).shuffle(usable)
+    draw(seeded_randoms).shuffle(usable)
 
     # Running jobs hold disjoint GPU sets: deal a shuffled subset out in chunks.
-    held = draw(st.permutations(all_gpus))
+    held = draw(orders_of(n))
     held = held[: draw(st.integers(0, n))]
     chunks: list[tuple[int, ...]] = []
     i = 0
@@ -98,14 +127,12 @@ def scenarios(draw: st.DrawFn, max_gpus: int = 16, max_queued: int = 12) -> Scen
         queued.append(
             QueuedJob(
                 id=next_id,
-                owner=draw(st.sampled_from(OWNERS)),
-                gpus=draw(st.one_of(st.integers(0, 2), st.integers(0, n + 2))),
+                owner=draw(owners),
+                gpus=draw(asked_gpus(n)),
                 priority=draw(st.integers(0, 3)),
                 submitted_at=float(draw(st.integers(0, int(NOW)))),
-                time_limit_s=draw(st.one_of(short_limits, time_limits)),
-                not_before=draw(
-                    st.one_of(st.none(), st.integers(int(NOW) - 100, int(NOW) + 100).map(float))
-                ),
+                time_limit_s=draw(queued_limits),
+                not_before=draw(not_befores),
             )
         )
         next_id += 1
@@ -117,19 +144,15 @@ def scenarios(draw: st.DrawFn, max_gpus: int = 16, max_queued: int = 12) -> Scen
         queued.append(
             QueuedJob(
                 id=next_id,
-                owner=draw(st.sampled_from(OWNERS)),
+                owner=draw(owners),
                 gpus=draw(st.integers(n_free + 1, n_usable)),
                 priority=4,
                 submitted_at=float(draw(st.integers(0, int(NOW)))),
                 time_limit_s=draw(time_limits),
             )
         )
-    ports = draw(st.lists(st.integers(29500, 29600), unique=True, max_size=16))
-    usage = draw(
-        st.dictionaries(
-            st.sampled_from(OWNERS), st.sampled_from([0.0, 10.0, 500.0, 3600.0, 86400.0])
-        )
-    )
+    ports = draw(port_lists)
+    usage = draw(usages)
     return Scenario(tuple(queued), tuple(usable), tuple(running), tuple(ports), usage)
 
 
@@ -139,7 +162,7 @@ def blocked_head_scenarios(draw: st.DrawFn) -> Scenario:
     to backfill: the cases where the backfill rules decide what happens."""
     n = draw(st.integers(2, 16))
     usable = list(range(n - draw(st.integers(0, 2))))  # the top one or two may be external
-    order = draw(st.permutations(range(n)))
+    order = draw(orders_of(n))
     held = order[: draw(st.integers(1, n - 1))]
     running: list[RunningJob] = []
     i = 0
@@ -150,7 +173,7 @@ def blocked_head_scenarios(draw: st.DrawFn) -> Scenario:
                 len(running) + 1,
                 tuple(held[i : i + size]),
                 NOW - draw(ages),
-                draw(st.one_of(limited, limited, limited, st.none())),
+                draw(running_limits),
             )
         )
         i += size
@@ -167,14 +190,14 @@ def blocked_head_scenarios(draw: st.DrawFn) -> Scenario:
         queued.append(
             QueuedJob(
                 next_id,
-                draw(st.sampled_from(OWNERS)),
-                draw(st.one_of(st.integers(1, 2), st.integers(0, 3))),
+                draw(owners),
+                draw(backfill_gpus),
                 draw(st.integers(0, 4)),
                 float(draw(st.integers(0, 100))),
-                draw(st.one_of(short_limits, limited, limited, st.none())),
+                draw(backfill_limits),
             )
         )
-    usage = draw(st.dictionaries(st.sampled_from(OWNERS), st.sampled_from([0.0, 10.0, 500.0])))
+    usage = draw(small_usages)
     return Scenario(tuple(queued), tuple(usable), tuple(running), tuple(range(1, 11)), usage)
 
 
@@ -685,6 +708,9 @@ def test_the_plan_says_why_each_unplaced_job_waits() -> None:
 # --------------------------------------------------------------------------- sweep caps
 
 SWEEPS = (1, 2, 3)
+sweep_ids = st.one_of(st.none(), st.sampled_from(SWEEPS))
+caps_of_sweeps = st.dictionaries(st.sampled_from(SWEEPS), st.integers(1, 4))
+running_of_sweeps = st.dictionaries(st.sampled_from(SWEEPS), st.integers(0, 5))
 
 
 @dataclass(frozen=True)
@@ -704,11 +730,9 @@ def capped_scenarios(draw: st.DrawFn) -> Capped:
     """Any scenario, its queued jobs dealt into a few sweeps (some capped, some members
     of which already run) or left alone."""
     s = draw(any_scenario)
-    queued = tuple(
-        replace(j, sweep_id=draw(st.one_of(st.none(), st.sampled_from(SWEEPS)))) for j in s.queued
-    )
-    cap = draw(st.dictionaries(st.sampled_from(SWEEPS), st.integers(1, 4)))
-    running = draw(st.dictionaries(st.sampled_from(SWEEPS), st.integers(0, 5)))
+    queued = tuple(replace(j, sweep_id=draw(sweep_ids)) for j in s.queued)
+    cap = draw(caps_of_sweeps)
+    running = draw(running_of_sweeps)
     return Capped(replace(s, queued=queued), SweepCaps(cap, running))
 
 

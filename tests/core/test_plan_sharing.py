@@ -7,6 +7,7 @@ sequences of submissions, ends and outside use, applying each pass's placements.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -100,31 +101,55 @@ def holders_of(
 mems = st.sampled_from([2 * G, 3 * G, 5 * G, 6 * G, 8 * G, 15 * G, 17 * G])
 caps = st.one_of(st.none(), st.none(), st.integers(1, 4))
 limits_s = st.one_of(st.none(), st.sampled_from([60.0, 600.0, 3600.0]))
+# The strategies a draw uses, made once: Hypothesis validates each new strategy object when
+# it is first drawn from, so one made inside a draw costs that on every example (a fifth of
+# these tests' CPU). Those made with the example's numbers: one per set of numbers.
+owners = st.sampled_from(OWNERS)
+gpu_totals = st.sampled_from([16 * G, 16 * G, 24 * G])
+outside_uses = st.sampled_from([0, 0, 0, 3 * G, 10 * G])
+headrooms = st.sampled_from([0, G])
+attained = st.sampled_from([0, 10_000])
+ages = st.sampled_from([0, 100, 1000])
+maybe_0_to_3 = st.one_of(st.none(), st.integers(0, 3))
+owner_sets = st.sets(owners)
+maybe_1_to_4 = st.one_of(st.none(), st.integers(1, 4))
+reservation_starts = st.sampled_from([-100.0, 0.0, 300.0, 1200.0, 7200.0])
+reservation_ends = st.sampled_from([0.0, 5000.0])
+
+
+@functools.cache
+def memories(n: int) -> st.SearchStrategy[GpuMemory]:
+    return _memories(n)
 
 
 @st.composite
-def memories(draw: st.DrawFn, n: int) -> GpuMemory:
-    total = {g: draw(st.sampled_from([16 * G, 16 * G, 24 * G])) for g in range(n)}
-    outside = {g: draw(st.sampled_from([0, 0, 0, 3 * G, 10 * G])) for g in range(n)}
-    return GpuMemory(total, outside, draw(st.sampled_from([0, G])))
+def _memories(draw: st.DrawFn, n: int) -> GpuMemory:
+    total = {g: draw(gpu_totals) for g in range(n)}
+    outside = {g: draw(outside_uses) for g in range(n)}
+    return GpuMemory(total, outside, draw(headrooms))
+
+
+@functools.cache
+def queued_jobs(first_id: int, n_gpus: int, count: int) -> st.SearchStrategy[list[QueuedJob]]:
+    return _queued_jobs(first_id, n_gpus, count)
 
 
 @st.composite
-def queued_jobs(draw: st.DrawFn, first_id: int, n_gpus: int, count: int) -> list[QueuedJob]:
+def _queued_jobs(draw: st.DrawFn, first_id: int, n_gpus: int, count: int) -> list[QueuedJob]:
     jobs = []
     for i in range(count):
         shares = draw(st.booleans())
         jobs.append(
             QueuedJob(
                 id=first_id + i,
-                owner=draw(st.sampled_from(OWNERS)),
+                owner=draw(owners),
                 gpus=draw(st.integers(1, min(3, n_gpus))) if shares else draw(st.integers(0, 3)),
                 priority=draw(st.integers(0, 2)),
                 submitted_at=float(draw(st.integers(0, 1000))),
                 time_limit_s=draw(limits_s),
                 mem_bytes=draw(mems) if shares else None,
                 share_cap=draw(caps) if shares else None,
-                attained_s=float(draw(st.sampled_from([0, 10_000]))),
+                attained_s=float(draw(attained)),
             )
         )
     return jobs
@@ -168,8 +193,8 @@ def states(draw: st.DrawFn, with_limits: bool = False, with_reservations: bool =
     shared: set[int] = set()
     pool_gpus = list(range(n))
     for i in range(draw(st.integers(0, 5))):
-        owner = draw(st.sampled_from(OWNERS))
-        start = NOW - draw(st.sampled_from([0, 100, 1000]))
+        owner = draw(owners)
+        start = NOW - draw(ages)
         limit = draw(limits_s)
         if draw(st.booleans()):
             free = [g for g in pool_gpus if g not in taken | shared and g in usable]
@@ -196,21 +221,21 @@ def states(draw: st.DrawFn, with_limits: bool = False, with_reservations: bool =
     if with_limits:
         per = {
             o: Limit(
-                draw(st.one_of(st.none(), st.integers(0, 3))),
-                draw(st.one_of(st.none(), st.integers(0, 3))),
+                draw(maybe_0_to_3),
+                draw(maybe_0_to_3),
             )
-            for o in draw(st.sets(st.sampled_from(OWNERS)))
+            for o in draw(owner_sets)
         }
-        limits = Limits(per, Limit(draw(st.one_of(st.none(), st.integers(1, 4))), None))
+        limits = Limits(per, Limit(draw(maybe_1_to_4), None))
     reservations: tuple[Reservation, ...] = ()
     if with_reservations:
         reservations = tuple(
             Reservation(
                 i + 1,
-                draw(st.sampled_from(OWNERS)),
+                draw(owners),
                 draw(st.integers(1, n)),
-                NOW + draw(st.sampled_from([-100.0, 0.0, 300.0, 1200.0, 7200.0])),
-                NOW + 10_000.0 + draw(st.sampled_from([0.0, 5000.0])),
+                NOW + draw(reservation_starts),
+                NOW + 10_000.0 + draw(reservation_ends),
             )
             for i in range(draw(st.integers(1, 2)))
         )

@@ -4,6 +4,8 @@ checkpoints before logs, rows only by age and never the newest one."""
 
 from __future__ import annotations
 
+import functools
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,18 +17,29 @@ DAY = 86400.0
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+# The strategies a draw uses, made once: Hypothesis validates each new strategy object when
+# it is first drawn from, so one made inside a draw costs that on every example (a third of
+# these tests' CPU). Where a bound depends on the example, one per bound.
+states = st.sampled_from(list(JobState))
+# A job requeued for a retry still carries its last attempt's end: only its state says it
+# is not finished.
+finished_if_terminal = {terminal: st.booleans() | st.just(terminal) for terminal in (False, True)}
+exists_mostly = st.booleans() | st.just(True)
+
+
+@functools.cache
+def distinct_ids(count: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(1, 10_000), min_size=count, max_size=count, unique=True)
+
+
 @st.composite
 def job_folders(draw: st.DrawFn) -> list[JobFolder]:
     count = draw(st.integers(0, 12))
     jobs = []
-    for job_id in draw(
-        st.lists(st.integers(1, 10_000), min_size=count, max_size=count, unique=True)
-    ):
-        state = draw(st.sampled_from(list(JobState)))
-        # A job requeued for a retry still carries its last attempt's end: only its state
-        # says it is not finished.
-        finished = draw(st.booleans() | st.just(state in TERMINAL))
-        exists = draw(st.booleans() | st.just(True))
+    for job_id in draw(distinct_ids(count)):
+        state = draw(states)
+        finished = draw(finished_if_terminal[state in TERMINAL])
+        exists = draw(exists_mostly)
         jobs.append(
             JobFolder(
                 job_id,
