@@ -226,7 +226,7 @@ def test_members_wait_and_are_held_like_any_job(api: TestClient) -> None:
         ({"template": {"command": ["echo", "{a}"]}, "params": {"a": [1]}}, ["params.a"]),
         (
             {"template": {"workload": "resnet18"}, "params": {"lr": ["fast"]}},
-            ["params.lr", "invalid"],
+            ["params.lr", "must be a number, got 'fast'"],
         ),
         (
             {"template": {"workload": "resnet18"}, "params": {"bogus": ["1"]}},
