@@ -117,9 +117,9 @@ def module_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callabl
     root = tmp_path_factory.mktemp("module-daemons")
     started: list[Daemon] = []
 
-    def make(*args: str, **env: str) -> Daemon:
-        d = Daemon(root / f"home{len(started)}", free_port(), list(args), dict(env))
-        d.home.mkdir(parents=True)
+    def make(*args: str, home: Path | None = None, **env: str) -> Daemon:
+        d = Daemon(home or root / f"home{len(started)}", free_port(), list(args), dict(env))
+        d.home.mkdir(parents=True, exist_ok=home is not None)
         started.append(d)
         return d.start()
 
