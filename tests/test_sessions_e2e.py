@@ -172,11 +172,18 @@ IGNORING_SIGINT = (
 )
 
 
+@pytest.fixture(scope="module")
+def one_gpu(module_daemons: Callable[..., Daemon]) -> Daemon:
+    """A daemon of one GPU for the module's tests that keep it busy with a job of their own
+    (each waits until its job holds it: a job the one before cancelled may still be ending)."""
+    return module_daemons("--fake-gpus", "1", "--grace", "1s")
+
+
 @pytest.mark.parametrize("sigint_ignored", [False, True])
 def test_ctrl_c_while_waiting_cancels_the_session(
-    make_daemon: Callable[..., Daemon], terminals: Callable[..., Terminal], sigint_ignored: bool
+    one_gpu: Daemon, terminals: Callable[..., Terminal], sigint_ignored: bool
 ) -> None:
-    d = make_daemon("--fake-gpus", "1", "--grace", "1s")
+    d = one_gpu
     c = d.client()
     holder = c.submit(JobSubmit(command=["sleep", "60"], gpus=1))
     wait_state(c, holder.id, "running")
