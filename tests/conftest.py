@@ -112,7 +112,8 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 @pytest.fixture(scope="module")
 def module_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Daemon]]:
     """Start daemons that live as long as the module's tests (as ``make_daemon`` starts
-    them), for tests that share one (see ``shared_daemon``): a daemon start is ~3 s of
+    them, on a ``home`` of the caller's, e.g. one its users were added to, or one of their
+    own), for tests that share one (see ``shared_daemon``): a daemon start is ~3 s of
     CPU; all are stopped, their jobs too, when the module ends."""
     root = tmp_path_factory.mktemp("module-daemons")
     started: list[Daemon] = []
