@@ -112,14 +112,15 @@ def make_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 @pytest.fixture(scope="module")
 def module_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Daemon]]:
     """Start daemons that live as long as the module's tests (as ``make_daemon`` starts
-    them), for tests that share one (see ``shared_daemon``): a daemon start is ~3 s of
+    them, on a ``home`` of the caller's, e.g. one its users were added to, or one of their
+    own), for tests that share one (see ``shared_daemon``): a daemon start is ~3 s of
     CPU; all are stopped, their jobs too, when the module ends."""
     root = tmp_path_factory.mktemp("module-daemons")
     started: list[Daemon] = []
 
-    def make(*args: str, **env: str) -> Daemon:
-        d = Daemon(root / f"home{len(started)}", free_port(), list(args), dict(env))
-        d.home.mkdir(parents=True)
+    def make(*args: str, home: Path | None = None, **env: str) -> Daemon:
+        d = Daemon(home or root / f"home{len(started)}", free_port(), list(args), dict(env))
+        d.home.mkdir(parents=True, exist_ok=home is not None)
         started.append(d)
         return d.start()
 

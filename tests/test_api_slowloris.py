@@ -56,10 +56,17 @@ def sockets() -> Iterator[list[socket.socket]]:
         s.close()
 
 
+@pytest.fixture(scope="module")
+def deadline_daemon(module_daemons: Callable[..., Daemon]) -> Daemon:
+    """The daemon of the header-deadline tests: each leaves it with its connections closed
+    (by the server, which each waits for) and no job."""
+    return module_daemons("--fake-gpus", "1", DDPQ_HEADER_TIMEOUT=str(HEADER_TIMEOUT))
+
+
 def test_stalled_connections_are_closed_and_healthz_answers(
-    make_daemon: Callable[..., Daemon], sockets: list[socket.socket]
+    deadline_daemon: Daemon, sockets: list[socket.socket]
 ) -> None:
-    d = make_daemon("--fake-gpus", "1", DDPQ_HEADER_TIMEOUT=str(HEADER_TIMEOUT))
+    d = deadline_daemon
     started = time.monotonic()
     sockets += [connect(d, STALLS[i % len(STALLS)]) for i in range(200)]
     assert healthy(d)  # at once, with 200 stalled connections open
@@ -74,11 +81,11 @@ def test_stalled_connections_are_closed_and_healthz_answers(
 
 @pytest.mark.parametrize("after_a_response", [False, True])
 def test_trickling_bytes_does_not_extend_the_deadline(
-    make_daemon: Callable[..., Daemon], after_a_response: bool
+    deadline_daemon: Daemon, after_a_response: bool
 ) -> None:
     """One header byte every 0.1 s, for ever: closed at the deadline all the same, whether
     on a new connection or on one kept alive after a complete request."""
-    d = make_daemon("--fake-gpus", "1", DDPQ_HEADER_TIMEOUT=str(HEADER_TIMEOUT))
+    d = deadline_daemon
     with connect(d) as s:
         if after_a_response:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")

@@ -6,7 +6,6 @@ import os
 import pwd
 import stat
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,19 +15,17 @@ import pytest
 
 from ddpq.client.api import DdpqError, token_file
 from ddpq.schemas import JobSubmit
+from tests.cli_inprocess import run_in_process
 from tests.helpers import Daemon, wait_done, wait_state
 from tests.template_db import migrated
 
 
 def add_user(home: Path, name: str, *extra: str) -> str:
+    """``ddpq admin user add``'s token: setup, not a test of the command's process, so in
+    this process (tests/cli_inprocess.py)."""
     migrated(home / "ddpq.db")  # a fresh folder's: the template's copy, not a migration
-    r = subprocess.run(
-        [sys.executable, "-m", "ddpq", "admin", "user", "add", name, "--home", str(home), *extra],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    r = run_in_process("admin", "user", "add", name, "--home", str(home), *extra)
+    assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
 
@@ -36,13 +33,17 @@ def me() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
 
 
-@pytest.fixture
-def authed(make_daemon: Callable[..., Daemon], tmp_path: Path) -> tuple[Daemon, str, str, str]:
-    home = tmp_path / "home"
+@pytest.fixture(scope="module")
+def authed(
+    module_daemons: Callable[..., Daemon], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Daemon, str, str, str]:
+    """One daemon with three users for the module: its tests only submit and read (one
+    job, alice's, looked at by its id and owner)."""
+    home = tmp_path_factory.mktemp("authed") / "home"
     alice = add_user(home, "alice", "--unix-user", me())
     bob = add_user(home, "bob", "--unix-user", me())
     admin = add_user(home, "root-admin", "--admin", "--unix-user", me())
-    d = make_daemon("--fake-gpus", "2", "--auth", "--grace", "1s", home=home)
+    d = module_daemons("--fake-gpus", "2", "--auth", "--grace", "1s", home=home)
     return d, alice, bob, admin
 
 
@@ -60,7 +61,8 @@ def test_two_users_share_the_queue_but_not_their_jobs(
     a_job = alice.submit(JobSubmit(command=["sleep", "30"], owner="mallory"))
     assert a_job.owner == "alice"  # the token says who, not the body
     wait_state(alice, a_job.id, "running")
-    assert [j.id for j in bob.list().items] == [a_job.id]  # everyone sees the queue
+    # Everyone sees the queue: bob sees alice's job (by owner: the daemon is the module's).
+    assert [j.id for j in bob.list().items if j.owner == "alice"] == [a_job.id]
     with pytest.raises(DdpqError) as denied:
         bob.cancel(a_job.id)
     assert denied.value.status == 403 and "belongs to alice" in str(denied.value)
@@ -104,23 +106,9 @@ def test_cli_reads_a_0600_token_file_and_refuses_a_readable_one(
 
 
 def test_non_loopback_address_needs_auth(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ddpq",
-            "serve",
-            "--home",
-            str(tmp_path / "h"),
-            "--host",
-            "0.0.0.0",
-            "--fake-gpus",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """Refused by the settings' check, before the daemon starts: in this process."""
+    home = str(tmp_path / "h")
+    r = run_in_process("serve", "--home", home, "--host", "0.0.0.0", "--fake-gpus", "1")
     assert r.returncode == 2 and "without --auth" in r.stderr and "Traceback" not in r.stderr
 
 

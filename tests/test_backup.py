@@ -10,26 +10,22 @@ import shutil
 import sqlite3
 import stat
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from ddpq.schemas import JobSubmit
+from tests.cli_inprocess import run_in_process
 from tests.helpers import TERMINAL, Daemon, wait_for
 
 MAX_SUBMISSIONS = 400
 
 
 def admin(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DDPQ_")}
-    return subprocess.run(
-        [sys.executable, "-m", "ddpq", "admin", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    """``ddpq admin ARGS`` without the ``DDPQ_*`` variables, in this process
+    (tests/cli_inprocess.py): the commands work on the state folder, with no daemon."""
+    cleared: dict[str, str | None] = {k: None for k in os.environ if k.startswith("DDPQ_")}
+    return run_in_process("admin", *args, env=cleared)
 
 
 def refused(r: subprocess.CompletedProcess[str], says: str) -> None:

@@ -310,23 +310,28 @@ def daemon_log(d: Daemon) -> str:
     return (d.home / "daemon.log").read_text(errors="replace")
 
 
+@pytest.fixture(scope="module")
+def one_gpu(module_daemons: Callable[..., Daemon]) -> Daemon:
+    """The daemon (1 fake GPU, a 1 s grace) of the module's tests that neither restart it
+    nor change its settings: each submits its own jobs and waits until they have ended, so
+    the next finds the GPU free. A test that restarts its daemon has one of its own."""
+    return module_daemons("--fake-gpus", "1", "--grace", "1s")
+
+
 @needs_root_cgroups
-def test_serve_says_jobs_are_tracked_by_cgroup(make_daemon: Callable[..., Daemon]) -> None:
-    d = make_daemon("--fake-gpus", "1")
+def test_serve_says_jobs_are_tracked_by_cgroup(one_gpu: Daemon) -> None:
+    d = one_gpu
     assert "jobs tracked by cgroup" in wait_for(
         lambda: log if "tracked by" in (log := daemon_log(d)) else None, what="the tracking line"
     )
 
 
 @needs_root_cgroups
-def test_a_job_that_escapes_and_kills_its_shim_leaves_nothing_running(
-    make_daemon: Callable[..., Daemon],
-) -> None:
+def test_a_job_that_escapes_and_kills_its_shim_leaves_nothing_running(one_gpu: Daemon) -> None:
     """The issue's escape: a process that left the session and the environment, then the
     shim killed by the job itself. The job ends lost, with nothing of it left, and only
     then is its GPU leased again (the next job checks that at its start)."""
-    d = make_daemon("--fake-gpus", "1", "--grace", "1s")
-    c = d.client()
+    c = one_gpu.client()
     tok = token()
     script = f"env -i setsid -f sleep {tok}; sleep 0.3; kill -9 $PPID; exec sleep 1000"
     check = (
@@ -373,14 +378,11 @@ def test_a_lost_job_is_cleaned_up_by_its_cgroup_after_a_restart(
 
 
 @needs_root_cgroups
-def test_an_escaped_process_holding_the_log_cannot_keep_a_job_running(
-    make_daemon: Callable[..., Daemon],
-) -> None:
+def test_an_escaped_process_holding_the_log_cannot_keep_a_job_running(one_gpu: Daemon) -> None:
     """What the race of the job's first instant could leave: a process of the job (in its
     cgroup) in another session, without the job's environment, not a child of the shim,
     writing to the job's log. Cancelling must still end the job, and that process."""
-    d = make_daemon("--fake-gpus", "1", "--grace", "1s")
-    c = d.client()
+    c = one_gpu.client()
     job = c.submit(JobSubmit(command=["sh", "-c", 'echo $$ > "$DDPQ_JOB_DIR/pids"; sleep 1000']))
     running = wait_state(c, job.id, "running")
     assert running.job_dir is not None
@@ -410,11 +412,8 @@ def test_an_escaped_process_holding_the_log_cannot_keep_a_job_running(
 
 
 @needs_root_cgroups
-def test_a_double_forked_setsid_child_ends_with_its_job(
-    make_daemon: Callable[..., Daemon],
-) -> None:
-    d = make_daemon("--fake-gpus", "1")
-    c = d.client()
+def test_a_double_forked_setsid_child_ends_with_its_job(one_gpu: Daemon) -> None:
+    c = one_gpu.client()
     tok = token()
     script = f'env -i setsid -f sh -c "sleep {tok} & exec sleep {tok}"; sleep 0.3; echo started'
     with killing(tok):

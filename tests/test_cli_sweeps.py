@@ -23,8 +23,16 @@ SCRIPT = (
 )
 
 
+def said(d: Daemon, *args: str) -> str:
+    """What ``ddpq ARGS`` prints against ``d``, which must succeed. In this process (as the
+    usage errors below): what is checked is what the command says, not the process."""
+    r = ddpq_in_process(d.url, *args)
+    assert r.returncode == 0, (args, r.stderr)
+    return r.stdout
+
+
 def sweep_detail(d: Daemon, ref: str, *args: str) -> dict[str, object]:
-    out: dict[str, object] = json.loads(d.cli("show", ref, "--json", *args).stdout)
+    out: dict[str, object] = json.loads(said(d, "show", ref, "--json", *args))
     return out
 
 
@@ -33,13 +41,14 @@ def test_a_sweep_from_the_cli_is_one_line_in_ls_and_a_table_in_show(
 ) -> None:
     gate = tmp_path / "go"
     script = SCRIPT.replace("{gate}", shlex.quote(str(gate)))
-    out = daemon.cli(
+    out = said(
+        daemon,
         "submit",
         "--sweep", "lr=0.3,0.1,0.2",
         "--sweep", "bs=8,16",
         "--max-running", "2",
         "--", "sh", "-c", script,
-    ).stdout.strip()  # fmt: skip
+    ).strip()  # fmt: skip
     assert out == "s1"
     c = daemon.client()
     jobs = c.list().items
@@ -51,13 +60,13 @@ def test_a_sweep_from_the_cli_is_one_line_in_ls_and_a_table_in_show(
     assert [(m["params"]["lr"], m["params"]["bs"]) for m in members] == [
         ("0.3", "8"), ("0.3", "16"), ("0.1", "8"), ("0.1", "16"), ("0.2", "8"), ("0.2", "16"),
     ]  # fmt: skip
-    wait_for(lambda: "2 running" in daemon.cli("ls").stdout, what="two members running")
-    listing = daemon.cli("ls").stdout
+    wait_for(lambda: "2 running" in said(daemon, "ls"), what="two members running")
+    listing = said(daemon, "ls")
     assert "s1" in listing and "6 (2 at once)" in listing and "4 queued" in listing
     assert not any(line.startswith(str(j.id) + " ") for j in jobs for line in listing.splitlines())
-    expanded = daemon.cli("ls", "--expand").stdout
+    expanded = said(daemon, "ls", "--expand")
     assert all(any(line.startswith(f"{j.id} ") for line in expanded.splitlines()) for j in jobs)
-    after = int(daemon.cli("submit", "--after", "s1", "--", "echo", "after").stdout)
+    after = int(said(daemon, "submit", "--after", "s1", "--", "echo", "after"))
     assert c.show(after).state == "held"
     gate.touch()
     for j in jobs:
@@ -66,29 +75,27 @@ def test_a_sweep_from_the_cli_is_one_line_in_ls_and_a_table_in_show(
     best_first = sweep_detail(daemon, "s1", "--sort", "-test_acc")["members"]
     assert isinstance(best_first, list)
     assert [m["params"]["lr"] for m in best_first] == ["0.3", "0.3", "0.2", "0.2", "0.1", "0.1"]
-    shown = daemon.cli("show", "s1", "--sort", "-test_acc").stdout
+    shown = said(daemon, "show", "s1", "--sort", "-test_acc")
     assert "6 succeeded" in shown and "TEST_ACC" in shown
     log = c.log_tail(jobs[1].id).decode()
     assert "lr=0.3 bs=16 index=1" in log
 
 
 def test_an_array_is_held_released_and_cancelled_as_one(daemon: Daemon) -> None:
-    assert daemon.cli("submit", "--hold", "--array", "0-9:3", "--", "echo", "{index}").stdout == (
-        "s1\n"
-    )
+    assert said(daemon, "submit", "--hold", "--array", "0-9:3", "--", "echo", "{index}") == ("s1\n")
     c = daemon.client()
     ids = [j.id for j in c.list().items]
     assert [c.show(i).sweep_index for i in ids] == [0, 3, 6, 9]
-    held = daemon.cli("hold", "s1").stdout
+    held = said(daemon, "hold", "s1")
     assert held.startswith("s1: ") and "4 held" in held
-    released = daemon.cli("release", "s1").stdout
+    released = said(daemon, "release", "s1")
     assert "released" in released or "queued" in released, released
     for i in ids:
         assert wait_done(c, i).state == "succeeded"
     assert b"9" in c.log_tail(ids[-1])
     # Ended members are not cancelled again; a sweep that does not exist is exit 4.
-    assert "4 succeeded" in daemon.cli("cancel", "s1").stdout
-    missing = daemon.cli("cancel", "s9", check=False)
+    assert "4 succeeded" in said(daemon, "cancel", "s1")
+    missing = ddpq_in_process(daemon.url, "cancel", "s9")
     assert missing.returncode == 4 and "no sweep 9" in missing.stderr
 
 
@@ -111,10 +118,11 @@ def test_bad_sweep_submissions_are_one_line_and_queue_nothing(
     shared_daemon: Daemon, options: list[str], shown: str
 ) -> None:
     # In this process: what is checked is what the command says, not the process.
+    queued = shared_daemon.client().list().total
     r = ddpq_in_process(shared_daemon.url, "submit", *options, "--", "echo", "x")
     assert r.returncode != 0 and shown in r.stderr, r
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert shared_daemon.client().list().total == 0  # none of the module's uses queues a job
+    assert shared_daemon.client().list().total == queued  # nothing queued
 
 
 @pytest.mark.parametrize("command", [["show"], ["cancel"], ["hold"], ["release"]])
@@ -140,9 +148,9 @@ def test_references_parse_as_jobs_or_sweeps() -> None:
     assert fold([*jobs, {"id": 4, "sweep_id": 5}]) == ([jobs[0]], [5, 4])
 
 
-def test_an_admin_preempts_from_the_cli_and_refusals_are_one_line(daemon: Daemon) -> None:
-    job = int(daemon.cli("submit", "--hold", "--", "true").stdout)
-    r = daemon.cli("preempt", str(job), check=False)
+def test_an_admin_preempts_from_the_cli_and_refusals_are_one_line(shared_daemon: Daemon) -> None:
+    job = int(said(shared_daemon, "submit", "--hold", "--", "true"))
+    r = ddpq_in_process(shared_daemon.url, "preempt", str(job))
     assert r.returncode == 1 and "only a running job is preempted" in r.stderr, r
-    missing = daemon.cli("preempt", "999", check=False)
+    missing = ddpq_in_process(shared_daemon.url, "preempt", "999")
     assert missing.returncode == 4, missing

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from ddpq.client.history import history_table
 from ddpq.client.history_fields import FIELDS
 from ddpq.schemas import JobSubmit
+from tests.cli_inprocess import run_in_process
 from tests.helpers import Daemon, free_port, wait_done
 from tests.test_cli_fit import drawn
 
@@ -52,8 +54,17 @@ def jobs(module_daemons: Callable[..., Daemon], tmp_path_factory: pytest.TempPat
     return Jobs(d, ok, bad, killed, cancelled, alices)
 
 
+def run_history(jobs: Jobs, *args: str) -> subprocess.CompletedProcess[str]:
+    """``ddpq history ARGS`` against the module's daemon, in this process
+    (tests/cli_inprocess.py): what it prints is checked, not its process."""
+    env = {"DDPQ_URL": jobs.daemon.url, "DDPQ_TOKEN": None, "COLUMNS": "200"}
+    return run_in_process("history", *args, env=env)
+
+
 def history(jobs: Jobs, *args: str) -> str:
-    return jobs.daemon.cli("history", *args, COLUMNS="200").stdout
+    r = run_history(jobs, *args)
+    assert r.returncode == 0, (args, r.stderr)
+    return r.stdout
 
 
 def first_column(table: str) -> list[int]:
@@ -86,10 +97,10 @@ def test_state_name_and_window(jobs: Jobs) -> None:
 
 def test_limit_keeps_the_newest_and_says_so(jobs: Jobs) -> None:
     newest = [r["id"] for r in json.loads(history(jobs, "--output", "json"))][-2:]
-    r = jobs.daemon.cli("history", "-o", "id", "--limit", "2")
+    r = run_history(jobs, "-o", "id", "--limit", "2")
     assert first_column(r.stdout) == newest
     assert "older jobs not listed" in r.stderr
-    every = jobs.daemon.cli("history", "-o", "id", "--limit", "0")
+    every = run_history(jobs, "-o", "id", "--limit", "0")
     assert len(first_column(every.stdout)) == 4 and every.stderr == ""
 
 
@@ -158,7 +169,7 @@ def test_json_parses_whole_or_with_the_fields_asked(jobs: Jobs) -> None:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(jobs: Jobs, args: list[str], says: str) -> None:
-    r = jobs.daemon.cli("history", *args, check=False)
+    r = run_history(jobs, *args)
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.startswith("ddpq: ") and says in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr

@@ -14,6 +14,7 @@ import pytest
 
 from ddpq.schemas import JobDetail, JobSubmit
 from ddpq.worker.ports import PORT_COOLDOWN_S
+from tests.cli_inprocess import ddpq_in_process, run_in_process
 from tests.helpers import Daemon, free_block, wait_done, wait_for, wait_state
 
 JOBS = Path(__file__).parent / "jobs"
@@ -107,14 +108,14 @@ def test_a_job_waits_while_every_port_is_held_and_starts_once_one_is_free(
             s.close()
 
 
-def test_rendezvous_port_clash_is_requeued_on_another_port(daemon: Daemon) -> None:
+def test_rendezvous_port_clash_is_requeued_on_another_port(shared_daemon: Daemon) -> None:
     script = (
         'if [ ! -f "$DDPQ_JOB_DIR/once" ]; then touch "$DDPQ_JOB_DIR/once"; '
         'echo "The server socket has failed to listen on any local network address. '
         'port: $MASTER_PORT, code: -98, name: EADDRINUSE, message: address already in use"; '
         "exit 1; fi; echo second try on $MASTER_PORT"
     )
-    c = daemon.client()
+    c = shared_daemon.client()
     job = c.submit(JobSubmit(command=["sh", "-c", script], gpus=1))
     done = wait_done(c, job.id)
     assert done.state == "succeeded"
@@ -124,8 +125,8 @@ def test_rendezvous_port_clash_is_requeued_on_another_port(daemon: Daemon) -> No
     assert len(requeued) == 1 and "EADDRINUSE" in requeued[0].reason
 
 
-def test_contract_env_and_leases_shown_while_running(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_contract_env_and_leases_shown_while_running(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     job = c.submit(JobSubmit(command=["sh", "-c", "env | sort; sleep 30"], gpus=2))
     running = wait_state(c, job.id, "running")
     assert len(running.leases.gpus) == 2 and running.leases.port is not None
@@ -144,7 +145,7 @@ def test_contract_env_and_leases_shown_while_running(daemon: Daemon) -> None:
     assert env["DDPQ_JOB_ID"] == str(job.id)
     assert env["DDPQ_JOB_DIR"] == running.job_dir
     assert int(env["OMP_NUM_THREADS"]) >= 1
-    gpus = json.loads(daemon.cli("gpus", "--json").stdout)
+    gpus = json.loads(shared_daemon.cli("gpus", "--json").stdout)
     held = {g["index"]: g for g in gpus["items"] if g["status"] == "leased"}
     assert sorted(held) == running.leases.gpus
     assert all(g["job_id"] == job.id and g["owner"] == running.owner for g in held.values())
@@ -152,8 +153,8 @@ def test_contract_env_and_leases_shown_while_running(daemon: Daemon) -> None:
     wait_done(c, job.id)
 
 
-def test_dependencies_and_hold_through_the_api(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_dependencies_and_hold_through_the_api(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     first = c.submit(JobSubmit(command=["sh", "-c", "sleep 0.5"]))
     after_ok = c.submit(JobSubmit(command=["true"], after=[first.id]))
     assert after_ok.state == "held"
@@ -184,17 +185,15 @@ def test_priority_orders_the_queue(make_daemon: object, tmp_path: Path) -> None:
     assert high_done.started_at < low_done.started_at
 
 
-def test_too_many_gpus_and_an_ephemeral_port_range_are_refused(daemon: Daemon) -> None:
-    r = daemon.cli("submit", "--gpus", "5", "--", "true", check=False)
+def test_too_many_gpus_and_an_ephemeral_port_range_are_refused(
+    shared_daemon: Daemon, tmp_path: Path
+) -> None:
+    # Usage errors, in this process: what the command says, not the process.
+    r = ddpq_in_process(shared_daemon.url, "submit", "--gpus", "5", "--", "true")
     assert r.returncode == 2 and "--gpus: asked for 5 GPUs but this server has 4" in r.stderr
     lo = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]
-    bad = daemon.cli(
-        "serve",
-        "--home",
-        str(daemon.home / "x"),
-        "--port-range",
-        f"{lo}-{int(lo) + 10}",
-        check=False,
+    bad = run_in_process(
+        "serve", "--home", str(tmp_path / "x"), "--port-range", f"{lo}-{int(lo) + 10}"
     )
     assert bad.returncode == 2 and "ephemeral" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -222,8 +221,8 @@ def test_two_torchrun_jobs_train_on_disjoint_gpus_and_ports(make_daemon: object)
     assert done_third.started_at >= min(done_a.ended_at, done_b.ended_at or done_a.ended_at)
 
 
-def test_an_unrelated_address_in_use_is_a_plain_failure(daemon: Daemon) -> None:
-    c = daemon.client()
+def test_an_unrelated_address_in_use_is_a_plain_failure(shared_daemon: Daemon) -> None:
+    c = shared_daemon.client()
     script = 'echo "tensorboard: [Errno 98] Address already in use"; exit 1'
     job = c.submit(JobSubmit(command=["sh", "-c", script], gpus=1))
     done = wait_done(c, job.id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import subprocess
@@ -44,10 +45,15 @@ pytestmark = [
 
 @dataclass(frozen=True)
 class Accounts:
+    """The module's tests share one daemon: what one account does cannot show in another
+    test's, so a test that counts an account's jobs or tokens has an account of its own."""
+
     alice: str
     bob: str
     admin: str  # a member of ``group``
     group: str
+    carol: str  # the real `ddpq` command's (`cancel --mine` cancels every job of hers)
+    dave: str  # the token commands' (token numbers count per account)
 
 
 def _run(*argv: str) -> None:
@@ -58,11 +64,18 @@ def _run(*argv: str) -> None:
 def accounts() -> Iterator[Accounts]:
     """Three fresh accounts and an admin group, removed again at the end."""
     tag = secrets.token_hex(3)
-    made = Accounts(f"ddpqa{tag}", f"ddpqb{tag}", f"ddpqc{tag}", f"ddpqadm{tag}")
+    made = Accounts(*(f"ddpq{k}{tag}" for k in ("a", "b", "c", "adm", "d", "e")))
     users: list[str] = []
     _run("groupadd", made.group)
     try:
-        for name, extra in ((made.alice, []), (made.bob, []), (made.admin, ["-G", made.group])):
+        plain: list[str] = []
+        for name, extra in (
+            (made.alice, plain),
+            (made.bob, plain),
+            (made.admin, ["-G", made.group]),
+            (made.carol, plain),
+            (made.dave, plain),
+        ):
             _run("useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", *extra, name)
             users.append(name)
         yield made
@@ -72,10 +85,11 @@ def accounts() -> Iterator[Accounts]:
         subprocess.run(["groupdel", made.group], capture_output=True, timeout=60)
 
 
-@pytest.fixture
-def daemon(accounts: Accounts, make_daemon: Callable[..., Daemon]) -> Daemon:
+@pytest.fixture(scope="module")
+def daemon(accounts: Accounts, module_daemons: Callable[..., Daemon]) -> Daemon:
+    """One root daemon for the module (its tests submit and read, each its own jobs)."""
     home = shared_home()
-    return make_daemon(
+    return module_daemons(
         "--fake-gpus", "2", "--auth", "--grace", "1s", "--admin-group", accounts.group, home=home
     )
 
@@ -272,19 +286,21 @@ def test_the_ddpq_command_of_a_local_user_needs_no_setup(
     """`ddpq whoami`, `ddpq submit` and `ddpq cancel` as the account, through the real
     command line: no token, no URL."""
     d = daemon
-    ddpq = command_as(accounts.bob, d)
+    ddpq = command_as(accounts.carol, d)
     who = ddpq("whoami")
     assert who.returncode == 0, who.stderr
     first, second, third = who.stdout.splitlines()
-    assert first == accounts.bob
+    assert first == accounts.carol
     assert "known from the socket" in second and "no token" in second
-    assert third == f"jobs run as {accounts.bob}"
+    assert third == f"jobs run as {accounts.carol}"
     submitted = ddpq("submit", "--", "id", "-u")
     assert submitted.returncode == 0, submitted.stderr
     watcher = DdpqClient(sock(d))
     done = wait_done(watcher, int(submitted.stdout))
-    assert done.owner == accounts.bob and done.state == "succeeded", done.reason
-    assert watcher.log_tail(done.id).decode().split()[-1] == str(pwd.getpwnam(accounts.bob).pw_uid)
+    assert done.owner == accounts.carol and done.state == "succeeded", done.reason
+    assert watcher.log_tail(done.id).decode().split()[-1] == str(
+        pwd.getpwnam(accounts.carol).pw_uid
+    )
     held = ddpq("submit", "--hold", "--", "true")
     cancelled = ddpq("cancel", "--mine")
     assert cancelled.returncode == 0 and cancelled.stdout.startswith(held.stdout.strip() + ":")
@@ -292,27 +308,30 @@ def test_the_ddpq_command_of_a_local_user_needs_no_setup(
 
 def test_a_users_token_commands_from_making_to_revoking(daemon: Daemon, accounts: Accounts) -> None:
     d = daemon
-    ddpq = command_as(accounts.alice, d)
+    ddpq = command_as(accounts.dave, d)
     made = ddpq("token", "create", "--expires", "1h", "--note", "laptop")
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip()
-    assert token.startswith("ddpq_") and "token 1 of " + accounts.alice in made.stderr
+    # Token numbers are the daemon's: the module's other tests may have made some.
+    number = re.search(rf"\btoken (\d+) of {accounts.dave},", made.stderr)
+    assert token.startswith("ddpq_") and number, made.stderr
+    n = number.group(1)
     listed = ddpq("token", "ls").stdout.splitlines()
     assert listed[0].split() == ["ID", "NOTE", "MADE", "WORKS", "UNTIL"]
-    assert listed[1].split()[:2] == ["1", "laptop"]
+    assert [row.split()[:2] for row in listed[1:]] == [[n, "laptop"]]
     # Elsewhere (here: over TCP), with the token and no socket.
     remote = {"DDPQ_URL": d.url, "DDPQ_TOKEN": token, "DDPQ_SOCKET": ""}
     who = ddpq("whoami", **remote)
     assert who.returncode == 0, who.stderr
-    assert who.stdout.splitlines()[0] == accounts.alice
-    assert "by your token 1 (works until" in who.stdout and f"over {d.url}" in who.stdout
+    assert who.stdout.splitlines()[0] == accounts.dave
+    assert f"by your token {n} (works until" in who.stdout and f"over {d.url}" in who.stdout
     again = ddpq("token", "create", **remote)  # a token cannot make another
     assert again.returncode == 2 and "through the daemon's Unix socket" in again.stderr
     refused = ddpq("submit", "--", "true", **remote)
     assert refused.returncode == 5 and "remote_accounts" in refused.stderr
-    assert ddpq("token", "revoke", "1", **remote).stdout.strip() == "token 1 revoked"
+    assert ddpq("token", "revoke", n, **remote).stdout.strip() == f"token {n} revoked"
     gone = ddpq("whoami", **remote)
     assert gone.returncode == 5 and "unknown token" in gone.stderr
     assert "no tokens" in ddpq("token", "ls").stderr
-    missing = ddpq("token", "revoke", "1", "99")
+    missing = ddpq("token", "revoke", n, "99")
     assert missing.returncode == 4 and "you have no token 99" in missing.stderr

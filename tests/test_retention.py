@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,19 +16,17 @@ import pytest
 from ddpq.daemon import settings as daemon_settings
 from ddpq.daemon.settings import load_settings
 from ddpq.schemas import JobSubmit
+from tests.cli_inprocess import run_in_process
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
 from tests.test_metrics import scrape, value
 
 
 def ddpq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("DDPQ_")}
-    return subprocess.run(
-        [sys.executable, "-m", "ddpq", *args],
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=120,
-    )
+    """``ddpq ARGS`` with ``env`` for the ``DDPQ_*`` variables, in this process
+    (tests/cli_inprocess.py): these commands refuse, print help or prune a state folder,
+    and none serves."""
+    cleared: dict[str, str | None] = {k: None for k in os.environ if k.startswith("DDPQ_")}
+    return run_in_process(*args, env={**cleared, **env})
 
 
 def assert_one_line(r: subprocess.CompletedProcess[str], *words: str) -> None:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from ddpq.schemas import JobSubmit
+from tests.cli_inprocess import ddpq_in_process
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
 from tests.sessions import QUIET_ENV, SHELL, Terminal
 
@@ -172,11 +173,18 @@ IGNORING_SIGINT = (
 )
 
 
+@pytest.fixture(scope="module")
+def one_gpu(module_daemons: Callable[..., Daemon]) -> Daemon:
+    """A daemon of one GPU for the module's tests that keep it busy with a job of their own
+    (each waits until its job holds it: a job the one before cancelled may still be ending)."""
+    return module_daemons("--fake-gpus", "1", "--grace", "1s")
+
+
 @pytest.mark.parametrize("sigint_ignored", [False, True])
 def test_ctrl_c_while_waiting_cancels_the_session(
-    make_daemon: Callable[..., Daemon], terminals: Callable[..., Terminal], sigint_ignored: bool
+    one_gpu: Daemon, terminals: Callable[..., Terminal], sigint_ignored: bool
 ) -> None:
-    d = make_daemon("--fake-gpus", "1", "--grace", "1s")
+    d = one_gpu
     c = d.client()
     holder = c.submit(JobSubmit(command=["sleep", "60"], gpus=1))
     wait_state(c, holder.id, "running")
@@ -191,12 +199,13 @@ def test_ctrl_c_while_waiting_cancels_the_session(
 
 
 def test_attach_is_for_sessions(shared_daemon: Daemon) -> None:
+    """Refused before any terminal is touched: in this process (tests/cli_inprocess.py)."""
     c = shared_daemon.client()
     batch = c.submit(JobSubmit(command=["sleep", "30"]))
-    r = shared_daemon.cli("attach", str(batch.id), check=False)
+    r = ddpq_in_process(shared_daemon.url, "attach", str(batch.id))
     assert r.returncode == 2 and "not an interactive session" in r.stderr
-    assert shared_daemon.cli("attach", "999", check=False).returncode == 4
-    r = shared_daemon.cli("shell", "--detach-key", "x", check=False)
+    assert ddpq_in_process(shared_daemon.url, "attach", "999").returncode == 4
+    r = ddpq_in_process(shared_daemon.url, "shell", "--detach-key", "x")
     assert r.returncode == 2 and "--detach-key" in r.stderr
     c.cancel(batch.id)
 
@@ -213,8 +222,8 @@ REFUSED = [
 
 def test_a_session_the_daemon_refuses_is_bad_usage(shared_daemon: Daemon) -> None:
     queued = shared_daemon.client().list().total
-    for args, says in REFUSED:
-        r = shared_daemon.cli("shell", *args, check=False)
+    for args, says in REFUSED:  # usage errors, in this process
+        r = ddpq_in_process(shared_daemon.url, "shell", *args)
         assert r.returncode == 2, (args, r.stderr)
         assert says in r.stderr, (args, r.stderr)
     assert shared_daemon.client().list().total == queued  # nothing queued

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -14,9 +15,10 @@ from tests.helpers import Daemon
 from tests.sessions import QUIET_ENV, Terminal
 
 
-@pytest.fixture
-def daemon(make_daemon: Callable[..., Daemon]) -> Daemon:
-    return make_daemon("--fake-gpus", "2", "--grace", "1s")
+@pytest.fixture(scope="module")
+def daemon(module_daemons: Callable[..., Daemon]) -> Daemon:
+    """The module's daemon: each test runs its own session and waits for its end."""
+    return module_daemons("--fake-gpus", "2", "--grace", "1s")
 
 
 @pytest.fixture
@@ -86,5 +88,7 @@ def test_attach_to_a_session_that_has_ended_says_so(
 ) -> None:
     t = terminals(daemon, "shell", "--gpus", "1", "--", "true")
     assert t.wait() == 0
-    r = daemon.cli("attach", "1", check=False)
+    said = re.search(rb"job (\d+): a session", t.seen)
+    assert said is not None, t.seen
+    r = daemon.cli("attach", said.group(1).decode(), check=False)
     assert r.returncode == 1 and "has ended: succeeded" in r.stderr

@@ -7,6 +7,7 @@ reads at each of the worker's looks (every 0.2 s here, DDPQ_GPU_POLL)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from ddpq.schemas import JobSubmit
+from tests.cli_inprocess import ddpq_in_process
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
 from tests.test_auth import add_user, me
 from tests.test_metrics import scrape, value
@@ -64,6 +66,15 @@ def gpu_daemon(make_daemon: Callable[..., Daemon], nvml: FakeNvml, tmp_path: Pat
     )
 
 
+def ddpq(d: Daemon, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``ddpq ARGS`` against ``d``, in this process (tests/cli_inprocess.py): what these
+    tests check is what the commands say and do (the admin's on the state folder), not
+    their process. ``check``: it must succeed."""
+    r = ddpq_in_process(d.url, *args)
+    assert r.returncode == 0 or not check, (args, r.stderr)
+    return r
+
+
 def sleeper(tmp_path: Path, name: str) -> list[str]:
     """A job that writes its pid (the pid its GPU memory is counted by), then waits until
     the test lets it end (exit 0) by creating ``<name>.go``."""
@@ -84,7 +95,7 @@ def test_three_5g_jobs_share_a_16g_gpu_a_fourth_waits_and_a_whole_gpu_job_never_
     d = gpu_daemon
     c = d.client()
     ids = [
-        int(d.cli("submit", "--gpu-mem", "5G", "--", *sleeper(tmp_path, f"s{i}")).stdout)
+        int(ddpq(d, "submit", "--gpu-mem", "5G", "--", *sleeper(tmp_path, f"s{i}")).stdout)
         for i in range(4)
     ]
     whole = c.submit(JobSubmit(command=sleeper(tmp_path, "whole"), gpus=1)).id
@@ -98,9 +109,9 @@ def test_three_5g_jobs_share_a_16g_gpu_a_fourth_waits_and_a_whole_gpu_job_never_
     assert gpus[0].status == "shared"
     assert sorted(s.job_id for s in gpus[0].shares) == ids[:3]
     assert all(s.gpu_mem == 5 * G for s in gpus[0].shares)
-    listing = d.cli("ls").stdout
+    listing = ddpq(d, "ls").stdout
     assert "MEM" in listing and "-/5G" in listing and "  5G  " in listing
-    assert "shared" in d.cli("gpus").stdout
+    assert "shared" in ddpq(d, "gpus").stdout
     (tmp_path / "s0.go").touch()
     assert wait_done(c, ids[0]).state == "succeeded"
     wait_state(c, ids[3], "running")  # its place freed
@@ -153,8 +164,8 @@ def test_the_peak_is_measured_shown_and_learned_by_auto(
     # The worker's look that sees 1000 MiB records peaks in the same transaction.
     wait_for(lambda: c.devices().items[0].memory_used_mb == 1000, what="the worker to look again")
     assert c.show(first.id).attempts[-1].peak_mem == 3000 * MIB
-    assert "2.9G" in d.cli("ls").stdout
-    shown = d.cli("show", str(first.id)).stdout
+    assert "2.9G" in ddpq(d, "ls").stdout
+    shown = ddpq(d, "show", str(first.id)).stdout
     assert "gpu memory auto on each GPU" in shown and "peak       2.9G" in shown
     m = scrape(d)
     assert value(m, "ddpq_gpu_memory_peak_bytes", gpu="0") == 3000 * MIB
@@ -189,9 +200,9 @@ def test_a_user_at_their_limit_waits_with_the_reason_shown(
 ) -> None:
     d = make_daemon("--fake-gpus", "4", "--grace", "1s")
     home = str(d.home)
-    d.cli("admin", "limit", "alice", "--jobs", "1", "--gpus", "2", "--home", home)
-    d.cli("admin", "limit", "--default", "--gpus", "1", "--home", home)
-    listed = d.cli("admin", "limit", "--home", home).stdout
+    ddpq(d, "admin", "limit", "alice", "--jobs", "1", "--gpus", "2", "--home", home)
+    ddpq(d, "admin", "limit", "--default", "--gpus", "1", "--home", home)
+    listed = ddpq(d, "admin", "limit", "--home", home).stdout
     assert "alice" in listed and "at most 1 running job" in listed
     c = d.client()
     first = c.submit(JobSubmit(command=sleeper(tmp_path, "a1"), gpus=1, owner="alice")).id
@@ -202,11 +213,11 @@ def test_a_user_at_their_limit_waits_with_the_reason_shown(
         lambda: c.show(second).reason == "at alice's limit of 1 running job", what="the reason"
     )
     assert c.show(bobs).reason == "needs 2 GPUs, more than bob's limit of 1"
-    assert "at alice's limit of 1 running job" in d.cli("show", str(second)).stdout
-    d.cli("admin", "limit", "alice", "--clear", "--home", home)
+    assert "at alice's limit of 1 running job" in ddpq(d, "show", str(second)).stdout
+    ddpq(d, "admin", "limit", "alice", "--clear", "--home", home)
     # Without a limit of her own, alice has everyone's: 1 GPU, which her first job holds.
     assert wait_for(lambda: c.show(second).reason == "at alice's limit of 1 GPU", what="it")
-    d.cli("admin", "limit", "alice", "--gpus", "2", "--home", home)
+    ddpq(d, "admin", "limit", "alice", "--gpus", "2", "--home", home)
     wait_state(c, second, "running")
     for name in ("a1", "a2"):
         (tmp_path / f"{name}.go").touch()
@@ -218,7 +229,8 @@ def test_a_user_at_their_limit_waits_with_the_reason_shown(
 def test_a_reservation_holds_its_gpus(make_daemon: Callable[..., Daemon], tmp_path: Path) -> None:
     d = make_daemon("--fake-gpus", "2", "--grace", "1s")
     home = str(d.home)
-    out = d.cli(
+    out = ddpq(
+        d,
         "admin",
         "reserve",
         "--gpus",
@@ -233,7 +245,8 @@ def test_a_reservation_holds_its_gpus(make_daemon: Callable[..., Daemon], tmp_pa
         home,
     ).stdout
     assert out.startswith("reservation 1: 1 GPU for alice from ")
-    refused = d.cli(
+    refused = ddpq(
+        d,
         "admin",
         "reserve",
         "--gpus",
@@ -262,12 +275,12 @@ def test_a_reservation_holds_its_gpus(make_daemon: Callable[..., Daemon], tmp_pa
     assert c.show(untimed[1]).reason == (
         "without a time limit it would run into reservation 1 (1 GPU for alice)"
     )
-    listed = d.cli("reservations").stdout
+    listed = ddpq(d, "reservations").stdout
     assert "alice" in listed and "to come" in listed
     items = httpx.get(d.url + "/v1/reservations", timeout=10).json()["items"]
     assert [(r["id"], r["user"], r["gpus"], r["active"]) for r in items] == [(1, "alice", 1, False)]
-    d.cli("admin", "unreserve", "1", "--home", home)
-    assert d.cli("reservations").stdout.strip() == "no reservations"
+    ddpq(d, "admin", "unreserve", "1", "--home", home)
+    assert ddpq(d, "reservations").stdout.strip() == "no reservations"
     for name in ("b0", "b1", "s"):
         (tmp_path / f"{name}.go").touch()
     for job in (*untimed, short):
@@ -332,7 +345,7 @@ def test_bad_memory_requests_are_refused_at_the_door(shared_daemon: Daemon) -> N
         (["--gpu-mem", "1G", "--gpu-share", "0"], "--gpu-share"),
         (["--gpu-mem", "1G", "--gpus", "5"], "--gpus: asked for 5 GPUs but this server has 4"),
     ):
-        r = shared_daemon.cli("submit", *args, "--", "true", check=False)
+        r = ddpq(shared_daemon, "submit", *args, "--", "true", check=False)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (
             args,
             r.stderr,

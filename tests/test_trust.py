@@ -16,6 +16,7 @@ import pytest
 
 from ddpq.config import ConfigError, Settings
 from ddpq.schemas import JobSubmit
+from tests.cli_inprocess import run_in_process
 from tests.helpers import Daemon, free_port, runs_jobs_as_others, wait_done, wait_for
 from tests.shared_install import shared_install
 from tests.test_auth import add_user
@@ -95,7 +96,7 @@ def test_a_non_root_daemon_with_auth_refuses_to_start() -> None:
 def test_a_user_named_like_a_system_account_is_not_mapped_to_it(name: str, tmp_path: Path) -> None:
     home = tmp_path / "home"
     add_user(home, name)
-    r = ddpq("admin", "user", "list", "--home", str(home))
+    r = run_in_process("admin", "user", "list", "--home", str(home))
     assert r.stdout.split() == [name, "user", "-"]
 
 
@@ -103,7 +104,8 @@ def test_a_user_named_like_a_system_account_is_not_mapped_to_it(name: str, tmp_p
     "bad", ["../../etc", "root/..", "Alice", "a b", "-rf", "x" * 40, "bob\n", "élise", ""]
 )
 def test_unix_user_must_be_an_account_name(bad: str, tmp_path: Path) -> None:
-    r = ddpq("admin", "user", "add", "eve", "--unix-user", bad, "--home", str(tmp_path / "h"))
+    home = str(tmp_path / "h")
+    r = run_in_process("admin", "user", "add", "eve", "--unix-user", bad, "--home", home)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -111,15 +113,15 @@ def test_unix_user_must_be_an_account_name(bad: str, tmp_path: Path) -> None:
 def test_mapping_is_explicit_and_can_be_changed(tmp_path: Path) -> None:
     home = str(tmp_path / "h")
     add_user(tmp_path / "h", "carol", "--unix-user", "nobody")
-    assert ddpq("admin", "user", "list", "--home", home).stdout.split() == [
-        "carol",
-        "user",
-        "nobody",
-    ]
-    assert ddpq("admin", "user", "map", "carol", "--clear", "--home", home).returncode == 0
-    assert ddpq("admin", "user", "list", "--home", home).stdout.split() == ["carol", "user", "-"]
-    assert ddpq("admin", "user", "map", "nobody-here", "nobody", "--home", home).returncode == 4
-    assert ddpq("admin", "user", "map", "carol", "no-such-acct", "--home", home).returncode == 2
+
+    def admin_user(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_in_process("admin", "user", *args, "--home", home)
+
+    assert admin_user("list").stdout.split() == ["carol", "user", "nobody"]
+    assert admin_user("map", "carol", "--clear").returncode == 0
+    assert admin_user("list").stdout.split() == ["carol", "user", "-"]
+    assert admin_user("map", "nobody-here", "nobody").returncode == 4
+    assert admin_user("map", "carol", "no-such-acct").returncode == 2
 
 
 @ROOT_ONLY

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from ddpq.client.api import DdpqClient, choose_url, find_socket
+from tests.cli_inprocess import run_in_process
 from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_for
+from tests.template_db import migrated
 from tests.test_cli_speed import DAEMON, HEAVY, STDLIB_HTTP, under
 
 
@@ -42,9 +44,22 @@ def cli(
 
 
 def serve(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """A daemon that is expected to refuse to start."""
+    """A daemon that is expected to refuse to start, at its socket (a real process: it has
+    set up its logging and umask by then). Its database is the template's copy: the
+    daemon would migrate a fresh one first, for a second of CPU."""
+    migrated(home / "ddpq.db")
+    return cli(home, *_serve_args(home, *args))
+
+
+def serve_refused_by_settings(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A daemon that is expected to refuse its settings before it starts anything: in this
+    process (tests/cli_inprocess.py)."""
+    return run_in_process(*_serve_args(home, *args))
+
+
+def _serve_args(home: Path, *args: str) -> list[str]:
     argv = ["serve", "--home", str(home), "--port", str(free_port()), "--fake-gpus", "1", *args]
-    return cli(home, *argv, *root_flags(list(args)))
+    return [*argv, *root_flags(list(args))]
 
 
 def test_the_socket_is_open_to_all_and_the_cli_uses_it_without_a_url(shared_daemon: Daemon) -> None:
@@ -104,14 +119,14 @@ def test_a_file_in_the_sockets_place_is_left_alone(tmp_path: Path) -> None:
 
 def test_a_socket_path_too_long_for_a_socket_is_refused_at_start(tmp_path: Path) -> None:
     long = tmp_path / ("x" * 120) / "ddpq.sock"
-    r = serve(tmp_path / "home", "--socket", str(long))
+    r = serve_refused_by_settings(tmp_path / "home", "--socket", str(long))
     assert r.returncode == 2 and "longer than the 107 bytes" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("bad", ["relative.sock", "./x.sock", "~nobody-such-user/x"])
 def test_a_socket_setting_must_be_an_absolute_path(bad: str, tmp_path: Path) -> None:
-    r = serve(tmp_path / "home", "--socket", bad)
+    r = serve_refused_by_settings(tmp_path / "home", "--socket", bad)
     assert r.returncode == 2 and "--socket" in r.stderr and "absolute path" in r.stderr
 
 

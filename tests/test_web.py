@@ -27,7 +27,7 @@ from tests.helpers import Daemon
 
 CHROMIUM = Path("/usr/bin/chromium")
 try:
-    from playwright.sync_api import Page, expect, sync_playwright
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
 except ImportError:  # pragma: no cover - CI installs it; this keeps the reason readable
     sync_playwright = None  # type: ignore[assignment]
 
@@ -54,21 +54,32 @@ ARGS = [
 WAIT_MS = 20_000
 
 
-@pytest.fixture
-def page() -> Iterator[Page]:
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One Chromium for the module (a launch is about a second of CPU); each test's page
+    has a context of its own: no storage, cookies or cache shared between tests."""
     assert sync_playwright is not None
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        launched = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
-            pg = browser.new_page(viewport={"width": 1280, "height": 900})
-            pg.set_default_timeout(WAIT_MS)
-            expect.set_options(timeout=WAIT_MS)
-            errors: list[str] = []
-            pg.on("pageerror", lambda exc: errors.append(str(exc)))
-            yield pg
-            assert not errors, f"JavaScript errors on the page: {errors}"
+            yield launched
         finally:
-            browser.close()
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+        errors: list[str] = []
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield pg
+        assert not errors, f"JavaScript errors on the page: {errors}"
+    finally:
+        context.close()
 
 
 def test_page_shows_queue_gpus_progress_and_log(daemon: Daemon, page: Page, tmp_path: Path) -> None:

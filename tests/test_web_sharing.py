@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, wait_state
-from tests.test_web import page, pytestmark  # noqa: F401 - the fixture and the skips
+from tests.test_web import browser, page, pytestmark  # noqa: F401 - the fixtures and the skips
 
 G = 1 << 30
 
