@@ -35,7 +35,11 @@ def main() -> None:
     ap.add_argument("--submissions", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    settings = Settings(home=Path(tempfile.mkdtemp(prefix="ddpq-turns-")), fake_gpus=8)
+    with tempfile.TemporaryDirectory(prefix="ddpq-turns-") as home:
+        measure(Settings(home=Path(home), fake_gpus=8), args.submissions, args.rounds)
+
+
+def measure(settings: Settings, submissions: int, rounds: int) -> None:
     migrate(settings.db_path)
     Worker(settings, listen=False).reconcile()  # the GPUs, as a submission checks them
     db = Database(settings.db_path)
@@ -45,12 +49,12 @@ def main() -> None:
         body = JobSubmit.model_validate({"command": ["true"], "gpus": 1})
         routes.submit(body, who, settings, db, lookups)
 
-    print(f"python {sys.version.split()[0]}; {args.submissions} submissions per case")
-    for _ in range(args.rounds):
+    print(f"python {sys.version.split()[0]}; {submissions} submissions per case")
+    for _ in range(rounds):
         for turn in (0.005, TURN_S):
             sys.setswitchinterval(turn)
             for busy in (False, True):
-                ms = timed(submit, args.submissions, busy)
+                ms = timed(submit, submissions, busy)
                 case = "beside a computing thread" if busy else "alone"
                 print(
                     f"turn {turn * 1000:.1f} ms, {case}: p50 {statistics.median(ms):.1f} ms,"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
-from tests.helpers import Daemon, free_port
+from tests.helpers import Daemon, free_port, remove_reachable_folders
 from tests.shared_install import remove_shared_install
 from tests.template_db import remove_template
 
@@ -88,10 +88,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _shared_install_removed() -> Iterator[None]:
     """The install other accounts reach (``tests/shared_install.py``) and the migrated
     database template (``tests/template_db.py``) are made on first use; removed when the
-    session ends."""
+    session ends, with the folders tests made for other accounts to reach."""
     yield
     remove_shared_install()
     remove_template()
+    remove_reachable_folders()
 
 
 @pytest.fixture

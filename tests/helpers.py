@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -233,3 +235,20 @@ def lose_shim_while_down(d: Daemon, job: JobDetail) -> DdpqClient:
     os.kill(shim.pid, signal.SIGKILL)
     d.start()
     return d.client()
+
+
+_REACHABLE: list[Path] = []
+
+
+def reachable_folder(prefix: str) -> Path:
+    """A fresh folder other accounts can reach (pytest's ``tmp_path`` is under a 0700
+    folder), removed when the session ends (``remove_reachable_folders``)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    _REACHABLE.append(folder)
+    return folder
+
+
+def remove_reachable_folders() -> None:
+    while _REACHABLE:
+        shutil.rmtree(_REACHABLE.pop(), ignore_errors=True)

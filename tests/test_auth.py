@@ -6,7 +6,6 @@ import os
 import pwd
 import stat
 import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from ddpq.client.api import DdpqError, token_file
 from ddpq.schemas import JobSubmit
 from tests.cli_inprocess import run_in_process
-from tests.helpers import Daemon, wait_done, wait_state
+from tests.helpers import Daemon, reachable_folder, wait_done, wait_state
 from tests.template_db import migrated
 
 
@@ -119,8 +118,7 @@ def test_a_root_daemon_runs_jobs_as_the_owners_account(
     """The daemon runs from the install other accounts reach (``tests/shared_install.py``):
     skipped, saying why, where there can be none."""
     nobody = pwd.getpwnam("nobody")
-    home = Path(tempfile.mkdtemp(prefix="ddpq-auth-"))
-    home.chmod(0o755)
+    home = reachable_folder("ddpq-auth-")
     token = add_user(home, "carol", "--unix-user", "nobody")
     d = make_daemon("--fake-gpus", "1", "--auth", home=home)
     c = d.client(token)

@@ -8,7 +8,6 @@ import secrets
 import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +16,14 @@ import pytest
 from ddpq.config import ConfigError, Settings
 from ddpq.schemas import JobSubmit
 from tests.cli_inprocess import run_in_process
-from tests.helpers import Daemon, free_port, runs_jobs_as_others, wait_done, wait_for
+from tests.helpers import (
+    Daemon,
+    free_port,
+    reachable_folder,
+    runs_jobs_as_others,
+    wait_done,
+    wait_for,
+)
 from tests.shared_install import shared_install
 from tests.test_auth import add_user
 
@@ -54,9 +60,7 @@ def ddpq(
 
 def shared_home() -> Path:
     """A state folder other accounts can reach (pytest's tmp_path is under a 0700 folder)."""
-    home = Path(tempfile.mkdtemp(prefix="ddpq-trust-"))
-    home.chmod(0o755)
-    return home / "home"
+    return reachable_folder("ddpq-trust-") / "home"
 
 
 # ---- item 3: --auth without the power to switch accounts -------------------------
@@ -227,7 +231,7 @@ def test_a_job_cannot_read_the_database_or_other_jobs(make_daemon: Callable[...,
 def test_the_working_directory_is_entered_as_the_jobs_account(
     make_daemon: Callable[..., Daemon],
 ) -> None:
-    private = Path(tempfile.mkdtemp(prefix="ddpq-private-"))
+    private = reachable_folder("ddpq-private-")
     (private / "secret.txt").write_text("root-only\n")
     private.chmod(0o755)  # open while the API checks it at submit...
     home = shared_home()
