@@ -23,22 +23,7 @@ from ddpq.daemon import halves, state_folder
 from ddpq.daemon.watchdog import Shutdown
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_for
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (its worker half; the fork server is the
-    worker's child, not the API's)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
+from tests.workload.runs import children  # the worker half is the serve process's child
 
 
 def running(pid: int) -> bool:

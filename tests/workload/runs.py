@@ -112,7 +112,8 @@ def kill_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (torchrun's ranks), from /proc."""
+    """The processes whose parent is ``pid`` (torchrun's ranks; serve's worker half), from
+    /proc."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
