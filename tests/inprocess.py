@@ -68,8 +68,10 @@ def give_back(app: FastAPI) -> None:
 def lent_app(config: Settings) -> Iterator[FastAPI]:
     """``lend``, given back when the block ends (enter a client on it after this)."""
     app = lend(config)
-    yield app
-    give_back(app)
+    try:
+        yield app
+    finally:
+        give_back(app)
 
 
 def make_client(home: Path, **settings: Any) -> TestClient:

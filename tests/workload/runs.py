@@ -22,11 +22,12 @@ PREEMPT_ENV = ("DDPQ_PREEMPT_SIGNAL", "DDPQ_PREEMPT_GRACE", "DDPQ_REQUEUE_EXIT",
 # A preemptible job's environment. Grace 0: the ranks meet after every step, so every step
 # but an epoch's last has a record.
 PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
-# The narrow network (``--width 16``: a sixteenth of ResNet18's weights) for the tests of what
-# happens around training: checkpoints, resumes, preemptions, resizes, retries. On these
-# CPUs the all-reduce of the published network's 11 M gradients was most of each step
-# (a 4-rank run: 53 s of CPU at width 64, 26 s at 16). The tests of training itself (its
-# progress, the same evaluation on one rank and two) keep the published width.
+# The narrow network (``--width 16``: a sixteenth of ResNet18's weights, of each step's
+# compute and of the gradients all-reduced) for the tests around training whose signal does
+# not race it: retries, the mid-epoch preemption, a SIGTERM and a rerun. 4 ranks of 3 short
+# epochs (`bench/width_cost.py`): 47 s of CPU at width 64, 30 s at 16. The tests of
+# training itself, and those that must signal a job while it trains, keep the published
+# width (a narrow run lasting as long costs as much).
 NARROW = ["--width", "16"]
 
 

@@ -118,13 +118,15 @@ def delete_reservation(session: Session, reservation_id: int) -> Reservation:
 
 
 def open_reservations(session: Session, now: float) -> list[Reservation]:
-    """Those that have not ended (read on every pass; ``end_at`` is indexed), as
-    ``list_reservations`` orders them, by a statement built once and no ORM objects."""
+    """Those that have not ended (read on every pass; ``end_at`` is indexed), in
+    ``list_reservations``' order, by a statement built once and no ORM objects."""
     return [Reservation(*row) for row in session.execute(_OPEN, {"now": now})]
 
 
+# How reservations are listed, the planner's and the admin's lists alike.
+_IN_ORDER = (GpuReservation.start_at, GpuReservation.id)
 _OPEN = (
-    select(
+    select(  # a Reservation, field for field
         GpuReservation.id,
         GpuReservation.user,
         GpuReservation.gpus,
@@ -132,7 +134,7 @@ _OPEN = (
         GpuReservation.end_at,
     )
     .where(GpuReservation.end_at > bindparam("now"))
-    .order_by(GpuReservation.start_at, GpuReservation.id)
+    .order_by(*_IN_ORDER)
 )
 
 
@@ -140,7 +142,7 @@ def list_reservations(session: Session, now: float, ended: bool = False) -> list
     query = select(GpuReservation)
     if not ended:
         query = query.where(GpuReservation.end_at > now)
-    rows = session.scalars(query.order_by(GpuReservation.start_at, GpuReservation.id))
+    rows = session.scalars(query.order_by(*_IN_ORDER))
     return [_row(r) for r in rows]
 
 
