@@ -52,7 +52,7 @@ def test_resnet18_under_ddpq_reports_progress(daemon: Daemon) -> None:
     assert bad.stderr.startswith("ddpq: resnet18: argument --epochs"), bad.stderr
 
 
-# Three trainings in a row, each waited on with its own deadline: the session-wide
+# Two attempts in a row, each waited on with its own deadline: the session-wide
 # pytest-timeout (300 s) would cut them short on a loaded 2-core box.
 @pytest.mark.timeout(900)
 def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
@@ -90,7 +90,7 @@ def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
     assert epochs.count(1) == 1 and epochs[-1] == 6
 
 
-# Three trainings in a row, each waited on with its own deadline: the session-wide
+# Two trainings in a row, each waited on with its own deadline: the session-wide
 # pytest-timeout (300 s) would cut them short on a loaded 2-core box.
 @pytest.mark.timeout(900)
 def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
@@ -98,14 +98,16 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
 ) -> None:
     """Through ddpq, as a lab would: a higher-priority job submitted with the CLI preempts
     it mid-epoch (the LAS policy, guards lowered for the test); it is requeued without a
-    retry, resumes at the step it saved, and ends with the loss of an uninterrupted run."""
+    retry, resumes at the step it saved, and ends. That it ends with the loss of an
+    uninterrupted run is checked without the daemon, on the same save and resume
+    (tests/workload/test_preemption.py): here a third training would only repeat it."""
     d = make_daemon("--fake-gpus", "2", "--preempt-grace", "30s", "--preempt-min-run", "0s")
     c = d.client()
     # Three epochs of twelve steps: the urgent job, submitted at the first epoch's second
     # step, lands mid-epoch or at an epoch's end (both are checked below), never after the end.
     # The published width: the train records come about every 2 s, and the narrow network's
     # epoch would be over before its second step's record.
-    args = [*TINY, "--max-steps-per-epoch", "12", "--epochs", "3", "--deterministic"]
+    args = [*TINY, "--max-steps-per-epoch", "12", "--epochs", "3"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, preemptible=True))
     running = wait_state(c, job.id, "running", timeout=60)
     metrics = Path(str(running.job_dir)) / "metrics.jsonl"
@@ -129,66 +131,48 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
     saved = next(r for r in records if r.get("preempted"))
     resumed = next(r for r in records if r.get("attempt") == 2)  # its first step's record
     assert (resumed["epoch"], resumed["step"]) == step_after(saved)
-    # The same job, never stopped.
-    again = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2))
-    reference = wait_done(c, again.id, timeout=400)
-    assert reference.progress is not None and done.progress is not None
-    assert done.progress["test_loss"] == reference.progress["test_loss"]
-    assert done.progress["test_acc"] == reference.progress["test_acc"]
+    assert done.progress is not None and done.progress["epoch"] == 3
 
 
-# Two trainings (the elastic one in two attempts), four ranks at once on two cores.
+# One training in two attempts, on 1 rank then 2.
 @pytest.mark.timeout(900)
-def test_an_elastic_resnet18_grows_from_2_to_4_gpus_and_trains_as_a_run_on_4(
+def test_an_elastic_resnet18_grows_from_1_to_2_gpus_and_resumes_at_the_next_step(
     make_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
-    """Through ddpq, as docs/elastic.md says: `--gpus 2-4` starts on the 2 GPUs a blocker
-    leaves, grows to 4 at a checkpoint when the blocker ends, resumes at the step after the
-    one it saved with the per-rank batch halved, and ends as a run that had 4 all along."""
-    d = make_daemon("--fake-gpus", "4", "--preempt-min-run", "0s", "--preempt-grace", "60s")
+    """Through ddpq, as docs/elastic.md says of `--gpus 2-4`, on the smallest range (the
+    count is not the point, and every rank is a torch process of ~3 s of CPU to start):
+    `--gpus 1-2` starts on the GPU a blocker leaves, grows to 2 at a checkpoint when the
+    blocker ends, and resumes at the step after the one it saved with the per-rank batch
+    halved. That a resumed run trains as one that had the larger world all along is checked
+    without the daemon, on the same resume path (tests/workload/test_resize_runs.py)."""
+    d = make_daemon("--fake-gpus", "2", "--preempt-min-run", "0s", "--preempt-grace", "60s")
     c = d.client()
     flag = tmp_path / "blocker-may-end"
     wait_file = f"while [ ! -e {flag} ]; do sleep 0.1; done"
-    blocker = c.submit(JobSubmit(command=["sh", "-c", wait_file], gpus=2))
+    blocker = c.submit(JobSubmit(command=["sh", "-c", wait_file], gpus=1))
     wait_state(c, blocker.id, "running", timeout=60)
     # The published width, for the same reason as above: the grow must land mid-run. (The
     # narrow network run as long costs as much CPU: the ranks compute for as many seconds.)
     recipe = ["--synthetic", "400", "--stem", "imagenet", "--max-steps-per-epoch", "12"]
-    recipe += ["--epochs", "3"]
-    args = [*recipe, "--batch-size", "8"]
-    job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, gpus_max=4))
+    args = [*recipe, "--epochs", "3", "--batch-size", "8"]
+    job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=1, gpus_max=2))
     running = wait_state(c, job.id, "running", timeout=60)
-    assert len(running.attempts[0].gpus) == 2
+    assert len(running.attempts[0].gpus) == 1
     metrics = Path(str(running.job_dir)) / "metrics.jsonl"
 
     def stepped() -> bool:
         return metrics.exists() and '"phase": "train"' in metrics.read_text()
 
-    wait_for(stepped, timeout=240, what="the first steps on 2 GPUs")
-    flag.touch()  # the blocker ends: 2 GPUs free, nobody waits for them
+    wait_for(stepped, timeout=240, what="the first steps on 1 GPU")
+    flag.touch()  # the blocker ends: a GPU free, nobody waits for it
     done = wait_done(c, job.id, timeout=600)
     assert done.state == "succeeded", c.log_tail(job.id).decode()
-    assert [len(a.gpus) for a in done.attempts] == [2, 4]
-    assert done.attempts[0].reason == "growing to 4 GPUs: checkpointed"
+    assert [len(a.gpus) for a in done.attempts] == [1, 2]
+    assert done.attempts[0].reason == "growing to 2 GPUs: checkpointed"
     log = c.log_tail(job.id, 256 * 1024).decode()
-    assert "resumed on 4 ranks from a checkpoint of 2: per-rank batch 8 → 4, lr unchanged" in log
+    assert "resumed on 2 ranks from a checkpoint of 1: per-rank batch 8 → 4, lr unchanged" in log
     records = [json.loads(x) for x in metrics.read_text().splitlines()]
     saved = next(r for r in records if r.get("preempted"))
     resumed = next(r for r in records if r.get("attempt") == 2)  # its first step's record
     assert (resumed["epoch"], resumed["step"]) == step_after(saved)  # none twice, none lost
-
-    # The same recipe on 4 GPUs all along: 4 ranks of 4 images a step.
-    ref_args = [*recipe, "--batch-size", "4"]
-    reference = wait_done(
-        c, c.submit(JobSubmit(workload="resnet18", args=ref_args, gpus=4)).id, 600
-    )
-    assert reference.state == "succeeded", c.log_tail(reference.id).decode()
-    assert done.progress is not None and reference.progress is not None
-    # It reaches what the run on 4 reaches. The same images in the same global batches at the
-    # same learning rates; the runs differ in the crops and flips drawn per rank and in
-    # BatchNorm's batch statistics, so only "not worse" is checked, with room for that noise:
-    # over 40 test images one accuracy's standard error is up to 0.08, a difference's 0.11
-    # (0.3 is 2.7 of those; two runs measured 0.76 against 0.26, then within 0.1), and the
-    # test loss within a quarter.
-    assert done.progress["test_acc"] >= reference.progress["test_acc"] - 0.3
-    assert done.progress["test_loss"] <= reference.progress["test_loss"] * 1.25
+    assert done.progress is not None and done.progress["epoch"] == 3
