@@ -204,7 +204,10 @@ def test_two_torchrun_jobs_train_on_disjoint_gpus_and_ports(make_daemon: object)
     d: Daemon = make_daemon("--fake-gpus", "4")  # type: ignore[operator]
     c = d.client()
     spec = JobSubmit(command=[str(JOBS / "ddp_tiny.py"), "20"], gpus=2, torchrun=True)
-    a, b, third = c.submit(spec), c.submit(spec), c.submit(spec)
+    a, b = c.submit(spec), c.submit(spec)
+    # The third only has to wait for GPUs: a plain job, not three more torch processes
+    # (~3 s of CPU each to start).
+    third = c.submit(JobSubmit(command=["true"], gpus=2))
     ra, rb = wait_state(c, a.id, "running", 60), wait_state(c, b.id, "running", 60)
     assert not set(ra.leases.gpus) & set(rb.leases.gpus)
     assert ra.leases.port != rb.leases.port
