@@ -78,7 +78,24 @@ def main() -> None:
         return
     from ddpq.client import cli as client
 
-    client.run(command_line())
+    cli = command_line()
+    if not starts_a_daemon(cli, sys.argv[1:]):
+        client.run(cli)
+        return
+    from ddpq.daemon.heap import collections_held
+
+    # The daemon's start allocates most of what it will ever hold (its imports, its app):
+    # without the collector's passes over it until the daemon freezes it (daemon.heap).
+    with collections_held():
+        client.run(cli)
+
+
+def starts_a_daemon(cli: TyperGroup, argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs ``serve``, ``server`` or ``worker``: their commands say so
+    (``daemon.commands.DeclaredOptions``), and are on ``cli`` only when no client command
+    is run."""
+    command = cli.commands.get(invoked(cli, argv) or "")
+    return bool(getattr(command, "starts_a_daemon", False))
 
 
 def exit_at_once() -> None:

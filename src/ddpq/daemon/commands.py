@@ -89,6 +89,9 @@ class DeclaredOptions(ShowsSettingsDefaults):
     imports no settings, and Typer's own callback knows every option it is given."""
 
     api = worker = True
+    # Read by ``ddpq.entry``, which holds the garbage collector while one starts
+    # (``daemon.heap.collections_held``) without importing this module for other commands.
+    starts_a_daemon = True
     _declared: TyperCommand | None = None
 
     @property

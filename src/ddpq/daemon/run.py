@@ -62,14 +62,13 @@ def _start_worker(settings: Settings) -> Worker:
     """The worker that ``run`` starts in a thread: its one construction, so that a change
     of the worker's interface touches only this function."""
     from ddpq.executors.choose import for_worker
-    from ddpq.executors.slurm.commands import SlurmUnavailable
     from ddpq.worker.devices import DevicesUnavailable
     from ddpq.worker.loop import Worker
 
+    executor, devices, worker_settings = for_worker(settings)  # ConfigError: Slurm's refusal
     try:
-        executor, devices, worker_settings = for_worker(settings)
         return Worker(worker_settings, executor=executor, devices=devices)
-    except (DevicesUnavailable, SlurmUnavailable) as exc:
+    except DevicesUnavailable as exc:
         raise ConfigError(str(exc)) from None
 
 

@@ -16,7 +16,6 @@ from ddpq import __version__
 from ddpq.config import Settings
 from ddpq.core import states
 from ddpq.core.states import JobState
-from ddpq.server import metrics as prometheus
 from ddpq.server.deps import Auth, Caller, DatabaseDep, SettingsDep, slurm_refusal
 from ddpq.store import jobs as job_store
 from ddpq.store import tokens as token_store
@@ -111,6 +110,10 @@ def job_states() -> StatesOut:
 # queue (and their ddpq users), which `ps` shows anyone on the machine.
 @router.get("/metrics", include_in_schema=False)
 def metrics(db: DatabaseDep, settings: SettingsDep) -> Response:
+    # Imported by the first scrape, not at the daemon's start: prometheus_client and what
+    # it loads (http.server, wsgiref) are ~25 ms of every start, most of them never scraped.
+    from ddpq.server import metrics as prometheus
+
     with db.read() as s:
         body, content_type = prometheus.render(
             s, time.time(), not settings.auth, settings.idle_long_s
