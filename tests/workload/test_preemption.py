@@ -31,6 +31,7 @@ from tests.workload.runs import (  # noqa: E402
     positions,
     records,
     run,
+    run_ranks,
     signal_ranks,
     start,
     wait_for,
@@ -61,7 +62,7 @@ def test_preempted_mid_epoch_resumes_at_that_step_with_the_same_result(tmp_path:
 
     # The reference: the same seed, never interrupted, not even preemptible.
     ref = tmp_path / "ref"
-    code, out = run(args, ref, nproc=2)
+    code, out = run_ranks(args, ref, nproc=2)
     assert code == 0, out
 
     job = tmp_path / "job"

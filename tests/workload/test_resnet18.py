@@ -1,7 +1,9 @@
 """The built-in ResNet18/CIFAR-10 workload: data files, augmentation, and real torchrun runs.
 
-The multi-rank tests start ``python -m torch.distributed.run`` with gloo on the CPU, one thread
-per rank, a few tiny steps; each waits on a condition with a deadline, never a fixed sleep.
+The multi-rank tests run gloo on the CPU, one thread per rank, a few tiny steps, under
+``python -m torch.distributed.run`` (or, where the launcher is not what is checked, with the
+environment it gives the ranks: runs.run_ranks); each waits on a condition with a deadline,
+never a fixed sleep.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tests.workload.runs import (  # noqa: E402
     kill_job,
     records,
     run,
+    run_ranks,
     start,
     wait_for,
 )
@@ -265,7 +268,7 @@ def test_eval_is_the_same_on_one_and_two_ranks(
     assert workload.main([*common, "--epochs", "1", "--max-steps-per-epoch", "3"]) == 0
     (one,) = [r for r in records(tmp_path / "train") if r["phase"] == "epoch"]
 
-    code, out = run([*common, "--eval-only"], tmp_path / "two", nproc=2)
+    code, out = run_ranks([*common, "--eval-only"], tmp_path / "two", nproc=2)
     assert code == 0, out
     (two,) = [r for r in records(tmp_path / "two") if r["phase"] == "eval"]
     assert two["test_samples"] == 33  # each test image counted once
