@@ -23,11 +23,14 @@ PREEMPT_ENV = ("DDPQ_PREEMPT_SIGNAL", "DDPQ_PREEMPT_GRACE", "DDPQ_REQUEUE_EXIT",
 # but an epoch's last has a record.
 PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 # The narrow network (``--width 16``: a sixteenth of ResNet18's weights, of each step's
-# compute and of the gradients all-reduced) for the tests around training whose signal does
-# not race it: retries, the mid-epoch preemption, a SIGTERM and a rerun. 4 ranks of 3 short
-# epochs (`bench/width_cost.py`): 47 s of CPU at width 64, 30 s at 16. The tests of
-# training itself, and those that must signal a job while it trains, keep the published
-# width (a narrow run lasting as long costs as much).
+# compute and of the gradients all-reduced) for the tests where the network is not the
+# point: retries, preemptions and resizes, a SIGTERM and a rerun, the evaluation's split,
+# torchrun's report. 4 ranks of 3 short epochs (`bench/width_cost.py`): 47 s of CPU at
+# width 64, 30 s at 16. A test that signals a run mid-epoch gives it epochs of many cheap
+# steps (40 in test_preemption and test_resize_runs), so that the signal has over a second
+# to land in the first. The published width is trained under torchrun by
+# tests/test_workload_ddpq.py, where a grow or a preemption must land while the job trains
+# (a narrow run lasting as long costs as much).
 NARROW = ["--width", "16"]
 
 
