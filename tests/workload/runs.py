@@ -24,13 +24,13 @@ PREEMPT_ENV = ("DDPQ_PREEMPT_SIGNAL", "DDPQ_PREEMPT_GRACE", "DDPQ_REQUEUE_EXIT",
 PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 # The narrow network (``--width 16``: a sixteenth of ResNet18's weights, of each step's
 # compute and of the gradients all-reduced) for the tests where the network is not the
-# point: retries, preemptions and resizes, a SIGTERM and a rerun, the evaluation's split,
+# point: retries, the mid-epoch preemption (its epochs of 40 cheap steps give the signal
+# over a second to land in the first), a SIGTERM and a rerun, the evaluation's split,
 # torchrun's report. 4 ranks of 3 short epochs (`bench/width_cost.py`): 47 s of CPU at
-# width 64, 30 s at 16. A test that signals a run mid-epoch gives it epochs of many cheap
-# steps (40 in test_preemption and test_resize_runs), so that the signal has over a second
-# to land in the first. The published width is trained under torchrun by
-# tests/test_workload_ddpq.py, where a grow or a preemption must land while the job trains
-# (a narrow run lasting as long costs as much).
+# width 64, 30 s at 16. The published width is trained where a signal must land while the
+# job trains and more steps would cost as much as wider ones (a narrow run lasting as long
+# costs as much: bench/RESULTS.md, "The suite, fifth pass"): test_resize_runs, and
+# tests/test_workload_ddpq.py's grow and preemption.
 NARROW = ["--width", "16"]
 
 
