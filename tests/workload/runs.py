@@ -169,22 +169,13 @@ def run_ranks(args: list[str], job_dir: Path, nproc: int) -> tuple[int, str]:
     environment is the one torchrun gives them (env:// rendezvous), and a torch process
     fewer (torchrun's, ~3 s of CPU). For the runs a test compares with, whose launcher is not
     what it checks. The status: 0, or the first rank's that failed (the others killed)."""
-    job_dir.mkdir(parents=True, exist_ok=True)
     log = job_dir.with_name(job_dir.name + ".log")
     rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     rendezvous |= {"WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc)}
-    cmd = workload_cmd(args, None)
-    with log.open("ab") as out:
-        ranks = [
-            subprocess.Popen(
-                cmd,
-                env=job_env(job_dir, {**rendezvous, "RANK": str(r), "LOCAL_RANK": str(r)}),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            for r in range(nproc)
-        ]
+    ranks = [
+        start(args, job_dir, None, log, {**rendezvous, "RANK": str(r), "LOCAL_RANK": str(r)})
+        for r in range(nproc)
+    ]
     deadline = time.monotonic() + RUN_TIMEOUT_S
     try:
         while any(rank.poll() is None for rank in ranks):
