@@ -23,11 +23,14 @@ PREEMPT_ENV = ("DDPQ_PREEMPT_SIGNAL", "DDPQ_PREEMPT_GRACE", "DDPQ_REQUEUE_EXIT",
 # but an epoch's last has a record.
 PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 # The narrow network (``--width 16``: a sixteenth of ResNet18's weights, of each step's
-# compute and of the gradients all-reduced) for the tests around training whose signal does
-# not race it: retries, the mid-epoch preemption, a SIGTERM and a rerun. 4 ranks of 3 short
-# epochs (`bench/width_cost.py`): 47 s of CPU at width 64, 30 s at 16. The tests of
-# training itself, and those that must signal a job while it trains, keep the published
-# width (a narrow run lasting as long costs as much).
+# compute and of the gradients all-reduced) for the tests where the network is not the
+# point: retries, the mid-epoch preemption (its epochs of 40 cheap steps give the signal
+# over a second to land in the first), a SIGTERM and a rerun, the evaluation's split,
+# torchrun's report. 4 ranks of 3 short epochs (`bench/width_cost.py`): 47 s of CPU at
+# width 64, 30 s at 16. The published width is trained where a signal must land while the
+# job trains and more steps would cost as much as wider ones (a narrow run lasting as long
+# costs as much: bench/RESULTS.md, "The suite, fifth pass"): test_resize_runs, and
+# tests/test_workload_ddpq.py's grow and preemption.
 NARROW = ["--width", "16"]
 
 
@@ -158,6 +161,35 @@ def run(
     log = job_dir.with_name(log_name or job_dir.name + ".log")
     proc = start(args, job_dir, nproc, log, env)
     code = finish(proc)
+    return code, log.read_text(errors="replace")
+
+
+def run_ranks(args: list[str], job_dir: Path, nproc: int) -> tuple[int, str]:
+    """An uninterrupted run on ``nproc`` ranks started here, without torchrun: the ranks'
+    environment is the one torchrun gives them (env:// rendezvous), and a torch process
+    fewer (torchrun's, ~3 s of CPU). For the runs a test compares with, whose launcher is not
+    what it checks. The status: 0, or the first rank's that failed (the others killed)."""
+    log = job_dir.with_name(job_dir.name + ".log")
+    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    rendezvous |= {"WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc)}
+    ranks = [
+        start(args, job_dir, None, log, {**rendezvous, "RANK": str(r), "LOCAL_RANK": str(r)})
+        for r in range(nproc)
+    ]
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    try:
+        while any(rank.poll() is None for rank in ranks):
+            failed = [rank.returncode for rank in ranks if rank.returncode not in (None, 0)]
+            if failed:
+                return failed[0], log.read_text(errors="replace")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the ranks did not finish within {RUN_TIMEOUT_S} s")
+            time.sleep(0.05)
+    finally:
+        for rank in ranks:
+            kill_group(rank, signal.SIGKILL)
+            rank.wait()
+    code = next((rank.returncode for rank in ranks if rank.returncode != 0), 0)
     return code, log.read_text(errors="replace")
 
 

@@ -9,7 +9,7 @@ whole-run tests wait on metrics.jsonl records and /proc, never on a fixed sleep.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tests.workload.runs import (  # noqa: E402
     positions,
     records,
     run,
+    run_ranks,
     signal_ranks,
     start,
     wait_for,
@@ -61,7 +62,7 @@ def test_preempted_mid_epoch_resumes_at_that_step_with_the_same_result(tmp_path:
 
     # The reference: the same seed, never interrupted, not even preemptible.
     ref = tmp_path / "ref"
-    code, out = run(args, ref, nproc=2)
+    code, out = run_ranks(args, ref, nproc=2)
     assert code == 0, out
 
     job = tmp_path / "job"
@@ -135,18 +136,13 @@ def test_a_signal_during_set_up_requeues_without_saving(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def in_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """main() run in this process (world size 1, no torchrun), in a preemptible job's
-    environment; the signal handlers it installs are put back when it returns."""
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "DDPQ_REQUEUE_EXIT"):
-        monkeypatch.delenv(name, raising=False)
+def in_process(alone: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """main() run in this process (the `alone` fixture), in a preemptible job's environment;
+    the job's folder."""
     monkeypatch.setenv("DDPQ_JOB_DIR", str(tmp_path / "job"))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     for name, value in PREEMPTIBLE.items():
         monkeypatch.setenv(name, value)
-    before = signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)
-    yield tmp_path / "job"
-    assert (signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)) == before
+    return tmp_path / "job"
 
 
 def signal_during_evaluation(monkeypatch: pytest.MonkeyPatch) -> list[int]:

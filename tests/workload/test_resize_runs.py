@@ -21,6 +21,7 @@ from tests.workload.runs import (  # noqa: E402
     positions,
     records,
     run,
+    run_ranks,
     signal_ranks,
     start,
     wait_for,
@@ -48,7 +49,8 @@ def preempted_on_two_ranks(job: Path) -> int:
     return k
 
 
-# Each test: two or three trainings under torchrun, each with its own deadline.
+# Each test: two or three trainings (under torchrun but for the reference), each with its
+# own deadline.
 @pytest.mark.timeout(600)
 def test_two_ranks_preempted_resume_on_four_at_that_step(tmp_path: Path) -> None:
     job = tmp_path / "job"
@@ -65,9 +67,10 @@ def test_two_ranks_preempted_resume_on_four_at_that_step(tmp_path: Path) -> None
     final = torch.load(job / "checkpoint.pt", map_location="cpu", weights_only=True)
     assert (final["epoch"], final["data"]["world_size"]) == (2, 4)
 
-    # A run that had 4 ranks all along, with the same recipe (4 x 4 images a step).
+    # A run that had 4 ranks all along, with the same recipe (4 x 4 images a step); its
+    # ranks started without torchrun, which is not what it is run for.
     ref = tmp_path / "ref"
-    code, ref_out = run([*ARGS, "--batch-size", "4"], ref, nproc=4)
+    code, ref_out = run_ranks([*ARGS, "--batch-size", "4"], ref, nproc=4)
     assert code == 0, ref_out
     got = [r for r in recs if r["phase"] == "epoch"][-1]
     want = [r for r in records(ref) if r["phase"] == "epoch"][-1]
