@@ -93,7 +93,7 @@ def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
 # Two trainings in a row, each waited on with its own deadline: the session-wide
 # pytest-timeout (300 s) would cut them short on a loaded 2-core box.
 @pytest.mark.timeout(900)
-def test_a_preempted_resnet18_resumes_at_its_step_and_ends_as_if_never_stopped(
+def test_a_preempted_resnet18_resumes_at_its_step_and_finishes(
     make_daemon: Callable[..., Daemon],
 ) -> None:
     """Through ddpq, as a lab would: a higher-priority job submitted with the CLI preempts
