@@ -27,30 +27,25 @@ T = TypeVar("T")
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
 
 
-# How often ``wait_for`` looks: at once, then less and less often, to every SHORT_PAUSE_S;
-# past a second, every tenth of the time waited so far, to every LONGEST_PAUSE_S. Most
-# checks ask a daemon (a job's state), and each answer costs it milliseconds of CPU: a look
-# every 20 ms kept a daemon about half busy for as long as a test waited, on a machine whose
-# cores every test shares, and the suite's long waits (trainings, cooldowns) looked ten times
-# a second. A short wait is seen as soon as before; a long one at most 10 % late. The longest
-# pause stays short of the briefest state a test waits to see (a job running ~1 s).
-FIRST_PAUSE_S, SHORT_PAUSE_S, LONGEST_PAUSE_S = 0.02, 0.1, 0.25
+# How often ``wait_for`` looks: at once, then less and less often, to every LONGEST_PAUSE_S.
+# Most checks ask a daemon (a job's state), and each answer costs it milliseconds of CPU: a
+# look every 20 ms kept a daemon about half busy for as long as a test waited, on a machine
+# whose cores every test shares. A short wait is seen as soon as before.
+FIRST_PAUSE_S, LONGEST_PAUSE_S = 0.02, 0.1
 
 
 def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
     """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    began = time.monotonic()
-    deadline = began + timeout
+    deadline = time.monotonic() + timeout
     pause = FIRST_PAUSE_S
     while True:
         value = check()
         if value:
             return value
-        now = time.monotonic()
-        if now > deadline:
+        if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(pause)
-        pause = min(max(min(pause * 1.5, SHORT_PAUSE_S), (now - began) / 10), LONGEST_PAUSE_S)
+        pause = min(pause * 1.5, LONGEST_PAUSE_S)
 
 
 def root_flags(args: list[str]) -> list[str]:
