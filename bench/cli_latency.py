@@ -45,11 +45,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
-from machine import cpu_model, free_port, start_daemon
+from machine import add_versions_option, compiled_versions, cpu_model, free_port, start_daemon
 
 from ddpq.client.runtime import ACTIVE_STATES
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # The floor (see the docstring): one request to $DDPQ_URL (http://HOST:PORT), sys.argv[1]
 # its path and query; with a second argument "submit", `ddpq submit --hold -- true`'s body.
@@ -105,18 +103,9 @@ def run_ms(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument(
-        "--pythonpath",
-        action="append",
-        default=[],
-        help="another version's src folder to measure beside this checkout's (repeatable)",
-    )
+    add_versions_option(ap)
     args = ap.parse_args()
-    versions = {"this checkout": str(ROOT / "src")}
-    versions.update({path: path for path in args.pythonpath})
-
-    for path in versions.values():
-        subprocess.run([sys.executable, "-m", "compileall", "-q", path], check=True)
+    versions = compiled_versions(args.pythonpath)
     home = Path(tempfile.mkdtemp(prefix="ddpq-cli-bench-"))
     port = free_port()
     daemon = start_daemon(home, port)

@@ -35,9 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from machine import cpu_model, free_port
+from machine import add_versions_option, compiled_versions, cpu_model, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
 FLOOR = "python -c pass"
 # Those of tests/helpers.Daemon that change what a start does (a small database reserve,
 # CPU-only leases out of 64 cores), so that a start here is a test daemon's.
@@ -142,19 +141,11 @@ def report(samples: dict[str, list[Sample]], runs: int, load_before: float) -> N
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument(
-        "--pythonpath",
-        action="append",
-        default=[],
-        help="another version's src folder to measure beside this checkout's (repeatable)",
-    )
+    add_versions_option(ap)
     args = ap.parse_args()
-    versions = {"this checkout": str(ROOT / "src")}
-    versions.update({path: path for path in args.pythonpath})
+    versions = compiled_versions(args.pythonpath)
     scratch = Path(tempfile.mkdtemp(prefix="ddpq-start-bench-"))
     try:
-        for path in versions.values():
-            subprocess.run([sys.executable, "-m", "compileall", "-q", path], check=True)
         dbs = {}
         for i, (name, path) in enumerate(versions.items()):
             (scratch / str(i)).mkdir()

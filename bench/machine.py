@@ -1,8 +1,9 @@
 """Shared by the benchmark scripts: what machine a result came from, a free port, a
-throwaway loopback daemon of this checkout."""
+throwaway loopback daemon of this checkout, other versions to measure beside it."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import socket
@@ -23,6 +24,25 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def add_versions_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--pythonpath",
+        action="append",
+        default=[],
+        help="another version's src folder to measure beside this checkout's (repeatable)",
+    )
+
+
+def compiled_versions(other_srcs: list[str]) -> dict[str, str]:
+    """This checkout's src and the others asked for, by name, each compiled first: a
+    version whose bytecode is written during the measurement would pay for it there."""
+    versions = {"this checkout": str(ROOT / "src")}
+    versions.update({path: path for path in other_srcs})
+    for path in versions.values():
+        subprocess.run([sys.executable, "-m", "compileall", "-q", path], check=True)
+    return versions
 
 
 def free_port() -> int:
