@@ -32,7 +32,6 @@ Prints a markdown table to paste into bench/RESULTS.md.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
@@ -45,7 +44,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
-from machine import add_versions_option, compiled_versions, cpu_model, free_port, start_daemon
+from machine import cpu_model, free_port, runs_and_versions, start_daemon
 
 from ddpq.client.runtime import ACTIVE_STATES
 
@@ -101,11 +100,7 @@ def run_ms(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=20)
-    add_versions_option(ap)
-    args = ap.parse_args()
-    versions = compiled_versions(args.pythonpath)
+    runs, versions = runs_and_versions(20)
     home = Path(tempfile.mkdtemp(prefix="ddpq-cli-bench-"))
     port = free_port()
     daemon = start_daemon(home, port)
@@ -138,7 +133,7 @@ def main() -> None:
         load_before = os.getloadavg()[0]
         # One command at a time, each round every command of every version and the floor,
         # so that all of them share the machine's noise alike.
-        for _ in range(args.runs):
+        for _ in range(runs):
             measure(("python -c pass", ""), [sys.executable, "-c", "pass"], base)
             for what, argv in commands.items():
                 for name, env in envs.items():
@@ -154,7 +149,7 @@ def main() -> None:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()}, "
         f"{os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}, "
         f"load average {load_before:.1f} before the run, {load:.1f} after; "
-        f"{args.runs} runs each\n"
+        f"{runs} runs each\n"
     )
     floor = statistics.median(samples[("python -c pass", "")])
     cpu_floor = statistics.median(cpu[("python -c pass", "")])

@@ -19,7 +19,6 @@ as an installed package is. Prints a markdown table for bench/RESULTS.md.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import platform
@@ -35,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from machine import add_versions_option, compiled_versions, cpu_model, free_port
+from machine import cpu_model, free_port, runs_and_versions
 
 FLOOR = "python -c pass"
 # Those of tests/helpers.Daemon that change what a start does (a small database reserve,
@@ -139,11 +138,7 @@ def report(samples: dict[str, list[Sample]], runs: int, load_before: float) -> N
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=10)
-    add_versions_option(ap)
-    args = ap.parse_args()
-    versions = compiled_versions(args.pythonpath)
+    runs, versions = runs_and_versions(10)
     scratch = Path(tempfile.mkdtemp(prefix="ddpq-start-bench-"))
     try:
         dbs = {}
@@ -154,14 +149,14 @@ def main() -> None:
             one_daemon(path, dbs[name], scratch)
         load_before = os.getloadavg()[0]
         samples: dict[str, list[Sample]] = {FLOOR: []}
-        for _ in range(args.runs):
+        for _ in range(runs):
             samples[FLOOR].append(floor_sample())
             for name, path in versions.items():
                 samples.setdefault(name, []).append(one_daemon(path, dbs[name], scratch))
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(scratch)
-    report(samples, args.runs, load_before)
+    report(samples, runs, load_before)
 
 
 if __name__ == "__main__":

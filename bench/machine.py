@@ -26,13 +26,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def add_versions_option(ap: argparse.ArgumentParser) -> None:
+def runs_and_versions(default_runs: int) -> tuple[int, dict[str, str]]:
+    """The command line of a script that measures this checkout beside other versions:
+    ``--runs N`` and ``--pythonpath SRC`` (repeatable); the versions compiled."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=default_runs)
     ap.add_argument(
         "--pythonpath",
         action="append",
         default=[],
         help="another version's src folder to measure beside this checkout's (repeatable)",
     )
+    args = ap.parse_args()
+    return args.runs, compiled_versions(args.pythonpath)
 
 
 def compiled_versions(other_srcs: list[str]) -> dict[str, str]:
