@@ -25,7 +25,6 @@ import platform
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,13 +33,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from machine import cpu_model, free_port, runs_and_versions
+from machine import cpu_model, free_port, runs_and_versions, wait_healthy
 
 FLOOR = "python -c pass"
 # Those of tests/helpers.Daemon that change what a start does (a small database reserve,
 # CPU-only leases out of 64 cores), so that a start here is a test daemon's.
 TEST_FLAGS = ["--state-reserve", "1M", "--cpu-capacity", "64", "--cpus-per-gpu", "0"]
-HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
 
 
 @dataclass
@@ -53,28 +51,6 @@ class Sample:
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def healthy(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            sock.sendall(HEALTHZ)
-            return sock.recv(64).startswith(b"HTTP/1.1 200")
-    except OSError:
-        return False
-
-
-def wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    """Until /healthz answers, looking as ``tests.helpers.wait_for`` does (at once, then
-    every 20 ms growing to 100 ms), for at most 60 s."""
-    deadline = time.monotonic() + 60
-    pause = 0.02
-    while not healthy(port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit(f"the daemon did not start:\n{log.read_text()}")
-        time.sleep(pause)  # a poll of a condition with a deadline, as the tests' helper
-        pause = min(pause * 1.5, 0.1)
 
 
 def template(src: str, folder: Path) -> Path:

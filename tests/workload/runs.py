@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import wait_for as until
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 RUN_TIMEOUT_S = 120.0
 TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
@@ -176,21 +178,21 @@ def run_ranks(args: list[str], job_dir: Path, nproc: int) -> tuple[int, str]:
         start(args, job_dir, None, log, {**rendezvous, "RANK": str(r), "LOCAL_RANK": str(r)})
         for r in range(nproc)
     ]
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+
+    def ended() -> list[int] | None:
+        """Every rank's status once all have ended or one has failed (the others are
+        killed then, and their statuses would say so, not why)."""
+        codes = [rank.poll() for rank in ranks]
+        failed = any(code not in (None, 0) for code in codes)
+        return [code for code in codes if code is not None] if failed or None not in codes else None
+
     try:
-        while any(rank.poll() is None for rank in ranks):
-            failed = [rank.returncode for rank in ranks if rank.returncode not in (None, 0)]
-            if failed:
-                return failed[0], log.read_text(errors="replace")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the ranks did not finish within {RUN_TIMEOUT_S} s")
-            time.sleep(0.05)
+        codes = until(ended, RUN_TIMEOUT_S, "the ranks to finish")
     finally:
         for rank in ranks:
             kill_group(rank, signal.SIGKILL)
             rank.wait()
-    code = next((rank.returncode for rank in ranks if rank.returncode != 0), 0)
-    return code, log.read_text(errors="replace")
+    return next((code for code in codes if code != 0), 0), log.read_text(errors="replace")
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes]) -> None:

@@ -38,18 +38,14 @@ DIED = b"died:"  # then why the worker failed, for the parent's last line
 CLEAN = "exited with status 0"
 
 
-def _killed_by(number: int) -> str:
-    try:
-        return f"was killed by {signal.Signals(number).name}"
-    except ValueError:
-        return f"was killed by signal {number}"
-
-
 def _described(code: int, status: int) -> str:
     """A process's end as ``waitid`` reports it (``si_code``, ``si_status``)."""
-    if code in (os.CLD_KILLED, os.CLD_DUMPED):
-        return _killed_by(status)
-    return f"exited with status {status}"
+    if code not in (os.CLD_KILLED, os.CLD_DUMPED):
+        return f"exited with status {status}"
+    try:
+        return f"was killed by {signal.Signals(status).name}"
+    except ValueError:
+        return f"was killed by signal {status}"
 
 
 class WorkerProcess:
@@ -122,10 +118,9 @@ class WorkerProcess:
         return None if self._ended == CLEAN else self._ended
 
     def _reap(self) -> str:
-        _, status = os.waitpid(self.pid, 0)
-        if os.WIFSIGNALED(status):
-            return _killed_by(os.WTERMSIG(status))
-        return f"exited with status {os.waitstatus_to_exitcode(status)}"
+        info = os.waitid(os.P_PID, self.pid, os.WEXITED)
+        assert info is not None  # without WNOHANG waitid waits for the end
+        return _described(info.si_code, info.si_status)
 
 
 class ApiParent:

@@ -79,7 +79,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ddpq.workloads import cifar, preemption, resize
 from ddpq.workloads.resize import EpochSpan, Recipe, Split
-from ddpq.workloads.resnet18_cli import PRETRAINED_FILENAME, build_parser
+from ddpq.workloads.resnet18_cli import PRETRAINED_FILENAME, PUBLISHED_WIDTH, build_parser
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
@@ -354,10 +354,10 @@ class Architecture:
     @classmethod
     def of_checkpoint(cls, state: dict[str, Any]) -> Architecture:
         # Checkpoints from before --width were all of the published width.
-        return cls(str(state["stem"]), int(state.get("width", 64)))
+        return cls(str(state["stem"]), int(state.get("width", PUBLISHED_WIDTH)))
 
     def describe(self) -> str:
-        width = f", width {self.width}" if self.width != 64 else ""
+        width = f", width {self.width}" if self.width != PUBLISHED_WIDTH else ""
         return f"stem {self.stem}{width}"
 
 

@@ -64,7 +64,8 @@ def _positive_float(text: str) -> float:
     return value
 
 
-# The first stage's channels: 64 is ResNet18 as published (and as its ImageNet weights fit).
+# The first stage's channels: 64 is ResNet18 as published (and as its ImageNet weights fit);
+# defined here, where the workload's options are read without importing torch.
 # The bound keeps a typo from asking for a network no machine holds (at 256: 180 M weights).
 PUBLISHED_WIDTH = 64
 MAX_WIDTH = 256

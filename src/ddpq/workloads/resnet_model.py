@@ -14,9 +14,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ddpq.workloads.resnet18_cli import PUBLISHED_WIDTH
+
 BLOCKS_PER_STAGE = (2, 2, 2, 2)  # ResNet18
 STAGE_WIDENING = (1, 2, 4, 8)  # each stage's channels, as multiples of the first's
-WIDTH = 64  # the first stage's channels in ResNet18 as published
 
 
 class BasicBlock(nn.Module):
@@ -64,7 +65,7 @@ class ResNet18(nn.Module):
     channels, a sixteenth of the parameters, of the compute and of the gradient all-reduced
     each step). The workload's ``--width`` asks for it."""
 
-    def __init__(self, num_classes: int, width: int = WIDTH) -> None:
+    def __init__(self, num_classes: int, width: int = PUBLISHED_WIDTH) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, width, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
