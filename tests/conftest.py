@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
-from tests.helpers import Daemon, free_port, remove_reachable_folders
+from tests.helpers import ZYGOTE, Daemon, free_port, remove_reachable_folders
 from tests.shared_install import remove_shared_install
 from tests.template_db import remove_template
 
@@ -88,8 +88,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _shared_install_removed() -> Iterator[None]:
     """The install other accounts reach (``tests/shared_install.py``) and the migrated
     database template (``tests/template_db.py``) are made on first use; removed when the
-    session ends, with the folders tests made for other accounts to reach."""
+    session ends, with the folders tests made for other accounts to reach and the process
+    daemons are forked from (``tests/zygote.py``)."""
     yield
+    ZYGOTE.close()
     remove_shared_install()
     remove_template()
     remove_reachable_folders()

@@ -22,8 +22,21 @@ from ddpq.executors.local import procs
 from ddpq.schemas import JobDetail
 from tests.shared_install import shared_install
 from tests.template_db import migrated
+from tests.zygote import Forked, Zygote, interpreter_variables
 
 T = TypeVar("T")
+ZYGOTE = Zygote()  # this pytest process's daemons, forked with their imports done
+
+
+def forks_as_started(env: dict[str, str]) -> bool:
+    """Whether a daemon forked from ``ZYGOTE`` is what a new ``python -m ddpq serve`` would
+    be: not where a variable a new interpreter reads at its start differs from the zygote's,
+    nor where ``DDPQ_TESTS_FRESH_DAEMONS=1`` asks for new interpreters throughout."""
+    if os.environ.get("DDPQ_TESTS_FRESH_DAEMONS") == "1":
+        return False
+    return interpreter_variables(env) == ZYGOTE.interpreter
+
+
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
 
 
@@ -115,7 +128,7 @@ class Daemon:
     port: int
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | Forked | None = None
 
     @property
     def url(self) -> str:
@@ -133,27 +146,28 @@ class Daemon:
             # daemon (the daemon still runs `migrate`, which finds the newest schema).
             migrated(self.home / "ddpq.db")
         self.log = open(self.home / "daemon.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [
-                python,
-                "-m",
-                "ddpq",
-                "serve",
-                "--home",
-                str(self.home),
-                "--port",
-                str(self.port),
-                *self.args,
-                *root_flags(self.args),
-                *reserve_flags(self.args),
-                *port_range_flags(self.args, env),
-                *cpu_flags(self.args, env),
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+        argv = [
+            "serve",
+            "--home",
+            str(self.home),
+            "--port",
+            str(self.port),
+            *self.args,
+            *root_flags(self.args),
+            *reserve_flags(self.args),
+            *port_range_flags(self.args, env),
+            *cpu_flags(self.args, env),
+        ]
+        if python == sys.executable and forks_as_started(env):
+            self.proc = ZYGOTE.spawn(argv, env, self.log.fileno())
+        else:
+            self.proc = subprocess.Popen(
+                [python, "-m", "ddpq", *argv],
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
 
         # One client for the whole wait: a client made per poll (httpx.get) loads the CA
         # bundle each time, ~40 ms of CPU every 20 ms, taken from the daemon that starts.
