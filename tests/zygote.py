@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 # What a daemon's start imports (``python -X importtime -m ddpq serve``): the roots.
@@ -52,6 +53,7 @@ PRELOADED = (
     "uvicorn.loops.asyncio",
 )
 MAX_REQUEST = 1 << 20
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def serve(control: socket.socket) -> None:
@@ -263,6 +265,7 @@ class Zygote:
             env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.zygote", str(theirs.fileno())],
+                cwd=ROOT,  # where ``-m tests.zygote`` is found, whatever a test's folder
                 env={**env, **self.interpreter},
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,

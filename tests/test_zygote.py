@@ -1,0 +1,154 @@
+"""The tests' forked daemons (``tests/zygote.py``) are what ``python -m ddpq`` would start:
+the environment, folder, session, descriptors, program name and exit status asked for."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import Daemon, forks_as_started, free_port, root_flags, wait_for
+from tests.template_db import migrated
+from tests.zygote import Forked, Zygote
+
+
+@pytest.fixture
+def zygote() -> Iterator[Zygote]:
+    z = Zygote()
+    yield z
+    z.close()
+
+
+def answers(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def descriptors(pid: int) -> set[str]:
+    """What ``pid``'s descriptors above 2 refer to (a socket's inode, a file's path)."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed since the listing
+            if int(fd) > 2:
+                found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return found
+
+
+def spawn(zygote: Zygote, log: Path, *argv: str, **env: str) -> Forked:
+    with log.open("ab") as out:
+        return zygote.spawn(list(argv), {**os.environ, **env}, out.fileno())
+
+
+def test_a_command_ends_with_its_status_and_output_in_the_log(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    log = tmp_path / "log"
+    shown = spawn(zygote, log, "--help")
+    assert shown.wait(30) == 0
+    refused = spawn(zygote, log, "serve", "--no-such-flag")
+    assert refused.wait(30) == 2
+    said = log.read_text()
+    assert "ddpq" in said.splitlines()[0]
+    # Click names the program as `python -m ddpq` names it, not after the forking process.
+    assert "Usage: python -m ddpq serve" in said
+    assert "zygote" not in said
+
+
+def test_a_command_has_the_environment_asked_for_not_the_zygotes(
+    zygote: Zygote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DDPQ_URL", "http://127.0.0.1:2")  # the zygote's, at its start
+    log = tmp_path / "log"
+    assert spawn(zygote, log, "ls", DDPQ_URL="http://127.0.0.1:1").wait(30) == 3
+    no_url = {k: v for k, v in os.environ.items() if k != "DDPQ_URL"}
+    with log.open("ab") as out:
+        assert zygote.spawn(["ls"], no_url, out.fileno()).wait(30) == 3
+    said = log.read_text().splitlines()
+    assert "http://127.0.0.1:1 " in said[0], said
+    assert "127.0.0.1:2" not in log.read_text()  # removed, not inherited
+
+
+def test_a_daemon_has_the_folder_session_and_descriptors_asked_for(
+    zygote: Zygote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    migrated(home / "ddpq.db")
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    argv = ["serve", "--home", str(home), "--port", str(port), "--fake-gpus", "1"]
+    with (tmp_path / "log").open("ab") as out:
+        daemon = zygote.spawn([*argv, *root_flags([])], dict(os.environ), out.fileno())
+    try:
+        wait_for(lambda: answers(port), 30, "the daemon to answer")
+        assert os.readlink(f"/proc/{daemon.pid}/cwd") == str(tmp_path)
+        assert os.getsid(daemon.pid) == daemon.pid  # a session of its own, as Popen's
+        assert zygote._proc is not None
+        # None of the zygote's sockets: its control socket, its answers' (anonymous
+        # inodes, its pidfds and epoll, have no name to tell one from another).
+        zygotes = {fd for fd in descriptors(zygote._proc.pid) if fd.startswith("socket:")}
+        assert len(zygotes) >= 2, "its control socket and the daemon's answer at least"
+        assert not zygotes & descriptors(daemon.pid)
+        assert os.readlink(f"/proc/{daemon.pid}/fd/0") == os.devnull
+        assert os.readlink(f"/proc/{daemon.pid}/fd/1") == str(tmp_path / "log")
+        assert os.readlink(f"/proc/{daemon.pid}/fd/2") == str(tmp_path / "log")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(60) == 0
+
+
+def test_a_killed_daemon_reports_the_signal_as_popen_does(zygote: Zygote, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    migrated(home / "ddpq.db")
+    daemon = spawn(
+        zygote,
+        tmp_path / "log",
+        "serve",
+        "--home",
+        str(home),
+        "--port",
+        str(free_port()),
+        "--fake-gpus",
+        "1",
+        *root_flags([]),
+    )
+    assert daemon.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        daemon.wait(0.2)
+    daemon.kill()
+    assert daemon.wait(30) == -signal.SIGKILL
+    assert daemon.poll() == -signal.SIGKILL
+    daemon.kill()  # a no-op once it has ended, as Popen's
+
+
+def test_the_zygote_ends_with_its_pytest_side(tmp_path: Path) -> None:
+    zygote = Zygote()
+    assert spawn(zygote, tmp_path / "log", "--help").wait(30) == 0
+    proc = zygote._proc
+    assert proc is not None
+    zygote.close()  # waits for it
+    assert proc.returncode == 0
+
+
+def test_a_new_interpreter_where_its_start_would_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert forks_as_started(dict(os.environ))
+    assert not forks_as_started({**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert not forks_as_started({**os.environ, "PYTHONHASHSEED": "7"})
+    monkeypatch.setenv("DDPQ_TESTS_FRESH_DAEMONS", "1")
+    assert not forks_as_started(dict(os.environ))
+    d = Daemon(home=tmp_path, port=free_port(), args=["--fake-gpus", "1"]).start()
+    try:
+        assert isinstance(d.proc, subprocess.Popen)
+    finally:
+        assert d.stop() == 0
