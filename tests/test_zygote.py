@@ -145,6 +145,7 @@ def test_a_new_interpreter_where_its_start_would_differ(
     assert forks_as_started(dict(os.environ))
     assert not forks_as_started({**os.environ, "PYTHONPATH": str(tmp_path)})
     assert not forks_as_started({**os.environ, "PYTHONHASHSEED": "7"})
+    assert not forks_as_started({**os.environ, "LD_LIBRARY_PATH": str(tmp_path)})
     monkeypatch.setenv("DDPQ_TESTS_FRESH_DAEMONS", "1")
     assert not forks_as_started(dict(os.environ))
     d = Daemon(home=tmp_path, port=free_port(), args=["--fake-gpus", "1"]).start()

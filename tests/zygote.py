@@ -234,9 +234,15 @@ class Forked:
         return True
 
 
+# What a new process reads of its environment at its start, and a fork would not read
+# again: the interpreter's variables, the dynamic loader's (a fake libnvidia-ml found
+# through LD_LIBRARY_PATH) and the C library's.
+READ_AT_START = ("PYTHON", "LD_", "GLIBC_TUNABLES", "MALLOC_")
+
+
 def interpreter_variables(env: dict[str, str]) -> dict[str, str]:
-    """What of ``env`` a new interpreter reads at its start, where a fork would differ."""
-    return {k: v for k, v in env.items() if k.startswith("PYTHON")}
+    """What of ``env`` a new process reads at its start, where a fork would differ."""
+    return {k: v for k, v in env.items() if k.startswith(READ_AT_START)}
 
 
 class Zygote:
@@ -262,7 +268,7 @@ class Zygote:
     def _started(self) -> socket.socket:
         if self._control is None:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+            env = {k: v for k, v in os.environ.items() if not k.startswith(READ_AT_START)}
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.zygote", str(theirs.fileno())],
                 cwd=ROOT,  # where ``-m tests.zygote`` is found, whatever a test's folder
