@@ -22,19 +22,11 @@ from ddpq.executors.local import procs
 from ddpq.schemas import JobDetail
 from tests.shared_install import shared_install
 from tests.template_db import migrated
-from tests.zygote import Forked, Zygote, interpreter_variables
+from tests.zygote import DAEMON, Forked, Zygote
 
 T = TypeVar("T")
-ZYGOTE = Zygote()  # this pytest process's daemons, forked with their imports done
-
-
-def forks_as_started(env: dict[str, str]) -> bool:
-    """Whether a daemon forked from ``ZYGOTE`` is what a new ``python -m ddpq serve`` would
-    be: not where a variable a new interpreter reads at its start differs from the zygote's,
-    nor where ``DDPQ_TESTS_FRESH_DAEMONS=1`` asks for new interpreters throughout."""
-    if os.environ.get("DDPQ_TESTS_FRESH_DAEMONS") == "1":
-        return False
-    return interpreter_variables(env) == ZYGOTE.interpreter
+# This pytest process's daemons, forked with their imports done (``tests/zygote.py``).
+ZYGOTE = Zygote(DAEMON, start_env=dict(os.environ))
 
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
@@ -158,8 +150,8 @@ class Daemon:
             *port_range_flags(self.args, env),
             *cpu_flags(self.args, env),
         ]
-        if python == sys.executable and forks_as_started(env):
-            self.proc = ZYGOTE.spawn(argv, env, self.log.fileno())
+        if python == sys.executable and ZYGOTE.accepts(env):
+            self.proc = ZYGOTE.spawn("ddpq", argv, env, self.log.fileno())
         else:
             self.proc = subprocess.Popen(
                 [python, "-m", "ddpq", *argv],

@@ -13,14 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import Daemon, forks_as_started, free_port, root_flags, wait_for
+from tests.helpers import ZYGOTE, Daemon, free_port, root_flags, wait_for
 from tests.template_db import migrated
-from tests.zygote import Forked, Zygote
+from tests.zygote import DAEMON, Forked, Zygote
 
 
 @pytest.fixture
 def zygote() -> Iterator[Zygote]:
-    z = Zygote()
+    z = Zygote(DAEMON, start_env=dict(os.environ))
     yield z
     z.close()
 
@@ -44,7 +44,7 @@ def descriptors(pid: int) -> set[str]:
 
 def spawn(zygote: Zygote, log: Path, *argv: str, **env: str) -> Forked:
     with log.open("ab") as out:
-        return zygote.spawn(list(argv), {**os.environ, **env}, out.fileno())
+        return zygote.spawn("ddpq", list(argv), {**os.environ, **env}, out.fileno())
 
 
 def test_a_command_ends_with_its_status_and_output_in_the_log(
@@ -70,7 +70,7 @@ def test_a_command_has_the_environment_asked_for_not_the_zygotes(
     assert spawn(zygote, log, "ls", DDPQ_URL="http://127.0.0.1:1").wait(30) == 3
     no_url = {k: v for k, v in os.environ.items() if k != "DDPQ_URL"}
     with log.open("ab") as out:
-        assert zygote.spawn(["ls"], no_url, out.fileno()).wait(30) == 3
+        assert zygote.spawn("ddpq", ["ls"], no_url, out.fileno()).wait(30) == 3
     said = log.read_text().splitlines()
     assert "http://127.0.0.1:1 " in said[0], said
     assert "127.0.0.1:2" not in log.read_text()  # removed, not inherited
@@ -86,15 +86,15 @@ def test_a_daemon_has_the_folder_session_and_descriptors_asked_for(
     port = free_port()
     argv = ["serve", "--home", str(home), "--port", str(port), "--fake-gpus", "1"]
     with (tmp_path / "log").open("ab") as out:
-        daemon = zygote.spawn([*argv, *root_flags([])], dict(os.environ), out.fileno())
+        daemon = zygote.spawn("ddpq", [*argv, *root_flags([])], dict(os.environ), out.fileno())
     try:
         wait_for(lambda: answers(port), 30, "the daemon to answer")
         assert os.readlink(f"/proc/{daemon.pid}/cwd") == str(tmp_path)
         assert os.getsid(daemon.pid) == daemon.pid  # a session of its own, as Popen's
-        assert zygote._proc is not None
+        assert zygote.pid is not None
         # None of the zygote's sockets: its control socket, its answers' (anonymous
         # inodes, its pidfds and epoll, have no name to tell one from another).
-        zygotes = {fd for fd in descriptors(zygote._proc.pid) if fd.startswith("socket:")}
+        zygotes = {fd for fd in descriptors(zygote.pid) if fd.startswith("socket:")}
         assert len(zygotes) >= 2, "its control socket and the daemon's answer at least"
         assert not zygotes & descriptors(daemon.pid)
         assert os.readlink(f"/proc/{daemon.pid}/fd/0") == os.devnull
@@ -131,7 +131,7 @@ def test_a_killed_daemon_reports_the_signal_as_popen_does(zygote: Zygote, tmp_pa
 
 
 def test_the_zygote_ends_with_its_pytest_side(tmp_path: Path) -> None:
-    zygote = Zygote()
+    zygote = Zygote(DAEMON, start_env=dict(os.environ))
     assert spawn(zygote, tmp_path / "log", "--help").wait(30) == 0
     proc = zygote._proc
     assert proc is not None
@@ -142,14 +142,23 @@ def test_the_zygote_ends_with_its_pytest_side(tmp_path: Path) -> None:
 def test_a_new_interpreter_where_its_start_would_differ(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert forks_as_started(dict(os.environ))
-    assert not forks_as_started({**os.environ, "PYTHONPATH": str(tmp_path)})
-    assert not forks_as_started({**os.environ, "PYTHONHASHSEED": "7"})
-    assert not forks_as_started({**os.environ, "LD_LIBRARY_PATH": str(tmp_path)})
-    monkeypatch.setenv("DDPQ_TESTS_FRESH_DAEMONS", "1")
-    assert not forks_as_started(dict(os.environ))
+    assert ZYGOTE.accepts({**os.environ, "DDPQ_URL": "x"})  # read as it runs
+    assert not ZYGOTE.accepts({**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert not ZYGOTE.accepts({**os.environ, "PYTHONHASHSEED": "7"})
+    assert not ZYGOTE.accepts({**os.environ, "LD_LIBRARY_PATH": str(tmp_path)})
+    assert not ZYGOTE.accepts({**os.environ, "OMP_NUM_THREADS": "13"})
+    monkeypatch.setenv("DDPQ_TESTS_FRESH_PROCESSES", "1")
+    assert not ZYGOTE.accepts(dict(os.environ))
     d = Daemon(home=tmp_path, port=free_port(), args=["--fake-gpus", "1"]).start()
     try:
         assert isinstance(d.proc, subprocess.Popen)
     finally:
         assert d.stop() == 0
+
+
+def test_the_zygote_forks_with_one_thread(zygote: Zygote, tmp_path: Path) -> None:
+    """A fork keeps only the forking thread: a lock another thread held would stay held
+    in every child. Its imports must start none."""
+    assert spawn(zygote, tmp_path / "log", "--help").wait(30) == 0
+    assert zygote.pid is not None
+    assert os.listdir(f"/proc/{zygote.pid}/task") == [str(zygote.pid)]

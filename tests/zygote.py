@@ -1,20 +1,24 @@
-"""Daemons for the tests, forked from one process that has already imported them.
+"""Processes for the tests, forked from one that has already done their imports.
 
 Most of a ``ddpq serve`` start is importing FastAPI, pydantic, SQLAlchemy and ddpq's own
-tables and routes (~1.4 s of CPU here), and the suite starts ~150 daemons. This process
-(one per pytest process, started at its first daemon) imports those modules once; each
-daemon is then a fork of it that runs ``ddpq.entry.main`` as ``python -m ddpq`` would, in
-a session of its own, with the test's environment, folder and log. Whatever the import
-list misses, the child imports itself: the list decides the speed, never the behaviour.
+tables and routes (~1.4 s of CPU here), and the suite starts ~150 daemons; most of a
+training rank's start is importing torch (~5 s with what its optimiser imports). A zygote
+is a process that imports such modules once (``DAEMON`` and ``TRAINING`` list them); each
+process asked of it is then a fork of it that runs a module as ``python -m MODULE ARGS``
+would, as ``__main__``, in a session of its own, with the test's environment, folder and
+log. Whatever a list misses, the child imports itself: the list decides the speed, never
+the behaviour.
 
-Where a fork cannot stand for a new interpreter (another ``python``, ``PYTHON*`` variables
-that a new interpreter would read at its start), ``helpers.Daemon`` starts a process as
-before; ``DDPQ_TESTS_FRESH_DAEMONS=1`` makes it do so for every daemon.
+A fork cannot stand for a new process where the new one would read its environment
+differently at its start (``READ_AT_START``: the interpreter's, the loader's, the C and
+OpenMP libraries' variables). ``Zygote.accepts`` says so, and the caller starts a process
+as before; ``DDPQ_TESTS_FRESH_PROCESSES=1`` asks for new processes throughout.
 
-The protocol, on a Unix socket pair: the test sends one JSON request (argv, env, cwd) with
-two file descriptors, its end of a new socket pair for the answer and the daemon's log;
-the answer is the child's pid, then, when the child ends, its status as ``Popen`` writes it
-(negative: killed by that signal). The test's side of it is ``Forked``.
+The protocol, on a Unix socket pair: the test sends one JSON request (module, argv, env,
+cwd, signals to ignore) with two file descriptors, its end of a new socket pair for the
+answer and the log; the answer is the child's pid, then, when the child ends, its status
+as ``Popen`` writes it (negative: killed by that signal). The test's side of it is
+``Forked``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 # What a daemon's start imports (``python -X importtime -m ddpq serve``): the roots.
-PRELOADED = (
+DAEMON = (
     "ddpq.entry",
     "ddpq.client.cli",
     "ddpq.client.runtime",
@@ -52,15 +56,32 @@ PRELOADED = (
     "uvicorn.lifespan.on",
     "uvicorn.loops.asyncio",
 )
+# What a rank of the built-in workload imports before it trains: torch, and the
+# ``torch._dynamo`` that ``torch.optim``'s optimiser imports at its first parameter group.
+# Not the workload's module itself: ``runpy`` warns of a main module imported before.
+TRAINING = (
+    "numpy",
+    "torch",
+    "torch.distributed",
+    "torch.nn.functional",
+    "torch.nn.parallel",
+    "torch.optim",
+    "torch._dynamo",
+    "ddpq.workloads.cifar",
+    "ddpq.workloads.preemption",
+    "ddpq.workloads.resize",
+    "ddpq.workloads.resnet18_cli",
+    "ddpq.workloads.resnet_model",
+)
 MAX_REQUEST = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def serve(control: socket.socket) -> None:
-    """Fork a daemon per request until the test's end of ``control`` closes."""
+def serve(control: socket.socket, preload: list[str]) -> None:
+    """Fork a child per request until the test's end of ``control`` closes."""
     import importlib
 
-    for name in PRELOADED:
+    for name in preload:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     import gc
@@ -108,16 +129,18 @@ def _fork(
     spec, (answer_fd, log_fd) = request
     answer = socket.socket(fileno=answer_fd)
     pid = os.fork()
-    if pid == 0:  # pragma: no cover - the daemon; it never returns
-        _become_daemon(spec, log_fd)
+    if pid == 0:  # pragma: no cover - the child; it never returns
+        _become(spec, log_fd)
     os.close(log_fd)
     answer.sendall(b"%d\n" % pid)
     return os.pidfd_open(pid), (pid, answer)
 
 
-def _become_daemon(spec: dict[str, Any], log_fd: int) -> None:
-    """In the child: what ``Popen(start_new_session=True, stdout=log, stderr=STDOUT)`` and
-    ``python -m ddpq`` would have set up, then ``ddpq.entry.main``; never returns."""
+def _become(spec: dict[str, Any], log_fd: int) -> None:
+    """In the child: what ``Popen(start_new_session=True, stdout=log, stderr=STDOUT)``
+    would have set up, then the module run as ``python -m`` runs it; never returns."""
+    import signal
+
     code = 1
     try:
         os.setsid()
@@ -129,8 +152,10 @@ def _become_daemon(spec: dict[str, Any], log_fd: int) -> None:
         os.chdir(spec["cwd"])
         os.environ.clear()
         os.environ.update(spec["env"])
-        sys.argv = [_as_python_dash_m_ddpq(), *spec["argv"]]
-        code = _run_as_main()
+        for number in spec["ignore"]:  # as a preexec_fn would, and exec keeps
+            signal.signal(number, signal.SIG_IGN)
+        sys.argv = [spec["module"], *spec["argv"]]  # runpy puts the file first
+        code = _run_as_main(spec["module"])
     finally:
         with contextlib.suppress(BaseException):
             sys.stdout.flush()
@@ -138,17 +163,17 @@ def _become_daemon(spec: dict[str, Any], log_fd: int) -> None:
         os._exit(code)
 
 
-def _run_as_main() -> int:
-    """``ddpq.entry.main`` as an interpreter runs its main module: the exit status it
-    would end with, the traceback it would print, and what was asked to run at exit."""
+def _run_as_main(module: str) -> int:
+    """``module`` run as an interpreter runs its main module (``runpy``, as ``-m`` does):
+    the exit status it would end with, the traceback it would print, and what was asked
+    to run at exit."""
     import atexit
+    import runpy
     import signal
     import traceback
 
-    from ddpq import entry
-
     try:
-        entry.main()
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as stop:
         code = _exit_code(stop.code)
@@ -164,20 +189,6 @@ def _run_as_main() -> int:
     return code
 
 
-def _as_python_dash_m_ddpq() -> str:
-    """Make ``__main__`` look as ``python -m ddpq`` makes it (what Click names the program
-    after in its usage lines), without running it; its file is ``sys.argv[0]``."""
-    import importlib.util
-    import types
-
-    spec = importlib.util.find_spec("ddpq.__main__")
-    assert spec is not None and spec.origin is not None
-    main = types.ModuleType("__main__")
-    main.__spec__, main.__package__, main.__file__ = spec, "ddpq", spec.origin
-    sys.modules["__main__"] = main
-    return spec.origin
-
-
 def _exit_code(code: object) -> int:
     if code is None:
         return 0
@@ -188,7 +199,7 @@ def _exit_code(code: object) -> int:
 
 
 class Forked:
-    """The test's handle on a forked daemon: the part of ``subprocess.Popen`` tests use."""
+    """The test's handle on a forked child: the part of ``subprocess.Popen`` tests use."""
 
     def __init__(self, args: list[str], pid: int, answer: socket.socket) -> None:
         self.args = args
@@ -236,45 +247,87 @@ class Forked:
 
 # What a new process reads of its environment at its start, and a fork would not read
 # again: the interpreter's variables, the dynamic loader's (a fake libnvidia-ml found
-# through LD_LIBRARY_PATH) and the C library's.
-READ_AT_START = ("PYTHON", "LD_", "GLIBC_TUNABLES", "MALLOC_")
+# through LD_LIBRARY_PATH), the C library's, and OpenMP's and torch's, read as torch loads.
+READ_AT_START = (
+    "PYTHON",
+    "LD_",
+    "GLIBC_TUNABLES",
+    "MALLOC_",
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "TORCH",
+)
 
 
-def interpreter_variables(env: dict[str, str]) -> dict[str, str]:
+def read_at_start(env: dict[str, str]) -> dict[str, str]:
     """What of ``env`` a new process reads at its start, where a fork would differ."""
     return {k: v for k, v in env.items() if k.startswith(READ_AT_START)}
 
 
 class Zygote:
-    """The pytest process's side: starts the forking process at its first use, with the
-    interpreter's variables of the moment ``Zygote()`` was made."""
+    """The pytest process's side: starts the forking process at its first use, with
+    ``start_env`` or, if none was given, the first request's environment."""
 
-    def __init__(self) -> None:
-        self.interpreter = interpreter_variables(dict(os.environ))
+    def __init__(self, preload: tuple[str, ...], start_env: dict[str, str] | None = None):
+        self.preload = preload
+        self._start_env = start_env
         self._control: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def spawn(self, argv: list[str], env: dict[str, str], log_fd: int) -> Forked:
-        control = self._started()
+    def accepts(self, env: dict[str, str]) -> bool:
+        """Whether a child forked with ``env`` is what a new process would be."""
+        if os.environ.get("DDPQ_TESTS_FRESH_PROCESSES") == "1":
+            return False
+        return self._start_env is None or read_at_start(env) == read_at_start(self._start_env)
+
+    def spawn(
+        self,
+        module: str,
+        argv: list[str],
+        env: dict[str, str],
+        log_fd: int,
+        ignore: tuple[int, ...] = (),
+    ) -> Forked:
+        """``python -m module *argv`` with ``env`` (``accepts`` it), output into ``log_fd``,
+        in a session of its own, ``ignore``'s signals ignored."""
+        assert self.accepts(env)
+        control = self._started(env)
         ours, theirs = socket.socketpair()
-        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()
+        request = {
+            "module": module,
+            "argv": argv,
+            "env": env,
+            "cwd": os.getcwd(),
+            "ignore": [int(number) for number in ignore],
+        }
         fds = array.array("i", [theirs.fileno(), log_fd])
-        control.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        control.sendmsg(
+            [json.dumps(request).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+        )
         theirs.close()
         ours.settimeout(60)
         pid = int(_line(ours))
-        return Forked(argv, pid, ours)
+        return Forked([module, *argv], pid, ours)
 
-    def _started(self) -> socket.socket:
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _started(self, env: dict[str, str]) -> socket.socket:
         if self._control is None:
+            if self._start_env is None:
+                self._start_env = dict(env)
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            env = {k: v for k, v in os.environ.items() if not k.startswith(READ_AT_START)}
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.zygote", str(theirs.fileno())],
+                [sys.executable, "-m", "tests.zygote", str(theirs.fileno()), *self.preload],
                 cwd=ROOT,  # where ``-m tests.zygote`` is found, whatever a test's folder
-                env={**env, **self.interpreter},
+                env=self._start_env,
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,  # not a terminal: a child's buffers as a new one's
                 start_new_session=True,
             )
             theirs.close()
@@ -282,6 +335,7 @@ class Zygote:
         return self._control
 
     def close(self) -> None:
+        """End the forking process (its children run on)."""
         if self._control is not None:
             self._control.close()
             self._control = None
@@ -302,4 +356,4 @@ def _line(sock: socket.socket) -> bytes:
 
 
 if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])))
+    serve(socket.socket(fileno=int(sys.argv[1])), sys.argv[2:])

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.workload.runs import PREEMPT_ENV, TORCHRUN_ENV
+from tests.workload.runs import PREEMPT_ENV, TORCHRUN_ENV, TRAINING_ZYGOTE
 
 
 @pytest.fixture
@@ -23,3 +23,11 @@ def alone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     before = signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)
     yield
     assert (signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)) == before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _training_zygote_ended() -> Iterator[None]:
+    """The process plain runs are forked from (``runs.TRAINING_ZYGOTE``) ends with the
+    session; runs it started were each waited for or killed by their test."""
+    yield
+    TRAINING_ZYGOTE.close()

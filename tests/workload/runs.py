@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import wait_for as until
+from tests.zygote import TRAINING, Forked, Zygote
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 RUN_TIMEOUT_S = 120.0
@@ -34,6 +35,11 @@ PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 # costs as much: bench/RESULTS.md, "The suite, fifth pass"): test_resize_runs, and
 # tests/test_workload_ddpq.py's grow and preemption.
 NARROW = ["--width", "16"]
+# A run of one process (no torchrun: a plain run, or a rank started here) forked with torch
+# imported, a ~5 s start fewer each (tests/zygote.py); started with the first such run's
+# environment, and a new process where a run's would be read differently at its start.
+TRAINING_ZYGOTE = Zygote(TRAINING)
+Process = subprocess.Popen[bytes] | Forked
 
 
 def free_port() -> int:
@@ -82,28 +88,35 @@ def start(
     log: Path,
     env: Mapping[str, str] | None = None,
     ignore: signal.Signals | None = None,
-) -> subprocess.Popen[bytes]:
+) -> Process:
     """``env``: added to the job's environment; ``ignore``: a signal the started program
     (torchrun) runs with ignored, as ddpq starts it with the preemption signal."""
     job_dir.mkdir(parents=True, exist_ok=True)
-
-    def ignoring() -> None:
-        if ignore is not None:
-            signal.signal(ignore, signal.SIG_IGN)
-
+    environment = job_env(job_dir, env)
+    ignored = () if ignore is None else (ignore,)
     with log.open("ab") as out:
+        if nproc is None and TRAINING_ZYGOTE.accepts(environment):
+            command = workload_cmd(args, nproc)[2:]  # after `python -m`
+            return TRAINING_ZYGOTE.spawn(
+                command[0], command[1:], environment, out.fileno(), ignored
+            )
+
+        def ignoring() -> None:
+            for number in ignored:
+                signal.signal(number, signal.SIG_IGN)
+
         # Own session: the test can signal (and on failure kill) the whole group.
         return subprocess.Popen(
             workload_cmd(args, nproc),
-            env=job_env(job_dir, env),
+            env=environment,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=ignoring if ignore is not None else None,
+            preexec_fn=ignoring if ignored else None,
         )
 
 
-def finish(proc: subprocess.Popen[bytes], timeout: float = RUN_TIMEOUT_S) -> int:
+def finish(proc: Process, timeout: float = RUN_TIMEOUT_S) -> int:
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -112,7 +125,7 @@ def finish(proc: subprocess.Popen[bytes], timeout: float = RUN_TIMEOUT_S) -> int
         raise
 
 
-def kill_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+def kill_group(proc: Process, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
 
@@ -134,7 +147,7 @@ def children(pid: int) -> list[int]:
     return sorted(found)
 
 
-def signal_ranks(proc: subprocess.Popen[bytes], sig: signal.Signals) -> list[int]:
+def signal_ranks(proc: Process, sig: signal.Signals) -> list[int]:
     """Send ``sig`` to each rank torchrun started: they run in sessions of their own, so a
     signal to torchrun's group never reaches them."""
     ranks = children(proc.pid)
@@ -144,7 +157,7 @@ def signal_ranks(proc: subprocess.Popen[bytes], sig: signal.Signals) -> list[int
     return ranks
 
 
-def kill_job(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+def kill_job(proc: Process, sig: signal.Signals) -> None:
     """``sig`` to torchrun's group and to its ranks (each in a session of its own)."""
     ranks = children(proc.pid)
     kill_group(proc, sig)
@@ -195,7 +208,7 @@ def run_ranks(args: list[str], job_dir: Path, nproc: int) -> tuple[int, str]:
     return next((code for code in codes if code != 0), 0), log.read_text(errors="replace")
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes]) -> None:
+def wait_for(cond: Callable[[], bool], timeout: float, proc: Process) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if proc.poll() is not None:
