@@ -35,9 +35,10 @@ PREEMPTIBLE = {"DDPQ_PREEMPT_SIGNAL": "USR1", "DDPQ_PREEMPT_GRACE": "0"}
 # costs as much: bench/RESULTS.md, "The suite, fifth pass"): test_resize_runs, and
 # tests/test_workload_ddpq.py's grow and preemption.
 NARROW = ["--width", "16"]
-# A run of one process (no torchrun: a plain run, or a rank started here) forked with torch
-# imported, a ~5 s start fewer each (tests/zygote.py); started with the first such run's
-# environment, and a new process where a run's would be read differently at its start.
+# A plain run, a rank started here or torchrun itself, forked with torch imported: a ~3-5 s
+# start fewer each (tests/zygote.py; torchrun's ranks are its own, new processes). Started
+# with the first run's environment; a new process where a run's would be read differently
+# at its start.
 TRAINING_ZYGOTE = Zygote(TRAINING)
 Process = subprocess.Popen[bytes] | Forked
 
@@ -95,7 +96,7 @@ def start(
     environment = job_env(job_dir, env)
     ignored = () if ignore is None else (ignore,)
     with log.open("ab") as out:
-        if nproc is None and TRAINING_ZYGOTE.accepts(environment):
+        if TRAINING_ZYGOTE.accepts(environment):
             command = workload_cmd(args, nproc)[2:]  # after `python -m`
             return TRAINING_ZYGOTE.spawn(
                 command[0], command[1:], environment, out.fileno(), ignored
