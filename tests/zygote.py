@@ -86,7 +86,10 @@ def serve(control: socket.socket, preload: list[str]) -> None:
             importlib.import_module(name)
     import gc
 
+    # What the imports made lives as long as any child: frozen, a child's collections
+    # (a daemon's at its start, as it freezes its own) never walk it, nor copy its pages.
     gc.collect()
+    gc.freeze()
     answers: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, answer socket)
     with selectors.DefaultSelector() as selector:
         selector.register(control, selectors.EVENT_READ)
