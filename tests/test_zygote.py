@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import ZYGOTE, Daemon, free_port, root_flags, wait_for
 from tests.template_db import migrated
-from tests.zygote import DAEMON, Forked, Zygote
+from tests.zygote import DAEMON, READ_AS_TORCH_LOADS, TRAINING, Forked, Zygote
 
 
 @pytest.fixture
@@ -146,7 +146,12 @@ def test_a_new_interpreter_where_its_start_would_differ(
     assert not ZYGOTE.accepts({**os.environ, "PYTHONPATH": str(tmp_path)})
     assert not ZYGOTE.accepts({**os.environ, "PYTHONHASHSEED": "7"})
     assert not ZYGOTE.accepts({**os.environ, "LD_LIBRARY_PATH": str(tmp_path)})
-    assert not ZYGOTE.accepts({**os.environ, "OMP_NUM_THREADS": "13"})
+    # A daemon loads no torch: OpenMP's and torch's variables are read as it runs jobs.
+    assert ZYGOTE.accepts({**os.environ, "OMP_NUM_THREADS": "13", "TORCHINDUCTOR_X": "1"})
+    training = Zygote(TRAINING, start_env=dict(os.environ), read_first=READ_AS_TORCH_LOADS)
+    assert not training.accepts({**os.environ, "OMP_NUM_THREADS": "13"})
+    assert not training.accepts({**os.environ, "TORCH_LOGS": "+dynamo"})
+    assert training.accepts({**os.environ, "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"})  # set by torch
     monkeypatch.setenv("DDPQ_TESTS_FRESH_PROCESSES", "1")
     assert not ZYGOTE.accepts(dict(os.environ))
     d = Daemon(home=tmp_path, port=free_port(), args=["--fake-gpus", "1"]).start()

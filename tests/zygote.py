@@ -10,9 +10,10 @@ log. Whatever a list misses, the child imports itself: the list decides the spee
 the behaviour.
 
 A fork cannot stand for a new process where the new one would read its environment
-differently at its start (``READ_AT_START``: the interpreter's, the loader's, the C and
-OpenMP libraries' variables). ``Zygote.accepts`` says so, and the caller starts a process
-as before; ``DDPQ_TESTS_FRESH_PROCESSES=1`` asks for new processes throughout.
+differently at its start (``READ_AT_START``: the interpreter's, the loader's and the C
+library's variables; ``READ_AS_TORCH_LOADS``: OpenMP's and torch's too).
+``Zygote.accepts`` says so, and the caller starts a process as before;
+``DDPQ_TESTS_FRESH_PROCESSES=1`` asks for new processes throughout.
 
 The protocol, on a Unix socket pair: the test sends one JSON request (module, argv, env,
 cwd, signals to ignore) with two file descriptors, its end of a new socket pair for the
@@ -250,32 +251,30 @@ class Forked:
 
 # What a new process reads of its environment at its start, and a fork would not read
 # again: the interpreter's variables, the dynamic loader's (a fake libnvidia-ml found
-# through LD_LIBRARY_PATH), the C library's, and OpenMP's and torch's, read as torch loads.
-READ_AT_START = (
-    "PYTHON",
-    "LD_",
-    "GLIBC_TUNABLES",
-    "MALLOC_",
-    "OMP_",
-    "GOMP_",
-    "KMP_",
-    "MKL_",
-    "OPENBLAS_",
-    "TORCH",
-)
+# through LD_LIBRARY_PATH) and the C library's; for a process that loads torch, OpenMP's
+# and torch's too. (Not TORCHINDUCTOR_CACHE_DIR: torch sets it in its own environment as
+# it loads, so a test process that imported torch has it and a new process is given it.)
+READ_AT_START = ("PYTHON", "LD_", "GLIBC_TUNABLES", "MALLOC_")
+READ_AS_TORCH_LOADS = (*READ_AT_START, "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH_")
 
 
-def read_at_start(env: dict[str, str]) -> dict[str, str]:
+def read_at_start(env: dict[str, str], prefixes: tuple[str, ...] = READ_AT_START) -> dict[str, str]:
     """What of ``env`` a new process reads at its start, where a fork would differ."""
-    return {k: v for k, v in env.items() if k.startswith(READ_AT_START)}
+    return {k: v for k, v in env.items() if k.startswith(prefixes)}
 
 
 class Zygote:
     """The pytest process's side: starts the forking process at its first use, with
     ``start_env`` or, if none was given, the first request's environment."""
 
-    def __init__(self, preload: tuple[str, ...], start_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        preload: tuple[str, ...],
+        start_env: dict[str, str] | None = None,
+        read_first: tuple[str, ...] = READ_AT_START,
+    ):
         self.preload = preload
+        self.read_first = read_first
         self._start_env = start_env
         self._control: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -284,7 +283,10 @@ class Zygote:
         """Whether a child forked with ``env`` is what a new process would be."""
         if os.environ.get("DDPQ_TESTS_FRESH_PROCESSES") == "1":
             return False
-        return self._start_env is None or read_at_start(env) == read_at_start(self._start_env)
+        if self._start_env is None:
+            return True
+        first = self.read_first
+        return read_at_start(env, first) == read_at_start(self._start_env, first)
 
     def spawn(
         self,

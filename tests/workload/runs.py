@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import wait_for as until
-from tests.zygote import TRAINING, Forked, Zygote
+from tests.zygote import READ_AS_TORCH_LOADS, TRAINING, Forked, Zygote
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 RUN_TIMEOUT_S = 120.0
@@ -39,7 +39,7 @@ NARROW = ["--width", "16"]
 # start fewer each (tests/zygote.py; torchrun's ranks are its own, new processes). Started
 # with the first run's environment; a new process where a run's would be read differently
 # at its start.
-TRAINING_ZYGOTE = Zygote(TRAINING)
+TRAINING_ZYGOTE = Zygote(TRAINING, read_first=READ_AS_TORCH_LOADS)
 Process = subprocess.Popen[bytes] | Forked
 
 
