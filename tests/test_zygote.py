@@ -167,3 +167,17 @@ def test_the_zygote_forks_with_one_thread(zygote: Zygote, tmp_path: Path) -> Non
     assert spawn(zygote, tmp_path / "log", "--help").wait(30) == 0
     assert zygote.pid is not None
     assert os.listdir(f"/proc/{zygote.pid}/task") == [str(zygote.pid)]
+
+
+def test_a_zygote_that_died_is_started_anew(zygote: Zygote, tmp_path: Path) -> None:
+    assert spawn(zygote, tmp_path / "log", "--help").wait(30) == 0
+    first = zygote.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{first}/task").exists() or _zombie(first), 10, "its end")
+    assert spawn(zygote, tmp_path / "log", "--help").wait(30) == 0
+    assert zygote.pid not in (None, first)
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -299,8 +299,6 @@ class Zygote:
         """``python -m module *argv`` with ``env`` (``accepts`` it), output into ``log_fd``,
         in a session of its own, ``ignore``'s signals ignored."""
         assert self.accepts(env)
-        control = self._started(env)
-        ours, theirs = socket.socketpair()
         request = {
             "module": module,
             "argv": argv,
@@ -308,14 +306,38 @@ class Zygote:
             "cwd": os.getcwd(),
             "ignore": [int(number) for number in ignore],
         }
-        fds = array.array("i", [theirs.fileno(), log_fd])
-        control.sendmsg(
-            [json.dumps(request).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
-        )
-        theirs.close()
+        try:
+            return self._ask(request, env, log_fd)
+        except (OSError, ZygoteGone):  # it died (killed, out of memory): once more, anew
+            self._forget()
+            return self._ask(request, env, log_fd)
+
+    def _ask(self, request: dict[str, Any], env: dict[str, str], log_fd: int) -> Forked:
+        control = self._started(env)
+        ours, theirs = socket.socketpair()
+        with theirs:
+            fds = array.array("i", [theirs.fileno(), log_fd])
+            control.sendmsg(
+                [json.dumps(request).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+            )
         ours.settimeout(60)
-        pid = int(_line(ours))
-        return Forked([module, *argv], pid, ours)
+        try:
+            pid = int(_line(ours))
+        except BaseException:
+            ours.close()
+            raise
+        return Forked([request["module"], *request["argv"]], pid, ours)
+
+    def _forget(self) -> None:
+        """Drop a zygote that has gone: the next request starts another."""
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+            self._proc.wait(30)
+            self._proc = None
 
     @property
     def pid(self) -> int | None:
@@ -349,13 +371,19 @@ class Zygote:
             self._proc = None
 
 
+class ZygoteGone(RuntimeError):
+    """The zygote closed a request's answer without a pid."""
+
+
 def _line(sock: socket.socket) -> bytes:
     data = b""
     deadline = time.monotonic() + 60
     while not data.endswith(b"\n"):
         chunk = sock.recv(64)
-        if not chunk or time.monotonic() > deadline:
-            raise RuntimeError("the zygote did not answer")
+        if not chunk:
+            raise ZygoteGone("the zygote ended without answering")
+        if time.monotonic() > deadline:
+            raise RuntimeError("the zygote did not answer in 60 s")
         data += chunk
     return data
 
