@@ -2,7 +2,7 @@
 # Time the whole test suite as `make test` runs it, with what to judge the figure by:
 # the machine (CPU, cores), its load before and after, and `python -c pass` beside it.
 #
-#   bench/suite_time.sh                 # as `make test`: every core (-n auto)
+#   bench/suite_time.sh                 # as `make test`: -n auto (a worker more than the cores)
 #   TEST_WORKERS=0 bench/suite_time.sh  # one process, as before pytest-xdist
 #   bench/suite_time.sh tests/worker    # a subset (the same options)
 #

@@ -58,7 +58,7 @@ DAEMON = (
     "uvicorn.loops.asyncio",
 )
 # What a rank of the built-in workload imports before it trains: torch, and the
-# ``torch._dynamo`` that ``torch.optim``'s optimiser imports at its first parameter group.
+# ``torch._dynamo`` that a ``torch.optim`` optimiser imports at its first step.
 # Not the workload's module itself: ``runpy`` warns of a main module imported before.
 TRAINING = (
     "numpy",
@@ -100,7 +100,7 @@ def serve(control: socket.socket, preload: list[str]) -> None:
                     request = _receive(control)
                     if request is None:
                         return
-                    pidfd, entry = _fork(request, control, selector)
+                    pidfd, entry = _fork(request)
                     answers[pidfd] = entry
                     selector.register(pidfd, selectors.EVENT_READ)
                 else:
@@ -125,11 +125,8 @@ def _receive(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
     return json.loads(data), list(fds)
 
 
-def _fork(
-    request: tuple[dict[str, Any], list[int]],
-    control: socket.socket,
-    selector: selectors.BaseSelector,
-) -> tuple[int, tuple[int, socket.socket]]:
+def _fork(request: tuple[dict[str, Any], list[int]]) -> tuple[int, tuple[int, socket.socket]]:
+    """Fork the child asked for; its pidfd, its pid and the socket its status goes to."""
     spec, (answer_fd, log_fd) = request
     answer = socket.socket(fileno=answer_fd)
     pid = os.fork()
