@@ -186,8 +186,11 @@ class Daemon:
         self.proc.wait()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
+        if self.proc is None:
+            return 0
+        ended = self.proc.poll()
+        if ended is not None:
+            return ended
         self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
