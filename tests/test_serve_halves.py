@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -182,3 +183,17 @@ def test_a_clean_stop_of_the_worker_half_stops_the_api_as_a_signal_would() -> No
     for shutdown, server in ((early, early_server), (late, late_server)):
         assert server.should_exit and not server.force_exit
         assert shutdown.died is None and shutdown.event.is_set()
+
+
+def test_a_worker_half_stops_when_its_api_half_dies_without_reading_ready() -> None:
+    """A `serve` killed as it starts, with the worker's READY still unread: the worker's
+    end reads ECONNRESET, not b"", and its watch once died of it, leaving the worker to
+    run alone, holding the state folder's lock."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    parent = halves.ApiParent(os.getpid(), theirs)
+    parent.ready()  # into the API half's buffer, never read
+    shutdown = Shutdown()
+    parent.watch(shutdown)
+    ours.close()  # the API half killed
+    assert shutdown.event.wait(10)
+    assert shutdown.died is not None and "ended" in shutdown.died

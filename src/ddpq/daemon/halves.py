@@ -152,8 +152,11 @@ class ApiParent:
         go on starting jobs for an API nobody can reach, and hold the state folder's lock."""
 
         def wait() -> None:
-            while self._channel.recv(64):
-                pass  # the parent sends nothing after the start; an end is b""
+            # The parent sends nothing after the start; its end is b"", or ECONNRESET
+            # where it died with what we sent (READY) still unread: killed as it started.
+            with contextlib.suppress(OSError):
+                while self._channel.recv(64):
+                    pass
             if not shutdown.stopping:
                 why = f"the API process (pid {self.pid}) ended"
                 log.critical("%s; stopping its worker (exit status 1)", why)
