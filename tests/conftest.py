@@ -82,8 +82,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> GroupSche
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: a worker more than the cores. Many tests wait on the clock (a port's
     cool-down, a grace period, a job's sleep) with a core idle; a third worker on two cores
-    fills those waits: 9 min 14 s against 10 min 14 s for two, 9 min 22 s for four, whose
-    tests then cost more CPU each (bench/RESULTS.md, "The suite with forked daemons")."""
+    fills those waits: 9 min 14 s – 10 min 05 s against 10 min 14 s for two; four cost
+    more CPU for no gain (bench/RESULTS.md, "The suite with forked daemons")."""
     return (len(os.sched_getaffinity(0)) or 1) + 1
 
 
