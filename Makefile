@@ -57,8 +57,9 @@ slurm:
 	      || echo "note: could not install slurm-wlm and munge; the Slurm tests will be skipped"; \
 	  else echo "note: Slurm not installed; the Slurm tests will be skipped"; fi; }
 
-# On every core and one worker more (pytest-xdist, tests/conftest.py); tests that must not run beside each other are in one of
-# tests/conftest.py's GROUPS, which its scheduler runs on one worker, and the longest go first.
+# On every core, with a worker more than the cores (pytest-xdist, tests/conftest.py); tests
+# that must not run beside each other are in one of tests/conftest.py's GROUPS, which its
+# scheduler runs on one worker, and the longest go first.
 # TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= auto
 test: setup browser systemd slurm

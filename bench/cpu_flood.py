@@ -23,26 +23,15 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 from ls_flood import NO_QUEUE_CAP
-from machine import cpu_model, free_port, start_daemon
+from machine import cpu_model, free_port, python_c_pass_ms, start_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def python_c_pass_ms(runs: int = 10) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
 
 
 def request(url: str, method: str = "GET", body: object = None) -> object:

@@ -7,6 +7,7 @@ import argparse
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -23,6 +24,25 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def python_c_pass_ms(runs: int = 10) -> float:
+    """The median wall time of ``python -c pass``: the floor of any Python process, the
+    figure to give beside a result from a machine whose speed and load vary."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def busy_cpu_s() -> float:
+    """The whole machine's busy CPU so far (user, nice, system, irq, softirq; /proc/stat),
+    in seconds: every process counts, those no rusage of ours sees (a daemon's children,
+    double-forked ones) too."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
 
 
 def runs_and_versions(default_runs: int) -> tuple[int, dict[str, str]]:

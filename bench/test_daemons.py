@@ -19,7 +19,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,16 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from machine import cpu_model  # noqa: E402 - after the checkout's root is on the path
+# After the checkout's root is on the path:
+from machine import busy_cpu_s, cpu_model, python_c_pass_ms  # noqa: E402
 from tests import helpers  # noqa: E402
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def busy_s() -> float:
-    """The machine's busy CPU so far (user, nice, system, irq, softirq), in seconds."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / TICKS
 
 
 def one_daemon(fresh: bool) -> tuple[float, float]:
@@ -48,20 +40,14 @@ def one_daemon(fresh: bool) -> tuple[float, float]:
         os.environ.pop("DDPQ_TESTS_FRESH_PROCESSES", None)
     home = Path(tempfile.mkdtemp(prefix="ddpq-bench-daemon-"))
     try:
-        cpu, wall = busy_s(), time.monotonic()
+        cpu, wall = busy_cpu_s(), time.monotonic()
         d = helpers.Daemon(home=home, port=helpers.free_port(), args=["--fake-gpus", "4"])
         d.start()
         assert len(d.client().devices().items) == 4
         assert d.stop() == 0, (home / "daemon.log").read_text()
-        return busy_s() - cpu, time.monotonic() - wall
+        return busy_cpu_s() - cpu, time.monotonic() - wall
     finally:
         shutil.rmtree(home, ignore_errors=True)
-
-
-def floor_ms() -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
-    return (time.perf_counter() - start) * 1000
 
 
 def main() -> None:
@@ -75,7 +61,7 @@ def main() -> None:
     for _ in range(runs):
         results["new interpreter"].append(one_daemon(fresh=True))
         results["forked"].append(one_daemon(fresh=False))
-        floors.append(floor_ms())
+        floors.append(python_c_pass_ms(runs=1))
     helpers.ZYGOTE.close()
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
     print(

@@ -25,12 +25,12 @@ LOST = "ddpq: daemon restarting; reconnecting..."
 BACK = "ddpq: reconnected"
 
 
-def restart(d: Daemon, seen_gone: Callable[[], bool]) -> None:
+def restart(d: Daemon, until_client_lost_it: Callable[[], object]) -> None:
     """Stop the daemon (its jobs run on) and start it again on the same folder and port,
-    once the client has seen it gone: a restart quicker than the client's next look would
-    be no restart to the client."""
+    once the client has said it lost the daemon (``until_client_lost_it`` waits for that):
+    a restart quicker than the client's next look would be no restart to the client."""
     assert d.stop() == 0
-    wait_for(seen_gone, 30, "the client to see the daemon gone")
+    until_client_lost_it()
     d.start()
 
 
@@ -73,7 +73,7 @@ def test_logs_follow_goes_on_from_its_byte_through_a_restart(
         return numbers(out.read_text(errors="replace"))
 
     wait_for(lambda: len(shown()) >= 5, 60, "the first lines")
-    restart(d, lambda: LOST in err.read_text())
+    restart(d, lambda: wait_for(lambda: LOST in err.read_text(), 30, "the client's loss"))
     assert d.client().show(job).state == "running"  # adopted, not restarted
     at_restart = len(shown())
     wait_for(lambda: len(shown()) >= at_restart + 20, 60, "lines after the restart")
@@ -124,7 +124,7 @@ def test_attach_waits_through_a_restart_and_attaches_the_same_session(
     t = terminal(d, "attach", str(job))
     try:
         t.expect(rf"job {job} held")  # waiting for it to start
-        restart(d, lambda: bool(t.expect(re.escape(LOST))))
+        restart(d, lambda: t.expect(re.escape(LOST)))
         t.expect(re.escape(BACK))
         d.client().hold(job, False)
         t.expect(r"attached")

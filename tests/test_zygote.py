@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ddpq.executors.local import procs
 from tests.helpers import ZYGOTE, Daemon, free_port, root_flags, wait_for
 from tests.template_db import migrated
-from tests.zygote import DAEMON, READ_AS_TORCH_LOADS, TRAINING, Forked, Zygote
+from tests.zygote import DAEMON, READ_AS_TORCH_LOADS, TRAINING, Answer, Forked, Zygote, ZygoteGone
 
 
 @pytest.fixture
@@ -174,10 +176,31 @@ def test_a_zygote_that_died_is_started_anew(zygote: Zygote, tmp_path: Path) -> N
     first = zygote.pid
     assert first is not None
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: not Path(f"/proc/{first}/task").exists() or _zombie(first), 10, "its end")
+    wait_for(lambda: (st := procs.stat(first)) is None or st.state == "Z", 10, "its end")
     assert spawn(zygote, tmp_path / "log", "--help").wait(30) == 0
     assert zygote.pid not in (None, first)
 
 
-def _zombie(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+def test_a_pid_and_a_status_that_come_in_one_read_are_two_answers() -> None:
+    """A child that ends at once: its status may follow its pid into one read."""
+    ours, theirs = socket.socketpair()
+    answer = Answer(ours)
+    theirs.sendall(b"4242\n-9\n")
+    theirs.close()
+    assert answer.line(5, "a pid") == b"4242"
+    assert answer.line(5, "a status") == b"-9"
+    with pytest.raises(ZygoteGone, match="a status is lost"):
+        answer.line(5, "a status")
+
+
+def test_a_status_not_yet_sent_is_no_answer_and_no_wait() -> None:
+    ours, theirs = socket.socketpair()
+    with theirs:
+        answer = Answer(ours)
+        assert answer.line(0, "a status") is None
+        assert answer.line(0.05, "a status") is None
+        theirs.sendall(b"0")  # half a line is not an answer
+        assert answer.line(0, "a status") is None
+        theirs.sendall(b"\n")
+        assert answer.line(0, "a status") == b"0"
+    answer.close()

@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -140,8 +141,6 @@ def _fork(request: tuple[dict[str, Any], list[int]]) -> tuple[int, tuple[int, so
 def _become(spec: dict[str, Any], log_fd: int) -> None:
     """In the child: what ``Popen(start_new_session=True, stdout=log, stderr=STDOUT)``
     would have set up, then the module run as ``python -m`` runs it; never returns."""
-    import signal
-
     code = 1
     try:
         os.setsid()
@@ -170,7 +169,6 @@ def _run_as_main(module: str) -> int:
     to run at exit."""
     import atexit
     import runpy
-    import signal
     import traceback
 
     try:
@@ -202,7 +200,7 @@ def _exit_code(code: object) -> int:
 class Forked:
     """The test's handle on a forked child: the part of ``subprocess.Popen`` tests use."""
 
-    def __init__(self, args: list[str], pid: int, answer: socket.socket) -> None:
+    def __init__(self, args: list[str], pid: int, answer: Answer) -> None:
         self.args = args
         self.pid = pid
         self.returncode: int | None = None
@@ -225,25 +223,51 @@ class Forked:
                 os.kill(self.pid, sig)
 
     def terminate(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGKILL)
 
     def _read(self, timeout: float | None) -> bool:
         """Take the child's status if the zygote has sent it within ``timeout``."""
-        self._answer.settimeout(timeout)
-        try:
-            line = self._answer.recv(64)
-        except (TimeoutError, BlockingIOError):
+        line = self._answer.line(timeout, f"child {self.pid}'s status")
+        if line is None:
             return False
         self._answer.close()
-        self.returncode = int(line) if line.strip() else -9  # the zygote gone: lost
+        self.returncode = int(line)
         return True
+
+
+class ZygoteGone(RuntimeError):
+    """The zygote ended before it answered."""
+
+
+class Answer:
+    """A request's answer socket, read a line at a time: the child's pid, later its
+    status. Both may come in one read (a child that ends at once)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = b""
+
+    def line(self, timeout: float | None, what: str) -> bytes | None:
+        """The next line, or None if none came within ``timeout`` (0: do not wait)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._sock.settimeout(left)
+            try:
+                chunk = self._sock.recv(64)
+            except (TimeoutError, BlockingIOError):
+                return None
+            if not chunk:
+                raise ZygoteGone(f"the zygote ended: {what} is lost")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 # What a new process reads of its environment at its start, and a fork would not read
@@ -305,8 +329,8 @@ class Zygote:
         }
         try:
             return self._ask(request, env, log_fd)
-        except (OSError, ZygoteGone):  # it died (killed, out of memory): once more, anew
-            self._forget()
+        except (ConnectionError, ZygoteGone):  # it died (killed, out of memory): anew, once
+            self.close(kill=True)
             return self._ask(request, env, log_fd)
 
     def _ask(self, request: dict[str, Any], env: dict[str, str], log_fd: int) -> Forked:
@@ -317,24 +341,16 @@ class Zygote:
             control.sendmsg(
                 [json.dumps(request).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
             )
-        ours.settimeout(60)
+        answer = Answer(ours)
         try:
-            pid = int(_line(ours))
+            pid = answer.line(60, "the child's pid")
         except BaseException:
-            ours.close()
+            answer.close()
             raise
-        return Forked([request["module"], *request["argv"]], pid, ours)
-
-    def _forget(self) -> None:
-        """Drop a zygote that has gone: the next request starts another."""
-        if self._control is not None:
-            self._control.close()
-            self._control = None
-        if self._proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.kill()
-            self._proc.wait(30)
-            self._proc = None
+        if pid is None:
+            answer.close()
+            raise TimeoutError("the zygote did not answer in 60 s")
+        return Forked([request["module"], *request["argv"]], int(pid), answer)
 
     @property
     def pid(self) -> int | None:
@@ -358,31 +374,17 @@ class Zygote:
             self._control = ours
         return self._control
 
-    def close(self) -> None:
-        """End the forking process (its children run on)."""
+    def close(self, kill: bool = False) -> None:
+        """End the forking process (its children run on); ``kill``: one that has gone
+        astray, so that the next request starts another."""
         if self._control is not None:
             self._control.close()
             self._control = None
         if self._proc is not None:
+            if kill:
+                self._proc.kill()
             self._proc.wait(30)
             self._proc = None
-
-
-class ZygoteGone(RuntimeError):
-    """The zygote closed a request's answer without a pid."""
-
-
-def _line(sock: socket.socket) -> bytes:
-    data = b""
-    deadline = time.monotonic() + 60
-    while not data.endswith(b"\n"):
-        chunk = sock.recv(64)
-        if not chunk:
-            raise ZygoteGone("the zygote ended without answering")
-        if time.monotonic() > deadline:
-            raise RuntimeError("the zygote did not answer in 60 s")
-        data += chunk
-    return data
 
 
 if __name__ == "__main__":

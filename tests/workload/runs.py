@@ -60,13 +60,12 @@ def job_env(job_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, 
     return env
 
 
-def workload_cmd(args: list[str], nproc: int | None) -> list[str]:
-    """``nproc=None``: the module run plainly (world size 1); else under torchrun."""
+def workload_module(args: list[str], nproc: int | None) -> list[str]:
+    """What follows ``python -m``. ``nproc=None``: the module run plainly (world size 1);
+    else under torchrun."""
     if nproc is None:
-        return [sys.executable, "-m", "ddpq.workloads.resnet18", *args]
+        return ["ddpq.workloads.resnet18", *args]
     return [
-        sys.executable,
-        "-m",
         "torch.distributed.run",
         "--nnodes",
         "1",
@@ -96,11 +95,9 @@ def start(
     environment = job_env(job_dir, env)
     ignored = () if ignore is None else (ignore,)
     with log.open("ab") as out:
+        module, *argv = workload_module(args, nproc)
         if TRAINING_ZYGOTE.accepts(environment):
-            command = workload_cmd(args, nproc)[2:]  # after `python -m`
-            return TRAINING_ZYGOTE.spawn(
-                command[0], command[1:], environment, out.fileno(), ignored
-            )
+            return TRAINING_ZYGOTE.spawn(module, argv, environment, out.fileno(), ignored)
 
         def ignoring() -> None:
             for number in ignored:
@@ -108,7 +105,7 @@ def start(
 
         # Own session: the test can signal (and on failure kill) the whole group.
         return subprocess.Popen(
-            workload_cmd(args, nproc),
+            [sys.executable, "-m", module, *argv],
             env=environment,
             stdout=out,
             stderr=subprocess.STDOUT,
