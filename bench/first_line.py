@@ -1,0 +1,89 @@
+"""Where a job's way from the POST to its first output line goes, from the API's own times.
+
+    python bench/first_line.py [--jobs 30]
+
+A throwaway loopback `ddpq serve --fake-gpus 8`; one 1-GPU job at a time, each printing its
+own start time (`date +%s.%N`). For each: when the POST returned, when the daemon says it
+was submitted and when its attempt started (the worker's lease), and the job's first line,
+all from just before the POST. Prints the medians in a markdown table for bench/RESULTS.md.
+`scheduler_bench.py` measures the whole; this splits it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import statistics
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+from machine import cpu_model, free_port, python_c_pass_ms, start_daemon
+
+JOB = {"command": ["sh", "-c", "date +%s.%N"], "gpus": 1}
+ENDED = {"succeeded", "failed", "cancelled", "timed_out"}
+STEPS = ("POST returned", "submitted (the API's record)", "attempt started (the lease)")
+
+
+def seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def one_job(http: httpx.Client) -> tuple[float, float, float, float]:
+    """Seconds after the POST began: its return, the submission, the lease, the first line."""
+    t0 = time.time()
+    posted = http.post("/v1/jobs", json=JOB)
+    returned = time.time() - t0
+    posted.raise_for_status()
+    job_id = posted.json()["id"]
+    deadline = time.monotonic() + 30
+    while (job := http.get(f"/v1/jobs/{job_id}").json())["state"] not in ENDED:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"job {job_id} did not end in 30 s")
+        time.sleep(0.02)
+    log = http.get(f"/v1/jobs/{job_id}/log").text.splitlines()
+    first = float(next(line for line in log if not line.startswith("[ddpq]")))
+    started = seconds(job["attempts"][0]["started_at"])
+    return returned, seconds(job["submitted_at"]) - t0, started - t0, first - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=30)
+    jobs = ap.parse_args().jobs
+    home = Path(tempfile.mkdtemp(prefix="ddpq-bench-first-line-"))
+    port = free_port()
+    daemon = start_daemon(home, port, "--fake-gpus", "8")  # the last --fake-gpus counts
+    load = os.getloadavg()[0]
+    try:
+        headers = {"X-Ddpq-User": os.environ.get("USER", "root")}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as http:
+            deadline = time.monotonic() + 60
+            while len(http.get("/v1/devices").json()["items"]) < 8:  # the worker's report
+                if time.monotonic() > deadline:
+                    raise SystemExit("the worker did not report its GPUs in 60 s")
+                time.sleep(0.05)
+            samples = [one_job(http) for _ in range(jobs)]
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(60)
+        shutil.rmtree(home, ignore_errors=True)
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(
+        f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load {load:.2f} before; "
+        f"`python -c pass` {python_c_pass_ms():.1f} ms; command: python bench/first_line.py "
+        f"--jobs {jobs}\n"
+    )
+    print("| from just before the POST to | p50 |")
+    print("|---|---|")
+    for i, name in enumerate((*STEPS, "the job's first line")):
+        print(f"| {name} | {statistics.median(s[i] for s in samples) * 1000:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()
