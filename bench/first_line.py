@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -23,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-from machine import cpu_model, free_port, python_c_pass_ms, start_daemon
+from machine import free_port, machine_line, python_c_pass_ms, start_daemon
 
 JOB = {"command": ["sh", "-c", "date +%s.%N"], "gpus": 1}
 ENDED = {"succeeded", "failed", "cancelled", "timed_out"}
@@ -73,7 +72,7 @@ def main() -> None:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
         shutil.rmtree(home, ignore_errors=True)
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(machine_line())
     print(
         f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load {load:.2f} before; "
         f"`python -c pass` {python_c_pass_ms():.1f} ms; command: python bench/first_line.py "

@@ -26,6 +26,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def machine_line() -> str:
+    """The first line of a result: the CPU, its cores, the interpreter."""
+    return f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}"
+
+
 def python_c_pass_ms(runs: int = 10) -> float:
     """The median wall time of ``python -c pass``: the floor of any Python process, the
     figure to give beside a result from a machine whose speed and load vary."""

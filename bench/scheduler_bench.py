@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
-from machine import cpu_model, free_port
+from machine import free_port, machine_line
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
 
@@ -113,7 +112,7 @@ def main() -> None:
             daemon.wait(60)
         shutil.rmtree(home, ignore_errors=True)
 
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(machine_line())
     print(
         f"date: {time.strftime('%Y-%m-%d')}; command: python bench/scheduler_bench.py "
         f"--jobs {args.jobs} --latency-samples {args.latency_samples}"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -32,7 +31,7 @@ from functools import partial
 from pathlib import Path
 
 import httpx
-from machine import cpu_model, free_port
+from machine import free_port, machine_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.slurm.cluster import GPUS_PER_NODE, NODES, SlurmCluster, missing
@@ -186,7 +185,7 @@ def main() -> None:
             slurm.stop()
             shutil.rmtree(work, ignore_errors=True)
 
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(machine_line())
     print(
         f"{version}; date: {time.strftime('%Y-%m-%d %H:%M %Z')}; command: python "
         f"bench/slurm_bench.py --jobs {args.jobs} --latency-samples {args.latency_samples}\n"

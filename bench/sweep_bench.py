@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from machine import cpu_model, free_port
+from machine import free_port, machine_line
 
 from ddpq.config import Settings
 from ddpq.core import scheduler as planner
@@ -207,7 +206,7 @@ def main() -> None:
     lines = submit_figures(args.members, args.repeat)
     lines += planner_figures(args.members, args.repeat)
     lines += worker_figures(args.members, args.repeat)
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(machine_line())
     print(
         f"date: {time.strftime('%Y-%m-%d %H:%M')}; command: python bench/sweep_bench.py "
         f"--members {args.members} --repeat {args.repeat}; load average before: "

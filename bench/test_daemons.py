@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # After the checkout's root is on the path:
-from machine import busy_cpu_s, cpu_model, python_c_pass_ms  # noqa: E402
+from machine import busy_cpu_s, machine_line, python_c_pass_ms  # noqa: E402
 from tests import helpers  # noqa: E402
 
 
@@ -63,7 +62,7 @@ def main() -> None:
         results["forked"].append(one_daemon(fresh=False))
         floors.append(python_c_pass_ms(runs=1))
     helpers.ZYGOTE.close()
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(machine_line())
     print(
         f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load {load:.2f} before; "
         f"`python -c pass` {statistics.median(floors):.1f} ms (median); "
