@@ -129,11 +129,18 @@ def test_a_daemon_removes_old_finished_jobs_folders_and_admin_prune_their_rows(
     # The janitor looks when the daemon starts (then every 10 minutes).
     d.stop()
     d.start()
-    wait_for(lambda: not finished.exists(), 30, "the janitor to remove the finished job's folder")
+
+    def removal_lines() -> list[str]:
+        log = (d.home / "daemon.log").read_text()
+        return [line for line in log.splitlines() if "retention: removed" in line]
+
+    # The pass logs its line (and has stored its counters) after it removed the folder:
+    # wait on the line, the pass's last step, not on the folder.
+    wait_for(removal_lines, 30, "the janitor's line of what it removed")
+    assert not finished.exists()
     assert outside.read_text() == "not the job's"
     assert (d.home / "jobs" / str(running.id)).is_dir()
-    log = (d.home / "daemon.log").read_text()
-    lines = [line for line in log.splitlines() if "retention: removed" in line]
+    lines = removal_lines()
     assert len(lines) == 1 and "checkpoints of 1 job" in lines[0], lines
     m = scrape(d)
     assert value(m, "ddpq_retention_removed_jobs_total", what="checkpoints") == 1
