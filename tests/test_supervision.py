@@ -51,6 +51,29 @@ def test_cancel_kills_a_sigterm_ignoring_job_and_all_its_children(shared_daemon:
     assert done.leases.gpus == [] and done.leases.port is None
 
 
+# What a batch job's first process starts with, however the shim starts it (spawned, or
+# forked for a shielded launcher): its own process group, stdin from /dev/null, no signal
+# ignored or blocked (Python ignores SIGPIPE and SIGXFSZ for itself: `yes | head` would
+# never end), stdout and stderr both into the log.
+START_STATE = (
+    'read pid _ _ _ pgrp _ < /proc/self/stat; echo "leads $((pid == pgrp))"; '
+    "echo stdin $(readlink /proc/self/fd/0); grep -E '^Sig(Ign|Blk)' /proc/self/status; "
+    "echo to-stderr >&2"
+)
+
+
+def test_a_batch_job_starts_leading_its_group_with_no_signal_ignored(
+    shared_daemon: Daemon,
+) -> None:
+    c = shared_daemon.client()
+    job = c.submit(JobSubmit(command=["bash", "-c", START_STATE]))
+    assert wait_done(c, job.id).state == "succeeded"
+    lines = c.log_tail(job.id).decode().splitlines()
+    assert "leads 1" in lines and "stdin /dev/null" in lines, lines
+    assert "SigIgn:\t0000000000000000" in lines and "SigBlk:\t0000000000000000" in lines, lines
+    assert "to-stderr" in lines
+
+
 def test_stragglers_are_killed_when_the_main_process_exits(shared_daemon: Daemon) -> None:
     c = shared_daemon.client()
     job = c.submit(JobSubmit(command=[sys.executable, str(JOBS / "stubborn.py"), "exit"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import subprocess
 import time
 
 if __package__:
@@ -31,13 +32,40 @@ RESET_IN_JOB = (
     signal.SIGXFSZ,
     signal.SIGUSR1,
 )
+STARTED: list[subprocess.Popen[bytes]] = []  # the job started, kept (fork_job says why)
 POLL_S = 0.5  # the longest the relay sleeps without looking at its signals and children
 
 
 def fork_job(cmd: list[str], out_w: int, preempt_with: int | None, shield: bool) -> int:
-    """Fork and exec ``cmd`` as the leader of its own process group, its stdout and stderr
-    on ``out_w``, stdin from /dev/null; the child's pid. ``shield``: the job's first process
-    is a launcher (torchrun) that ignores ``preempt_with`` and lets its ranks handle it."""
+    """Start ``cmd`` as the leader of its own process group, its stdout and stderr on
+    ``out_w``, stdin from /dev/null; the child's pid. ``shield``: the job's first process
+    is a launcher (torchrun) that ignores ``preempt_with`` and lets its ranks handle it.
+
+    Started by ``subprocess`` where it can be: its child shares this process's memory
+    until it has exec'd (vfork), where a fork copies the shim's page tables and then
+    faults on every page either side writes, most of a short job's start (~2.3 ms of CPU,
+    bench/RESULTS.md, "the shim's share"). Not ``os.posix_spawn``: the C library's leaves
+    its own two real-time signals ignored in the job. Forked where neither can say it: a
+    signal to ignore in the job, or a command that cannot start (the fork's child writes
+    why into the log, exit 127)."""
+    if not (preempt_with is not None and shield):
+        try:
+            job = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=out_w,
+                close_fds=False,  # as a fork's child: descriptors not marked to close stay
+                process_group=0,
+                restore_signals=True,  # SIGPIPE and SIGXFSZ back to their defaults
+            )
+        except OSError:
+            pass  # said by the fork below, as for any command that cannot start
+        else:
+            # Kept for the shim's life: a Popen collected would wait for the job itself
+            # and take the exit status the relay reaps (shim_procs.reap_children).
+            STARTED.append(job)
+            return job.pid
     pid = os.fork()
     if pid:
         return pid
