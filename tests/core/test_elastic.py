@@ -3,13 +3,21 @@ starts at, when a running one grows, and when one shrinks rather than being pree
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 from ddpq.core.limits import Limit, Limits
 from ddpq.core.policy import Order, Policy
 from ddpq.core.preempt import Guards, Preemption, Running, Waiting
 from ddpq.core.scheduler import QueuedJob, RunningJob, World, decide
-from ddpq.core.scheduler.elastic import Resizable, Shrink, grow, note, shrink_or_preempt
+from ddpq.core.scheduler.elastic import (
+    Resizable,
+    Shrink,
+    anyone_may_give,
+    grow,
+    note,
+    shrink_or_preempt,
+)
 
 NOW = 10_000.0
 LAS = Order(Policy.LAS, {})
@@ -191,6 +199,42 @@ def test_no_shrink_before_its_minimum_run() -> None:
         [waiting(7, 2)], [young], {5: 2}, free=0, order=LAS, now=NOW, guards=GUARDS
     )
     assert shrinks == [] and whole == []
+
+
+def test_when_nobody_may_give_the_rule_finds_nothing_for_any_waiting_job() -> None:
+    # The worker skips the rule (and reading each job's service) when anyone_may_give
+    # says no: over random queues and running sets, the rule must agree it had nothing.
+    rng = random.Random(7)
+    said_no = said_yes = 0
+    for _ in range(3000):
+        running_jobs = [
+            Running(
+                i,
+                rng.choice(["ann", "bob"]),
+                rng.choice([0, 0, 1]),
+                NOW - rng.uniform(0, 2 * HOUR),
+                rng.uniform(0, 20 * HOUR),
+                rng.randint(1, 4),
+                NOW - rng.choice([5.0, 30.0, 90.0, HOUR]),  # before or after min_run_s
+                rng.random() < 0.5,
+                rng.randint(0, 4),  # at or past max_preemptions, or not
+            )
+            for i in range(rng.randint(0, 4))
+        ]
+        least = {r.id: rng.randint(1, r.gpus) for r in running_jobs if rng.random() < 0.4}
+        queue = [
+            Waiting(10 + i, rng.choice(["ann", "bob"]), rng.choice([0, 1]), NOW - i, 0.0, g)
+            for i, g in enumerate(rng.choices([1, 2, 3, 4], k=rng.randint(1, 4)))
+        ]
+        preempt = rng.random() < 0.7
+        free = rng.randint(0, 2)
+        found = shrink_or_preempt(queue, running_jobs, least, free, LAS, NOW, GUARDS, preempt)
+        if anyone_may_give(running_jobs, least, NOW, GUARDS, preempt):
+            said_yes += 1
+        else:
+            said_no += 1
+            assert found == ([], []), (running_jobs, least, queue, preempt, free)
+    assert said_no > 500 and said_yes > 500  # both sides were tried
 
 
 def test_the_waiting_reason_names_an_elastic_job_that_gives_gpus_up() -> None:

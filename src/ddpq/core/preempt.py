@@ -83,11 +83,7 @@ def victims(
             (
                 r
                 for r in running
-                if r.id not in taken
-                and r.preemptible
-                and r.preemptions < guards.max_preemptions
-                and now - r.started_at >= guards.min_run_s
-                and order.outranks(job, r)
+                if r.id not in taken and may_be_preempted(r, now, guards) and order.outranks(job, r)
             ),
             key=lambda r: (worse_first(order, r), -r.started_at, -r.id),
         )
@@ -103,6 +99,15 @@ def victims(
         out.extend(Preemption(r.id, job.id) for r in chosen)
         free = freed - job.gpus
     return out
+
+
+def may_be_preempted(job: Running, now: float, guards: Guards) -> bool:
+    """Whether ``job`` may be preempted for anyone at all, whatever their rank."""
+    return (
+        job.preemptible
+        and job.preemptions < guards.max_preemptions
+        and now - job.started_at >= guards.min_run_s
+    )
 
 
 def worse_first(order: Order, job: Orderable) -> tuple[float, ...]:

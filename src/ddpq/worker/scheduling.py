@@ -312,14 +312,13 @@ def preempt_for(
     gpus_of = {j.id: len(holding.held.get(j.id, ([], None))[0]) for j in whole}
     # GPUs of jobs already being stopped are as good as free: do not preempt twice.
     leaving = sum(resize.leaving(j, gpus_of[j.id]) for j in whole if j.stop_request)
-    served = attempt_store.attained(s, [j.id for j in holding.active], now)
     running = [
         Running(
             j.id,
             j.owner,
             j.priority,
             j.submitted_at,
-            served.get(j.id, 0.0),
+            0.0,  # the service each has had: read below, if anyone may give at all
             gpus_of[j.id],
             j.started_at or now,
             j.preemptible,
@@ -328,16 +327,14 @@ def preempt_for(
         for j in whole
         if not j.stop_request
     ]
+    least, guards, preempt = resize.least(whole), resize.guards(cfg), cfg.policy in PREEMPTING
+    if not elastic.anyone_may_give(running, least, now, guards, preempt):
+        return
+    served = attempt_store.attained(s, [j.id for j in holding.active], now)
+    running = [replace(r, attained_s=served.get(r.id, 0.0)) for r in running]
     # An elastic job the rule picks gives up only what is lacking (core.scheduler.elastic).
     shrinks, wanted = elastic.shrink_or_preempt(
-        waiting,
-        running,
-        resize.least(whole),
-        free + leaving,
-        order,
-        now,
-        resize.guards(cfg),
-        preempt=cfg.policy in PREEMPTING,
+        waiting, running, least, free + leaving, order, now, guards, preempt=preempt
     )
     resize.ask_shrinks(s, shrinks)
     if wanted:

@@ -39,6 +39,7 @@ from ddpq.core.preempt import (
     Preemption,
     Running,
     Waiting,
+    may_be_preempted,
     victims,
     worse_first,
 )
@@ -179,11 +180,7 @@ def lent_back(
     hold above their least (those that have run ``guards.min_run_s``; the worst ranked,
     then the latest started, first), or none if they hold too few."""
     lenders = sorted(
-        (
-            r
-            for r in running
-            if r.id in least and r.gpus > least[r.id] and now - r.started_at >= guards.min_run_s
-        ),
+        (r for r in running if may_lend(r, least, now, guards)),
         key=lambda r: (worse_first(order, r), -r.started_at, -r.id),
     )
     if sum(r.gpus - least[r.id] for r in lenders) < short:
@@ -196,6 +193,28 @@ def lent_back(
         out.append(Shrink(r.id, r.gpus - give, job.id))
         short -= give
     return out
+
+
+def may_lend(job: Running, least: Mapping[int, int], now: float, guards: Guards) -> bool:
+    """Whether elastic ``job`` holds GPUs above its least that it may give back now."""
+    return job.id in least and job.gpus > least[job.id] and now - job.started_at >= guards.min_run_s
+
+
+def anyone_may_give(
+    running: Sequence[Running],
+    least: Mapping[int, int],
+    now: float,
+    guards: Guards = DEFAULT_GUARDS,
+    preempt: bool = True,
+) -> bool:
+    """Whether any running job may give GPUs to a waiting one, by a shrink or (``preempt``)
+    a preemption. Most passes none may (no job has run ``min_run_s``, none is preemptible):
+    then ``shrink_or_preempt`` finds nothing for any waiting job, however long the queue,
+    and its caller need not read what it would have needed."""
+    return any(
+        may_lend(r, least, now, guards) or (preempt and may_be_preempted(r, now, guards))
+        for r in running
+    )
 
 
 def instead_of_whole(
