@@ -121,8 +121,8 @@ def join_cgroups(request: dict[str, object]) -> str | None:
     A v1 cgroup is joined through its ``tasks`` file, which moves one thread: this child
     has one (a fork copies only the thread that forked), so the whole process moves. The
     kernel lets a thread that moves itself skip the global lock a ``cgroup.procs`` write
-    takes, whose every taking waits for an RCU grace period (bench/cgroup_join.py: ~11 ms
-    a write through ``cgroup.procs`` on this project's AMD machine, 0.4 ms through
+    takes, whose every taking waits for an RCU grace period (bench/cgroup_join.py: ~8 ms
+    a write through ``cgroup.procs`` on this project's AMD machine, 0.5 ms through
     ``tasks``). v2 has no such file for a process that is not threaded: one wait is left.
     """
     limits, cgroup = request.get("limits"), request.get("cgroup")
