@@ -77,7 +77,7 @@ def test_a_batch_job_starts_leading_its_group_with_no_signal_ignored(
 SHIM_SIGNALS = """
 import signal, sys
 for signum in (signal.SIGQUIT, signal.SIGHUP, signal.SIGINT, signal.SIGTTOU, signal.SIGRTMIN + 3):
-    signal.signal(signum, signal.SIG_IGN)  # as nohup, a background shell job, a harness
+    signal.signal(signum, signal.SIG_IGN)  # as nohup, a script's `cmd &`, and more
 from ddpq.executors.local import shim
 shim.handle_signals(shim.Options())
 status = open("/proc/self/status").read()
@@ -86,9 +86,10 @@ print(int(status.split("SigIgn:")[1].split()[0], 16))
 
 
 def test_the_shim_gives_back_every_signal_its_daemon_was_started_ignoring() -> None:
-    # A daemon started under nohup, from a shell's background job or by a harness that
-    # ignores signals passes that on through fork and exec, to the shim and so to every
-    # job. Only Python's own two stay ignored in the shim (each job gets them back).
+    # A daemon started under nohup, or by a script's `ddpq serve &` (a non-interactive
+    # shell ignores SIGINT and SIGQUIT in its background jobs), passes that on through
+    # fork and exec, to the shim and so to every job. Only Python's own two stay ignored
+    # in the shim (each job gets them back).
     run = subprocess.run(
         [sys.executable, "-c", SHIM_SIGNALS], capture_output=True, text=True, timeout=60
     )

@@ -258,9 +258,9 @@ PYTHON_IGNORES = {signal.SIGPIPE, signal.SIGXFSZ}
 
 def unignore_inherited() -> None:
     """Put back at its default every signal the daemon's own start left ignored (``nohup``
-    ignores SIGHUP, a shell's background job SIGINT and SIGQUIT, a test harness whatever it
-    likes): an ignored signal stays ignored across fork and exec, and the job would inherit
-    it. A job starts as from a fresh login, whoever started the daemon and how."""
+    ignores SIGHUP; a script's ``ddpq serve &`` SIGINT and SIGQUIT): an ignored signal
+    stays ignored across fork and exec, and the job would inherit it. A job starts as from
+    a fresh login, whoever started the daemon and how."""
     for signum in signal.valid_signals() - PYTHON_IGNORES - {signal.SIGKILL, signal.SIGSTOP}:
         try:
             if signal.getsignal(signum) is signal.SIG_IGN:
