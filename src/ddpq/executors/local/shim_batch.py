@@ -43,8 +43,8 @@ def fork_job(cmd: list[str], out_w: int, preempt_with: int | None, shield: bool)
 
     Started by ``subprocess`` where it can be: its child shares this process's memory
     until it has exec'd (vfork), where a fork copies the shim's page tables and then
-    faults on every page either side writes, most of a short job's start (~2.3 ms of CPU,
-    bench/RESULTS.md, "the shim's share"). Not ``os.posix_spawn``: the C library's leaves
+    faults on every page either side writes: 2.5–3 ms of CPU of a short job's start
+    (bench/RESULTS.md, "the shim's share"). Not ``os.posix_spawn``: the C library's leaves
     its own two real-time signals ignored in the job. Forked where neither can say it: a
     signal to ignore in the job, or a command that cannot start (the fork's child writes
     why into the log, exit 127)."""
