@@ -5,7 +5,9 @@
 A real daemon (``ddpq serve --fake-gpus 8``, the code under ``--src``, this checkout's
 by default), one client submitting ``--jobs`` trivial 1-GPU jobs one call at a time (as
 ``scheduler_bench.py``'s burst), and the CPU each of the daemon's threads used from the
-first submission to the last (``/proc/PID/task/TID/stat``), per job. On a shared machine
+first submission to the last (``/proc/PID/task/TID/stat``), per job; beside it the whole
+machine's busy CPU (``/proc/stat``), of which the fork server's and the shims' it forked
+(with their jobs: its reaped children), and this client's. On a shared machine
 wall times follow the other sessions' load; CPU per job does much less, so two trees run
 alternately compare by it. ``--hold``: the jobs are submitted held (the API's path, and
 the worker's passes over a queue that starts nothing).
@@ -16,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 import httpx
-from machine import ROOT, cpu_model, free_port
-from scheduler_bench import _all_done, wait_until
+from machine import ROOT, busy_cpu_s, cpu_model, free_port, stop_daemons, wait_until
+from scheduler_bench import _all_done
 
 
 def main() -> None:
@@ -55,6 +55,8 @@ def main() -> None:
         for _ in range(5):  # warm: the first of everything, outside the measure
             http.post("/v1/jobs", json={"command": ["true"], "gpus": 1})
         wait_until(lambda: _all_done(http, []), 60, "the warm-up")
+        server = fork_server(daemon.pid)
+        machine_0, server_0, client_0 = busy_cpu_s(), process_cpu(server), own_cpu()
         before, t0 = thread_cpu(daemon.pid), time.time()
         for _ in range(args.jobs):
             body = {"command": ["true"], "gpus": 1, "hold": args.hold}
@@ -63,20 +65,28 @@ def main() -> None:
         if not args.hold:
             wait_until(lambda: _all_done(http, []), 600, "the burst")
         done, after = time.time() - t0, thread_cpu(daemon.pid)
+        machine_1, server_1, client_1 = busy_cpu_s(), process_cpu(server), own_cpu()
         who = {
             int(k): v
             for written in home.glob(names.name + "*")
             for k, v in json.loads(written.read_text()).items()
         }
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(60)
-        shutil.rmtree(home, ignore_errors=True)
+        stop_daemons([daemon], home)
     used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
     total = sum(used.values())
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
     print(f"code: {args.src}; {args.jobs} jobs{' held' if args.hold else ''}")
     print(f"burst {submitted:.2f} s, all done {done:.2f} s = {args.jobs / done:.1f} jobs/s")
+    per_job = 1000 / args.jobs
+    machine, client = machine_1 - machine_0, client_1 - client_0
+    own, shims = (server_1[i] - server_0[i] for i in range(2))
+    print(f"whole machine's busy CPU per job: {per_job * machine:.1f} ms")
+    print(f"  the shims and their jobs (the fork server's children): {per_job * shims:.1f} ms")
+    print(f"  the fork server itself: {per_job * own:.1f} ms")
+    print(f"  this client: {per_job * client:.1f} ms")
+    rest = machine - total - own - shims - client
+    print(f"  the rest (the kernel's threads, other processes): {per_job * rest:.1f} ms")
     print(f"daemon CPU per job: {1000 * total / args.jobs:.1f} ms")
     for tid, s in sorted(used.items(), key=lambda kv: -kv[1]):
         if s > 0:
@@ -104,6 +114,29 @@ def thread_cpu(pid: int) -> dict[int, float]:
             fields = stat.rsplit(")", 1)[1].split()
             out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
     return out
+
+
+def fork_server(daemon: int) -> int:
+    """The pid of the worker's fork server (``executors/local/forkserver.py``), which
+    every shim is forked from: a child of the daemon's worker half."""
+    for half in (daemon, *children(daemon)):
+        for pid in children(half):
+            if b"forkserver.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    raise SystemExit("no fork server under the daemon (DDPQ_SPAWN=exec?)")
+
+
+def process_cpu(pid: int) -> tuple[float, float]:
+    """A process's own CPU seconds and those of its children it has reaped (the shims,
+    and with them their jobs, which each shim reaps)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def children(pid: int) -> list[int]:

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,7 +42,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
-from machine import cpu_model, free_port, runs_and_versions, start_daemon
+from machine import cpu_model, free_port, runs_and_versions, start_daemon, stop_daemons
 
 from ddpq.client.runtime import ACTIVE_STATES
 
@@ -140,9 +138,7 @@ def main() -> None:
                     measure((what, name), argv, env)
                 measure((what, "floor: `json` and `socket` alone"), floors[what], base)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(60)
-        shutil.rmtree(home, ignore_errors=True)
+        stop_daemons([daemon], home)
 
     load = os.getloadavg()[0]
     print(

@@ -13,16 +13,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
 import statistics
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
-from machine import free_port, machine_line, python_c_pass_ms, start_daemon
+from machine import (
+    free_port,
+    machine_line,
+    python_c_pass_ms,
+    start_daemon,
+    stop_daemons,
+    wait_until,
+)
 
 JOB = {"command": ["sh", "-c", "date +%s.%N"], "gpus": 1}
 ENDED = {"succeeded", "failed", "cancelled", "timed_out"}
@@ -33,6 +39,10 @@ def seconds(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
+def gpus(http: httpx.Client) -> int:
+    return len(http.get("/v1/devices").json()["items"])
+
+
 def one_job(http: httpx.Client) -> tuple[float, float, float, float]:
     """Seconds after the POST began: its return, the submission, the lease, the first line."""
     t0 = time.time()
@@ -40,11 +50,12 @@ def one_job(http: httpx.Client) -> tuple[float, float, float, float]:
     returned = time.time() - t0
     posted.raise_for_status()
     job_id = posted.json()["id"]
-    deadline = time.monotonic() + 30
-    while (job := http.get(f"/v1/jobs/{job_id}").json())["state"] not in ENDED:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"job {job_id} did not end in 30 s")
-        time.sleep(0.02)
+
+    def ended() -> dict[str, Any] | None:
+        job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}").json()
+        return job if job["state"] in ENDED else None
+
+    job = wait_until(ended, 30, f"job {job_id} to end")
     log = http.get(f"/v1/jobs/{job_id}/log").text.splitlines()
     first = float(next(line for line in log if not line.startswith("[ddpq]")))
     started = seconds(job["attempts"][0]["started_at"])
@@ -62,16 +73,10 @@ def main() -> None:
     try:
         headers = {"X-Ddpq-User": os.environ.get("USER", "root")}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as http:
-            deadline = time.monotonic() + 60
-            while len(http.get("/v1/devices").json()["items"]) < 8:  # the worker's report
-                if time.monotonic() > deadline:
-                    raise SystemExit("the worker did not report its GPUs in 60 s")
-                time.sleep(0.05)
+            wait_until(lambda: gpus(http) == 8, 60, "the worker to report its GPUs")
             samples = [one_job(http) for _ in range(jobs)]
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(60)
-        shutil.rmtree(home, ignore_errors=True)
+        stop_daemons([daemon], home)
     print(machine_line())
     print(
         f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load {load:.2f} before; "

@@ -25,8 +25,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,7 +33,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from machine import cpu_model, free_port, start_daemon
+from machine import cpu_model, free_port, start_daemon, stop_daemons
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_QUEUE_CAP = ("--max-queued-per-user", "0")  # the flood is the point here
@@ -137,9 +135,7 @@ def main() -> None:
         flood_plain(home, ARRAYS * MEMBERS)
         measure(f"+ {ARRAYS * MEMBERS:,} plain held jobs (120,001 in all)")
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(120)
-        shutil.rmtree(home, ignore_errors=True)
+        stop_daemons([daemon], home, timeout=120)
 
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()}, "

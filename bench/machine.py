@@ -6,12 +6,18 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,3 +131,26 @@ def wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
             raise SystemExit(f"the daemon did not start:\n{log.read_text()}")
         time.sleep(pause)  # a poll of a condition with a deadline, as the tests' helper
         pause = min(pause * 1.5, 0.1)
+
+
+def wait_until(check: Callable[[], T], timeout: float, what: str) -> T:
+    """``check()``'s first true answer, looked for every 5 ms for at most ``timeout``
+    seconds (a script that waits longer says what for, and stops)."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.005)  # a poll of a condition with a deadline
+    return value
+
+
+def stop_daemons(
+    daemons: Iterable[subprocess.Popen[bytes]], home: Path | None, timeout: float = 60
+) -> None:
+    """SIGTERM each daemon and wait for it (its jobs were done or are left to it), then
+    remove the throwaway state folder ``home``."""
+    for daemon in daemons:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout)
+    if home is not None:
+        shutil.rmtree(home, ignore_errors=True)

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
-from machine import free_port, machine_line
+from machine import free_port, machine_line, stop_daemons, wait_until
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
 
@@ -35,17 +33,6 @@ TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def wait_until(check, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def main() -> None:
@@ -107,10 +94,7 @@ def main() -> None:
         throughput = args.jobs / (max(ends) - t0)
         gaps = _handover_gaps(details)
     finally:
-        for daemon in daemons:
-            daemon.send_signal(signal.SIGTERM)
-            daemon.wait(60)
-        shutil.rmtree(home, ignore_errors=True)
+        stop_daemons(daemons, home)
 
     print(machine_line())
     print(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from functools import partial
 from pathlib import Path
 
 import httpx
-from machine import free_port, machine_line
+from machine import free_port, machine_line, stop_daemons, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.slurm.cluster import GPUS_PER_NODE, NODES, SlurmCluster, missing
@@ -44,17 +43,6 @@ STAMP = "date +%s.%N"
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def wait_until(check: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def first_line(path: Path) -> float | None:
@@ -136,8 +124,7 @@ def through_ddpq(
         wait_until(lambda: all(_done(http, i) for i in ids), 900, "the ddpq burst")
         return latencies, time.time() - t0
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(60)
+        stop_daemons([daemon], None)
 
 
 def _ok(http: httpx.Client) -> bool:

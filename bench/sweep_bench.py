@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from machine import free_port, machine_line
+from machine import free_port, machine_line, stop_daemons
 
 from ddpq.config import Settings
 from ddpq.core import scheduler as planner
@@ -109,10 +108,8 @@ def submit_figures(members: int, repeat: int) -> list[str]:
             lines.append(row(f"POST /v1/sweeps, {what}", timed(post, repeat)))
         return lines
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(60)
-        log.close()
-        shutil.rmtree(home, ignore_errors=True)
+        log.close()  # ours; the daemon writes through its own descriptor
+        stop_daemons([daemon], home)
 
 
 def planner_figures(members: int, repeat: int) -> list[str]:

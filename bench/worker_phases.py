@@ -1,0 +1,150 @@
+"""Where the worker's CPU goes, phase by phase, while a burst of trivial jobs runs through it.
+
+    python bench/worker_phases.py [--jobs 400]
+
+`ddpq server` and `ddpq worker --fake-gpus 8` of this checkout on loopback (two processes,
+as `serve` runs them); the worker runs under this script (``--as-worker``), which wraps
+its pass's phases and a few of their parts and adds up the CPU its thread spent in each
+(``time.thread_time``: the interpreter lock and the other processes' load do not count).
+One client submits ``--jobs`` 1-GPU ``true`` jobs one call at a time, then waits for them.
+Prints each phase's CPU in all, per call and per job. Phases nest: ``scheduling`` holds
+``lease_next``, ``executor.start``, ``record_exits`` and ``mark_running_many``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import functools
+import http.client
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from machine import ROOT, free_port, machine_line, stop_daemons, wait_until
+
+SPENT: defaultdict[str, float] = defaultdict(float)
+CALLS: Counter[str] = Counter()
+
+
+def timed(owner: Any, name: str, label: str) -> None:
+    """Wrap ``owner.name`` so that the CPU its calls spend on this thread adds up under
+    ``label``."""
+    original: Callable[..., Any] = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            SPENT[label] += time.thread_time() - start
+            CALLS[label] += 1
+
+    setattr(owner, name, wrapper)
+
+
+def run_worker(report: Path, argv: list[str]) -> None:
+    """``ddpq worker ARGV`` in this process, its phases timed; the sums into ``report``."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from ddpq.executors.local import executor
+    from ddpq.worker import loop, scheduling
+
+    original_guarded = loop.Worker._guarded
+
+    def guarded(self: Any, phase: str, run: Callable[[], None]) -> None:
+        start = time.thread_time()
+        try:
+            original_guarded(self, phase, run)
+        finally:
+            SPENT[phase] += time.thread_time() - start
+            CALLS[phase] += 1
+
+    loop.Worker._guarded = guarded  # type: ignore[method-assign]
+    timed(scheduling.Scheduler, "lease_next", "lease_next")
+    timed(loop, "record_exits", "record_exits")
+    timed(loop.attempt_store, "mark_running_many", "mark_running_many")
+    for name in ("start", "ended"):
+        timed(executor.LocalExecutor, name, f"executor.{name}")
+    atexit.register(lambda: report.write_text(json.dumps([SPENT, CALLS])))
+    sys.argv = ["ddpq", "worker", *argv]
+    runpy.run_module("ddpq", run_name="__main__", alter_sys=True)
+
+
+def request(port: int, method: str, path: str, body: object = None) -> Any:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        data = None if body is None else json.dumps(body)
+        headers = {"X-Ddpq-User": "root", "Content-Type": "application/json"}
+        conn.request(method, path, body=data, headers=headers)
+        answer = conn.getresponse()
+        return json.loads(answer.read() or b"null")
+    finally:
+        conn.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=400)
+    ap.add_argument("--as-worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.as_worker is not None:
+        report, *argv = args.as_worker
+        return run_worker(Path(report), argv)
+    home = Path(tempfile.mkdtemp(prefix="ddpq-bench-phases-"))
+    port, report = free_port(), home / "phases.json"
+    common = ["--home", str(home), "--fake-gpus", "8", "--port-range", "29600-29999"]
+    common += ["--allow-root"] if os.geteuid() == 0 else []
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemons
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ddpq", "server", "--port", str(port), *common],
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, __file__, "--as-worker", str(report), *common],
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: gpus(port) == 8, 60, "the worker to report its GPUs")
+        t0 = time.time()
+        for _ in range(args.jobs):
+            request(port, "POST", "/v1/jobs", {"command": ["true"], "gpus": 1})
+        live = "/v1/jobs?state=queued&state=starting&state=running&limit=1"
+        wait_until(lambda: request(port, "GET", live)["total"] == 0, 600, "the burst")
+        took = time.time() - t0
+    finally:
+        stop_daemons([worker, server], None)
+        log.close()
+    spent, calls = json.loads(report.read_text())  # written as the worker ended
+    shutil.rmtree(home, ignore_errors=True)
+    print(machine_line())
+    print(f"command: python bench/worker_phases.py --jobs {args.jobs}; {took:.2f} s\n")
+    print("| phase | CPU in all | calls | per call | per job |")
+    print("|---|---|---|---|---|")
+    for phase, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(
+            f"| {phase} | {seconds * 1000:.0f} ms | {calls[phase]} | "
+            f"{seconds / calls[phase] * 1000:.2f} ms | {seconds / args.jobs * 1000:.2f} ms |"
+        )
+
+
+def gpus(port: int) -> int:
+    """The GPUs the worker reported; 0 while the API does not answer yet."""
+    try:
+        return len(request(port, "GET", "/v1/devices")["items"])
+    except OSError:
+        return 0
+
+
+if __name__ == "__main__":
+    main()
