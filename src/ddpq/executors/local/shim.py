@@ -36,12 +36,19 @@ import time
 # Its helpers lie beside it: run by its path with ``python -S`` (the worker does) this
 # folder is first on sys.path; imported as ddpq's module (tests do), they are ddpq's too.
 if __package__:
-    from ddpq.executors.local import shim_batch, shim_log, shim_procs, shim_record
+    from ddpq.executors.local import (
+        shim_batch,
+        shim_log,
+        shim_procs,
+        shim_record,
+        shim_signals,
+    )
 else:
     import shim_batch  # type: ignore[import-not-found,no-redef]
     import shim_log  # type: ignore[import-not-found,no-redef]
     import shim_procs  # type: ignore[import-not-found,no-redef]
     import shim_record  # type: ignore[import-not-found,no-redef]
+    import shim_signals  # type: ignore[import-not-found,no-redef]
 # A session's terminal (shim_pty) is imported by the sessions alone: its modules (socket,
 # termios, json) would cost every batch job's start milliseconds.
 TYPE_CHECKING = False
@@ -247,26 +254,9 @@ def handle_signals(opts: Options) -> dict[str, float]:
     signal.signal(signal.SIGUSR1, on_preempt)
     # The worker left a line for a session's terminal; a batch job has none to show.
     signal.signal(signal.SIGUSR2, lambda *_: stop_requested.__setitem__("notice", 1.0))
-    unignore_inherited()  # after the handlers: a stop that comes meanwhile is never fatal
+    # After the handlers: a stop that comes meanwhile is never fatal.
+    shim_signals.unignore_inherited()
     return stop_requested
-
-
-# Ignored by Python itself, so that a write to a closed pipe raises rather than kills; the
-# job gets them back at their defaults when it starts (shim_batch, shim_pty).
-PYTHON_IGNORES = {signal.SIGPIPE, signal.SIGXFSZ}
-
-
-def unignore_inherited() -> None:
-    """Put back at its default every signal the daemon's own start left ignored (``nohup``
-    ignores SIGHUP; a script's ``ddpq serve &`` SIGINT and SIGQUIT): an ignored signal
-    stays ignored across fork and exec, and the job would inherit it. A job starts as from
-    a fresh login, whoever started the daemon and how."""
-    for signum in signal.valid_signals() - PYTHON_IGNORES - {signal.SIGKILL, signal.SIGSTOP}:
-        try:
-            if signal.getsignal(signum) is signal.SIG_IGN:
-                signal.signal(signum, signal.SIG_DFL)
-        except (OSError, ValueError):  # one the C library keeps for itself
-            pass
 
 
 def lead_session() -> bool:
