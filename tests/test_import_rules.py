@@ -37,6 +37,18 @@ class Rule:
     allows: tuple[str, ...] = ()  # imports within ``never`` that the rule lets through
 
 
+# The shim and the modules beside it (executors/local/shim*.py).
+SHIM_PARTS = (
+    "shim",
+    "shim_batch",
+    "shim_log",
+    "shim_procs",
+    "shim_pty",
+    "shim_record",
+    "shim_signals",
+    "shim_wire",
+)
+
 RULES = [
     Rule(
         "only the store speaks SQL",
@@ -114,31 +126,11 @@ RULES = [
         "the shim starts in milliseconds: standard library only",
         # The shim, the modules beside it, and the fork server that runs it: each is
         # found as a top-level module when run by its path with python -S.
-        applies_to=(
-            "*.shim",
-            "*.shim_batch",
-            "*.shim_log",
-            "*.shim_procs",
-            "*.shim_pty",
-            "*.shim_record",
-            "*.shim_wire",
-            "*.forkserver",
-        ),
+        applies_to=(*(f"*.{part}" for part in SHIM_PARTS), "*.forkserver"),
         only=(
             STDLIB,
-            "shim",
-            "shim_batch",
-            "shim_log",
-            "shim_procs",
-            "shim_pty",
-            "shim_record",
-            "shim_wire",
-            "ddpq.executors.local.shim_batch",
-            "ddpq.executors.local.shim_log",
-            "ddpq.executors.local.shim_procs",
-            "ddpq.executors.local.shim_pty",
-            "ddpq.executors.local.shim_record",
-            "ddpq.executors.local.shim_wire",
+            *SHIM_PARTS,
+            *(f"ddpq.executors.local.{part}" for part in SHIM_PARTS if part != "shim"),
         ),
     ),
 ]
