@@ -31,16 +31,21 @@ SIG_DFL, SIG_IGN = 0, 1
 
 def unignore_inherited() -> None:
     """Put back at its default every signal this process was started ignoring, save
-    Python's own two (each job gets those back as it starts)."""
-    for signum in signal.valid_signals() - PYTHON_IGNORES - {signal.SIGKILL, signal.SIGSTOP}:
+    Python's own two (each job gets those back as it starts). The kernel's mask says
+    which are ignored in one read: asking Python of each of the 64 cost more (an enum
+    made for each) on every job's start path."""
+    mask = ignored_mask()
+    keep = PYTHON_IGNORES | {signal.SIGKILL, signal.SIGSTOP}
+    for number in range(1, KERNEL_SIGSET_BYTES * 8 + 1):
+        if not mask >> (number - 1) & 1 or number in keep:
+            continue
+        if number in GLIBC_RESERVED:  # rare: ctypes is imported only then
+            set_reserved(number, SIG_DFL)
+            continue
         try:
-            if signal.getsignal(signum) is signal.SIG_IGN:
-                signal.signal(signum, signal.SIG_DFL)
-        except (OSError, ValueError):  # one the C library keeps for itself
+            signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError):  # one this machine does not have
             pass
-    reserved = [s for s in GLIBC_RESERVED if ignored_mask() >> (s - 1) & 1]
-    for number in reserved:  # rare: nothing to import on the usual path
-        set_reserved(number, SIG_DFL)
 
 
 def ignored_mask() -> int:
