@@ -8,12 +8,26 @@ rather than to a mock transport; this is that socket.
 from __future__ import annotations
 
 import json
+import socketserver
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+# How often a test's HTTP server looks whether it is asked to stop: ``shutdown`` waits for
+# that look, and the standard library's half second, paid at every test's end, came to a
+# minute of the suite's time (bench/RESULTS.md, stop 37).
+SHUTDOWN_POLL_S = 0.01
+
+
+def serve_in_thread(server: socketserver.BaseServer) -> threading.Thread:
+    """Serve ``server`` on a daemon thread of its own, started; ``server.shutdown()``
+    returns within ``SHUTDOWN_POLL_S``."""
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True)
+    thread.start()
+    return thread
 
 
 @dataclass
@@ -95,10 +109,9 @@ class StubApi:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> StubApi:
-        self._thread.start()
+        serve_in_thread(self.server)
         return self
 
     def __exit__(self, *_: object) -> None:

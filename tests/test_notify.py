@@ -31,6 +31,7 @@ from ddpq.schemas import JobSubmit
 from ddpq.store import notifications as notification_store
 from ddpq.store import sweeps as sweep_store
 from tests.helpers import Daemon, wait_done, wait_for
+from tests.stub_api import serve_in_thread
 from tests.worker.rig import Rig, make_rig
 
 # ---- the URL a user gives ------------------------------------------------------------------
@@ -209,7 +210,7 @@ def receiver() -> Iterator[Receiver]:
 
     r.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     r.server.daemon_threads = True
-    threading.Thread(target=r.server.serve_forever, daemon=True).start()
+    serve_in_thread(r.server)
     yield r
     if r.hang is not None:
         r.hang.set()

@@ -8,7 +8,6 @@ import fcntl
 import ipaddress
 import socket
 import struct
-import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +23,7 @@ from ddpq.daemon import webhook
 from ddpq.notify_target import OWN, refused_address
 from tests.helpers import Daemon
 from tests.inprocess import client_with_gpus
+from tests.stub_api import serve_in_thread
 
 SIOCGIFADDR = 0x8915
 SIOCGIFBRDADDR = 0x8919
@@ -174,8 +174,7 @@ def everywhere() -> Iterator[list[bytes]]:
     server = DualStack(("::", 0), Handler)
     server.daemon_threads = True
     got.append(str(server.server_address[1]).encode())  # the port, first
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    thread = serve_in_thread(server)
     yield got
     server.shutdown()
     server.server_close()
