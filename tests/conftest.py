@@ -3,6 +3,7 @@ from __future__ import annotations
 import compileall
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -153,14 +154,20 @@ def shared_daemon(module_daemons: Callable[..., Daemon]) -> Daemon:
 
 
 def _stop_and_clean_up(started: list[Daemon], root: Path) -> None:
+    deaf: list[str] = []
     for d in started:
-        d.stop()
+        try:
+            d.stop()
+        except subprocess.TimeoutExpired:  # a daemon that does not hear SIGTERM: a failure,
+            deaf.append(str(d.home))  # after its whole session is killed and cleaned up
+            d.kill_session()
     # A test must not leave jobs running: stop them through a last daemon if any remain.
     _kill_leftover_shims(root)
     for d in started:
         _kill_recorded_shims(d.home)
     for d in started:
         _remove_job_cgroups(d.home)
+    assert not deaf, f"daemons that SIGTERM did not stop (killed): {deaf}"
 
 
 def _remove_job_cgroups(home: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -184,6 +185,15 @@ class Daemon:
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait()
+
+    def kill_session(self) -> None:
+        """SIGKILL to the daemon, its worker half and its fork server (its process group:
+        it was started leading a session of its own); the jobs' shims lead their own."""
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         if self.proc is None:
