@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from ddpq.executors.local import procs
 from ddpq.schemas import JobSubmit
 from tests.helpers import (
@@ -78,6 +80,8 @@ SHIM_SIGNALS = """
 import signal, sys
 for signum in (signal.SIGQUIT, signal.SIGHUP, signal.SIGINT, signal.SIGTTOU, signal.SIGRTMIN + 3):
     signal.signal(signum, signal.SIG_IGN)  # as nohup, a script's `cmd &`, and more
+# As a parent that blocked them: the shim would never hear the worker's stop.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1, signal.SIGRTMAX})
 import platform
 from ddpq.executors.local import shim, shim_signals
 if platform.machine() in shim_signals.RT_SIGACTION:  # where ddpq can reach them at all
@@ -86,22 +90,46 @@ if platform.machine() in shim_signals.RT_SIGACTION:  # where ddpq can reach them
     assert shim_signals.ignored_mask() >> 31 & 3 == 3
 shim.handle_signals(shim.Options())
 status = open("/proc/self/status").read()
-print(int(status.split("SigIgn:")[1].split()[0], 16))
+print(*(int(status.split(f)[1].split()[0], 16) for f in ("SigIgn:", "SigBlk:")))
 """
 
 
-def test_the_shim_gives_back_every_signal_its_daemon_was_started_ignoring() -> None:
+def test_the_shim_gives_back_every_signal_its_daemon_was_started_ignoring_or_blocking() -> None:
     # A daemon started under nohup, or by a script's `ddpq serve &` (a non-interactive
     # shell ignores SIGINT and SIGQUIT in its background jobs), or by a parent that
     # glibc's posix_spawn started (CI's runner leaves signal 32 ignored), passes that on
-    # through fork and exec, to the shim and so to every job. Only Python's own two stay ignored
-    # in the shim (each job gets them back).
+    # through fork and exec, to the shim and so to every job; a blocked signal too. Only
+    # Python's own two stay ignored in the shim (each job gets them back).
     run = subprocess.run(
         [sys.executable, "-c", SHIM_SIGNALS], capture_output=True, text=True, timeout=60
     )
     assert run.returncode == 0, run.stderr
-    ignored = {n + 1 for n in range(64) if int(run.stdout) >> n & 1}
+    ignored_mask, blocked_mask = (int(word) for word in run.stdout.split())
+    ignored = {n + 1 for n in range(64) if ignored_mask >> n & 1}
     assert ignored == {signal.SIGPIPE, signal.SIGXFSZ}, ignored
+    assert blocked_mask == 0, hex(blocked_mask)
+
+
+def test_a_daemon_started_with_signals_blocked_still_stops_its_jobs_and_itself(
+    make_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A blocked signal stays blocked across fork and exec: a daemon started by a parent
+    # that blocked SIGTERM had shims that never heard a cancel (the job ran on), and
+    # could itself not be stopped but by SIGKILL.
+    monkeypatch.setenv("DDPQ_TESTS_FRESH_PROCESSES", "1")  # exec'd: the mask comes along
+    blocked = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        d = make_daemon("--fake-gpus", "1", "--grace", "30s")
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    c = d.client()
+    job = c.submit(JobSubmit(command=["sleep", "300"]))
+    wait_state(c, job.id, "running")
+    c.cancel(job.id)
+    done = wait_done(c, job.id, timeout=20)  # well within the 30 s grace: SIGTERM was heard
+    assert done.state == "cancelled" and done.exit_signal == signal.SIGTERM, done.reason
+    assert d.stop(signal.SIGTERM, timeout=30) == 0
 
 
 def test_stragglers_are_killed_when_the_main_process_exits(shared_daemon: Daemon) -> None:

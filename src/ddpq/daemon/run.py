@@ -189,6 +189,10 @@ def run(settings: Settings, *, api: bool = True, worker: bool = True) -> None:
     ``ddpq serve`` (both) runs its worker in a child process (``daemon.halves``)."""
     settings.validate(runs_jobs=worker, listens=api)
     require_jobs_can_run_the_shim(settings, runs_jobs=worker)
+    # A signal mask outlives exec: a daemon started by a parent that blocked SIGTERM would
+    # never hear a stop, nor would its worker's fork server reap (SIGCHLD). Before any
+    # thread or child exists, so all start with nothing blocked (the shims reset theirs too).
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     setup_logging()
     # Everything the daemon creates is its own alone (the database holds token hashes
     # and every job's environment); jobs get an ordinary umask of their own.

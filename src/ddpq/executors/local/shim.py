@@ -255,7 +255,7 @@ def handle_signals(opts: Options) -> dict[str, float]:
     # The worker left a line for a session's terminal; a batch job has none to show.
     signal.signal(signal.SIGUSR2, lambda *_: stop_requested.__setitem__("notice", 1.0))
     # After the handlers: a stop that comes meanwhile is never fatal.
-    shim_signals.unignore_inherited()
+    shim_signals.reset_inherited()
     return stop_requested
 
 

@@ -1,10 +1,13 @@
-"""The signals a job starts with: every one at its default, however the daemon was started.
+"""The signals a job starts with: every one at its default and none blocked, however the
+daemon was started.
 
-An ignored signal stays ignored across fork and exec, so whatever the daemon's own start
-left ignored would reach every job: ``nohup`` ignores SIGHUP, a script's ``ddpq serve &``
-SIGINT and SIGQUIT, and a parent started through glibc's ``posix_spawn`` (as some service
-managers and CI runners are) can leave glibc's two reserved signals, 32 and 33, ignored.
-The shim calls ``unignore_inherited`` once its own handlers are in place.
+An ignored signal stays ignored across fork and exec, and a blocked one blocked, so whatever
+the daemon's own start left so would reach every job: ``nohup`` ignores SIGHUP, a script's
+``ddpq serve &`` SIGINT and SIGQUIT, and a parent started through glibc's ``posix_spawn``
+(as some service managers and CI runners are) can leave glibc's two reserved signals, 32
+and 33, ignored. A parent that blocked SIGTERM would leave a shim deaf to the worker's stop
+(the daemon unblocks every signal as it starts, ``daemon.run``; a shim started by hand may
+not have been). The shim calls ``reset_inherited`` once its own handlers are in place.
 
 Standard library only, and ctypes imported only when 32 or 33 is ignored: this sits on every
 job's start path.
@@ -29,11 +32,13 @@ KERNEL_SIGSET_BYTES = 8  # the kernel's sigset_t on every machine above (64 sign
 SIG_DFL, SIG_IGN = 0, 1
 
 
-def unignore_inherited() -> None:
-    """Put back at its default every signal this process was started ignoring, save
-    Python's own two (each job gets those back as it starts). The kernel's mask says
-    which are ignored in one read: asking Python of each of the 64 cost more (an enum
-    made for each) on every job's start path."""
+def reset_inherited() -> None:
+    """Unblock every signal, and put back at its default every signal this process was
+    started ignoring, save Python's own two (each job gets those back as it starts). The
+    kernel's mask says which are ignored in one read: asking Python of each of the 64 cost
+    more (an enum made for each) on every job's start path."""
+    # A stop that came while it was blocked is delivered here, to the shim's handler.
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     mask = ignored_mask()
     keep = PYTHON_IGNORES | {signal.SIGKILL, signal.SIGSTOP}
     for number in range(1, KERNEL_SIGSET_BYTES * 8 + 1):
