@@ -132,6 +132,37 @@ def test_a_daemon_started_with_signals_blocked_still_stops_its_jobs_and_itself(
     assert d.stop(signal.SIGTERM, timeout=30) == 0
 
 
+@pytest.mark.parametrize("stop", ["cancel", "time limit"])
+def test_a_job_that_stops_its_shim_is_still_stopped(
+    make_daemon: Callable[..., Daemon], stop: str
+) -> None:
+    # The shim runs as the job's account: the job may SIGSTOP it, and then neither a
+    # cancel nor its time limit reached it (the job ran on, holding its GPU). The worker
+    # kills the shim and the job once the stop's grace is past by KILL_SLACK_S.
+    d = make_daemon("--fake-gpus", "1", "--grace", "1s")
+    c = d.client()
+    limit = 1 if stop == "time limit" else None
+    # Its pid first (it stays when bash becomes sleep), then its parent, the shim, stopped.
+    freeze = 'echo $$ > "$DDPQ_JOB_DIR/pids"; kill -STOP "$PPID"; exec sleep 300'
+    job = c.submit(JobSubmit(command=["bash", "-c", freeze], gpus=1, time_limit_s=limit))
+    running = wait_state(c, job.id, "running")
+    assert running.job_dir is not None
+    shim = shim_of(running)
+
+    def stopped() -> bool:
+        seen = procs.stat(shim.pid)
+        return seen is not None and seen.state == "T"
+
+    wait_for(stopped, 30, "the shim stopped by its job")
+    if stop == "cancel":
+        c.cancel(job.id)
+    done = wait_done(c, job.id, timeout=60)
+    assert done.state == ("cancelled" if stop == "cancel" else "timed_out"), done.reason
+    assert "killed by ddpq, its shim included" in done.reason
+    assert [p for p in job_pids(running.job_dir) if alive(p)] == []
+    assert done.leases.gpus == []
+
+
 def test_stragglers_are_killed_when_the_main_process_exits(shared_daemon: Daemon) -> None:
     c = shared_daemon.client()
     job = c.submit(JobSubmit(command=[sys.executable, str(JOBS / "stubborn.py"), "exit"]))

@@ -77,6 +77,9 @@ class Ended:
 
 
 LOST = "lost: the job's shim ended without an exit record"
+# Past a stop's grace period (and a preemption's time to checkpoint) the shim has killed the
+# job; an executor that still finds the attempt this much later ends it by force.
+KILL_SLACK_S = 5.0
 
 
 class Executor(Protocol):

@@ -24,7 +24,7 @@ from pathlib import Path
 from ddpq.config import Settings
 from ddpq.core.enforcement import Control
 from ddpq.core.rules import ExitRecord
-from ddpq.executors.base import LOST, Ended, Launch
+from ddpq.executors.base import KILL_SLACK_S, LOST, Ended, Launch
 from ddpq.executors.contract import threads_per_rank
 from ddpq.executors.local import cgroups, gpu_fence, limits, procs
 from ddpq.executors.local.spawn import Spawned, Spawner, abandon, let_run
@@ -35,6 +35,10 @@ log = logging.getLogger("ddpq.executor")
 # The handle of an attempt that had ended before it could be adopted (no shim is left).
 GONE = "gone"
 STRAGGLER_TIMEOUT_S = 10.0
+# How an attempt ends whose shim had not ended it when its stop was overdue: the shim runs
+# as the job's account, so the job may stop it (SIGSTOP) or hang it, and would then outlive
+# its time limit and every cancel or preemption, holding its GPUs.
+OVERDUE = "killed by ddpq, its shim included: the shim had not ended the job after the stop"
 
 
 @dataclass
@@ -44,6 +48,8 @@ class Watched:
     attempt: int
     fd: int | None  # a pidfd: readable once the shim has exited
     child: subprocess.Popen[bytes] | None = None  # ours to reap, if we started it
+    kill_at: float | None = None  # stopped: when to end it by force if its shim has not
+    killed: bool = False  # it was (its end says so)
 
 
 def handle_of(ident: procs.Identity) -> str:
@@ -149,6 +155,7 @@ class LocalExecutor:
     # ---- ended ---------------------------------------------------------------------
 
     def ended(self) -> list[Ended]:
+        self._kill_overdue()
         gone = []
         for job_id, w in self._watched.items():
             if w.child is not None:
@@ -177,8 +184,28 @@ class LocalExecutor:
             limits.release(self.limits, job_id, w.attempt)
             if oom_limit is not None or peak is not None:
                 ending = dataclasses.replace(ending, oom_limit_bytes=oom_limit, peak_ram_bytes=peak)
+            if w.killed and ending.error == LOST:
+                ending = dataclasses.replace(ending, error=OVERDUE)
             out.append(Ended(job_id, w.attempt, ending))
         return out
+
+    def _kill_overdue(self) -> None:
+        """SIGKILL the shims of attempts whose stop is overdue (even a stopped process
+        dies of it); each is then gathered as a shim that left no record, and nothing of
+        its job outlives that (its cgroup, or its session and marker)."""
+        now = time.monotonic()
+        for job_id, w in self._watched.items():
+            if w.kill_at is None or now < w.kill_at:
+                continue
+            w.kill_at = None
+            if w.fd is None or not procs.is_alive(w.ident):
+                continue  # ended meanwhile (or adopted without a pidfd: left as it is)
+            try:
+                signal.pidfd_send_signal(w.fd, signal.SIGKILL)  # never a reused pid
+            except ProcessLookupError:
+                continue
+            w.killed = True
+            log.warning("job %s: its shim had not ended it after the stop: killed", job_id)
 
     def _end_session(self, w: Watched, record: ExitRecord | None, occupied: set[int]) -> ExitRecord:
         """Tracked by session: the record once nothing of the job is left (a "lost" one if
@@ -247,7 +274,13 @@ class LocalExecutor:
             return False
         # The shim forwards SIGTERM to the job's group and SIGKILLs it after the grace; on
         # SIGUSR1 it sends the job its preemption signal first and waits its checkpoint grace.
-        return procs.send(w.ident.pid, signal.SIGUSR1 if preempt else signal.SIGTERM)
+        if not procs.send(w.ident.pid, signal.SIGUSR1 if preempt else signal.SIGTERM):
+            return False
+        # Past those, and a little more, the shim is killed with its job (_kill_overdue).
+        checkpoint = self.settings.preempt_grace_s if preempt else 0.0
+        due = time.monotonic() + checkpoint + self.settings.grace_s + KILL_SLACK_S
+        w.kill_at = due if w.kill_at is None else min(w.kill_at, due)
+        return True
 
     def tell(self, job_id: int, message: str) -> bool:
         """A line into a session's terminal: left in its folder, then its shim is told with

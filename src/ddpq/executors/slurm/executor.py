@@ -29,7 +29,7 @@ from pathlib import Path
 from ddpq.config import Settings
 from ddpq.core.rules import ExitRecord
 from ddpq.core.untrusted import clean_text
-from ddpq.executors.base import Ended, Launch, LaunchFailed
+from ddpq.executors.base import KILL_SLACK_S, Ended, Launch, LaunchFailed
 from ddpq.executors.slurm import script, states
 from ddpq.executors.slurm.commands import Slurm, SlurmError
 from ddpq.executors.slurm.states import SlurmJob
@@ -47,8 +47,6 @@ RECORD_WAIT_S = 30.0
 # Otherwise (cancelled, failed, timed out) the shim may still be writing its record as
 # Slurm calls the job ended (a job cancelled as its batch step starts): waited for briefly.
 RECORD_GRACE_S = 3.0
-# Past the grace period the shim has killed the job; if Slurm still has it then, cancel.
-KILL_SLACK_S = 5.0
 ABANDONED = "abandoned before it was released in Slurm"
 
 
