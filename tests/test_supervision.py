@@ -132,13 +132,21 @@ def test_a_daemon_started_with_signals_blocked_still_stops_its_jobs_and_itself(
     assert d.stop(signal.SIGTERM, timeout=30) == 0
 
 
-@pytest.mark.parametrize("stop", ["cancel", "time limit"])
+def stop_sent(d: Daemon, job_id: int) -> bool:
+    """The worker has sent the job its stop (not only been asked to)."""
+    with sqlite3.connect(d.home / "ddpq.db") as db:
+        (at,) = db.execute("SELECT stop_sent_at FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return at is not None
+
+
+@pytest.mark.parametrize("stop", ["cancel", "time limit", "cancel, then a restart"])
 def test_a_job_that_stops_its_shim_is_still_stopped(
     make_daemon: Callable[..., Daemon], stop: str
 ) -> None:
     # The shim runs as the job's account: the job may SIGSTOP it, and then neither a
-    # cancel nor its time limit reached it (the job ran on, holding its GPU). The worker
-    # kills the shim and the job once the stop's grace is past by KILL_SLACK_S.
+    # cancel nor its time limit reached it (the job ran on, holding its GPU). The executor
+    # kills the shim and the job once the stop's grace is past by KILL_SLACK_S; a daemon
+    # restarted meanwhile sends the stop again, and so keeps that deadline.
     d = make_daemon("--fake-gpus", "1", "--grace", "1s")
     c = d.client()
     limit = 1 if stop == "time limit" else None
@@ -154,10 +162,15 @@ def test_a_job_that_stops_its_shim_is_still_stopped(
         return seen is not None and seen.state == "T"
 
     wait_for(stopped, 30, "the shim stopped by its job")
-    if stop == "cancel":
+    if stop != "time limit":
         c.cancel(job.id)
+    if stop == "cancel, then a restart":
+        wait_for(lambda: stop_sent(d, job.id), 30, "the cancel sent")
+        d.kill9()
+        d.start()
+        c = d.client()
     done = wait_done(c, job.id, timeout=60)
-    assert done.state == ("cancelled" if stop == "cancel" else "timed_out"), done.reason
+    assert done.state == ("timed_out" if stop == "time limit" else "cancelled"), done.reason
     assert "killed by ddpq, its shim included" in done.reason
     assert [p for p in job_pids(running.job_dir) if alive(p)] == []
     assert done.leases.gpus == []

@@ -19,7 +19,7 @@ from typing import Any
 from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core.gpus import Gpu
-from ddpq.core.rules import StopRequest, stop_due
+from ddpq.core.rules import StopRequest
 from ddpq.core.sharing import peaks
 from ddpq.core.states import JobState
 from ddpq.core.untrusted import clean_text
@@ -28,7 +28,6 @@ from ddpq.executors.capabilities import capabilities
 from ddpq.executors.local.freeze import pauser
 from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
-from ddpq.store import supervision
 from ddpq.store import users as user_store
 from ddpq.store import waits as wait_store
 from ddpq.store.db import Database, storage_fault
@@ -40,6 +39,7 @@ from ddpq.worker.host import host_setup
 from ddpq.worker.idle import IdleWatch, Sampler
 from ddpq.worker.inventory import Inventory
 from ddpq.worker.scheduling import Scheduler
+from ddpq.worker.stopping import Stopping
 
 log = logging.getLogger("ddpq.worker")
 
@@ -107,8 +107,7 @@ class Worker:
         # A pass started a whole planning window of one shape: more may start at once.
         self._pass_again = False
         self._failing: dict[str, str] = {}  # phase -> the failure last logged for it
-        # Stops sent whose sending could not be recorded yet (a full disk): not sent again.
-        self._unrecorded_stops: dict[int, StopRequest] = {}
+        self.stopping = Stopping(self.db, lambda: self.executor, clock)
 
     @property
     def devices(self) -> list[Gpu]:
@@ -158,7 +157,7 @@ class Worker:
         self._guarded("gathering exits", self._gather)
         # Before the stops: a session found idle through its grace is stopped this pass.
         self._guarded("watching idle GPUs", lambda: self.idle.look(self.db, self.clock()))
-        self._guarded("enforcing stops", self._enforce_stops)
+        self._guarded("enforcing stops", lambda: self.stopping.enforce(self._waits))
         self._guarded("refreshing devices", self._refresh_devices)
         # Also records the exits gathered above, in the same transaction.
         self._guarded("scheduling", self._schedule)
@@ -195,6 +194,7 @@ class Worker:
                 self._reconcile_one(attempt)
             except Exception:  # one odd job must not keep the others from being adopted
                 log.exception("job %s: could not be reconciled", attempt.job_id)
+        self.stopping.resend(self._running)
         self._gather()
         if self._exits:
             with self.db.write() as s:
@@ -238,47 +238,8 @@ class Worker:
             self._running.pop(e.job_id, None)
             self._progress.pop(e.job_id, None)
             self._peaks.pop(e.job_id, None)
-            self._unrecorded_stops.pop(e.job_id, None)
+            self.stopping.forget(e.job_id)
         self._exits += ended
-
-    def _enforce_stops(self) -> None:
-        """Cancels asked for through the API, and time limits: signal each job once."""
-        now = self.clock()
-        with self.db.read() as s:
-            running = supervision.running_for_supervision(s)
-        due = []
-        for j in running:
-            asked = StopRequest(j.stop_request) if j.stop_request else None
-            # A job still waiting in a cluster's queue has not started: no time limit yet.
-            limit = None if j.id in self._waits else j.time_limit_s
-            why = stop_due(asked, j.stop_sent_at, j.started_at, limit, now)
-            if why is not None:
-                due.append((j.id, why))
-        if not due:
-            return
-        try:
-            with self.db.write() as s:
-                sent = [(i, why) for i, why in due if attempt_store.mark_stop_sent(s, i, why, now)]
-        except Exception:
-            # Not recorded (a full disk, say): the stop is sent all the same, once; it is
-            # recorded by a later pass, which does not send it again.
-            for job_id, why in due:
-                if job_id not in self._unrecorded_stops:
-                    self._unrecorded_stops[job_id] = why
-                    self._send_stop(job_id, why)
-            raise
-        for job_id, why in sent:
-            if self._unrecorded_stops.pop(job_id, None) is None:
-                self._send_stop(job_id, why)
-        for job_id, _ in due:
-            self._unrecorded_stops.pop(job_id, None)  # recorded, or the job is not running
-
-    def _send_stop(self, job_id: int, why: StopRequest) -> None:
-        preempt = why is StopRequest.PREEMPT
-        if self.executor.stop(job_id, preempt=preempt):
-            log.info(
-                "job %s: %s, %s", job_id, why.value, "preempting it" if preempt else "stopping it"
-            )
 
     def _refresh_devices(self, force: bool = False) -> None:
         """NVML again: which GPUs run outside processes, and how much memory each running
@@ -391,7 +352,7 @@ class Worker:
             attempt_store.request_stop_all(s, StopRequest.CANCEL)
         deadline = time.monotonic() + self.settings.grace_s + STOP_ALL_SLACK_S
         while self._running and time.monotonic() < deadline:
-            self._enforce_stops()
+            self.stopping.enforce(self._waits)
             self._gather()
             if self._exits:
                 with self.db.write() as s:
