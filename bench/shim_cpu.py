@@ -19,27 +19,17 @@ import argparse
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from machine import ROOT, machine_line, python_c_pass_ms
 
 
 def children_cpu_s() -> float:
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
-
-
-def python_c_pass_ms() -> float:
-    runs = []
-    for _ in range(20):
-        began = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        runs.append(time.perf_counter() - began)
-    return sorted(runs)[len(runs) // 2] * 1000
 
 
 def main() -> None:
@@ -77,6 +67,7 @@ def main() -> None:
         wall_ms = (time.perf_counter() - began) / args.jobs * 1000
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    print(machine_line())
     print(f"src: {args.src}; {args.jobs} shims running {args.command!r}")
     print(f"CPU per shim with its job: {cpu_ms:.2f} ms; wall {wall_ms:.2f} ms")
     print(f"python -c pass: {floor:.1f} ms; load {os.getloadavg()[0]:.1f}")
