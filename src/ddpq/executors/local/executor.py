@@ -198,11 +198,14 @@ class LocalExecutor:
             if w.kill_at is None or now < w.kill_at:
                 continue
             w.kill_at = None
-            if w.fd is None or not procs.is_alive(w.ident):
-                continue  # ended meanwhile (or adopted without a pidfd: left as it is)
-            try:
-                signal.pidfd_send_signal(w.fd, signal.SIGKILL)  # never a reused pid
-            except ProcessLookupError:
+            if not procs.is_alive(w.ident):
+                continue  # ended meanwhile: gathered below
+            if w.fd is not None:
+                try:
+                    signal.pidfd_send_signal(w.fd, signal.SIGKILL)  # never a reused pid
+                except ProcessLookupError:
+                    continue
+            elif not procs.send(w.ident.pid, signal.SIGKILL):  # no pidfds: checked just above
                 continue
             w.killed = True
             log.warning("job %s: its shim had not ended it after the stop: killed", job_id)
