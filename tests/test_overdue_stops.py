@@ -10,15 +10,15 @@ the same through a daemon, with the real slack.)
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ddpq.config import Settings
 from ddpq.executors.base import Ended
-from ddpq.executors.local import cgroups, procs
+from ddpq.executors.local import cgroups, procs, shim_procs
 from ddpq.executors.local import executor as local_executor
 from ddpq.executors.local.executor import OVERDUE, LocalExecutor
 from tests.helpers import wait_for
@@ -52,19 +52,15 @@ def executor(
 
 
 def alive(pid: int) -> bool:
-    seen = procs.stat(pid)
+    seen = procs.stat(pid)  # as it is, whatever a test makes the executor see
     return seen is not None and seen.state != "Z"
 
 
-@pytest.mark.parametrize("preempt", [False, True])
-def test_a_stop_its_stopped_shim_cannot_act_on_ends_the_job_all_the_same(
-    executor: LocalExecutor, tmp_path: Path, preempt: bool
-) -> None:
+def start_freezing(executor: LocalExecutor, tmp_path: Path, **kw: str) -> tuple[int, int]:
+    """Start the job that stops its shim; its pid and its shim's, once the shim is stopped."""
     folder = tmp_path / "jobs" / "1"
     folder.parent.mkdir()
-    kw = {"preempt_signal": "USR1"} if preempt else {}
-    launch = a_launch(folder, command=["bash", "-c", FREEZE], **kw)
-    executor.start(launch)
+    executor.start(a_launch(folder, command=["bash", "-c", FREEZE], **kw))
     executor.proceed([1])
     pid_file = folder / "pids"
 
@@ -79,7 +75,10 @@ def test_a_stop_its_stopped_shim_cannot_act_on_ends_the_job_all_the_same(
         return seen is not None and seen.state == "T"
 
     wait_for(stopped, 30, "the shim stopped by its job")
-    assert executor.stop(1, preempt=preempt)
+    return job_pid, shim
+
+
+def gathered(executor: LocalExecutor) -> list[Ended]:
     found: list[Ended] = []
 
     def ended() -> bool:
@@ -87,6 +86,45 @@ def test_a_stop_its_stopped_shim_cannot_act_on_ends_the_job_all_the_same(
         return bool(found)
 
     wait_for(ended, 30, "the attempt to end")
+    return found
+
+
+@pytest.mark.parametrize("preempt", [False, True])
+def test_a_stop_its_stopped_shim_cannot_act_on_ends_the_job_all_the_same(
+    executor: LocalExecutor, tmp_path: Path, preempt: bool
+) -> None:
+    job_pid, shim = start_freezing(
+        executor, tmp_path, **({"preempt_signal": "USR1"} if preempt else {})
+    )
+    assert executor.stop(1, preempt=preempt)
+    found = gathered(executor)
     assert [(e.job_id, e.record.error) for e in found] == [(1, OVERDUE)]
     assert not alive(job_pid) and not alive(shim)
-    assert os.path.exists(folder / "output.log")
+
+
+def test_a_shim_at_work_at_the_deadline_is_given_its_own_time_then_killed(
+    executor: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A shim that is not stopped may be waiting for the job's last processes to go (a
+    # GPU's teardown): killed only once the time it allows itself for that is past.
+    monkeypatch.setattr(shim_procs, "KILL_WAIT_S", 0.5)
+    job_pid, shim = start_freezing(executor, tmp_path)
+    real_stat = procs.stat
+
+    def seen_at_work(pid: int) -> procs.ProcStat | None:
+        seen = real_stat(pid)
+        return replace(seen, state="S") if seen is not None and pid == shim else seen
+
+    monkeypatch.setattr(procs, "stat", seen_at_work)  # as the executor sees it
+    assert executor.stop(1)
+    watched = executor._watched[1]
+
+    def given_time() -> bool:
+        assert executor.ended() == []
+        return watched.patient
+
+    wait_for(given_time, 30, "the first deadline")
+    assert alive(shim) and alive(job_pid)  # not killed at the first deadline
+    found = gathered(executor)
+    assert [(e.job_id, e.record.error) for e in found] == [(1, OVERDUE)]
+    assert not alive(job_pid) and not alive(shim)

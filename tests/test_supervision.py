@@ -82,9 +82,9 @@ for signum in (signal.SIGQUIT, signal.SIGHUP, signal.SIGINT, signal.SIGTTOU, sig
     signal.signal(signum, signal.SIG_IGN)  # as nohup, a script's `cmd &`, and more
 # As a parent that blocked them: the shim would never hear the worker's stop.
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1, signal.SIGRTMAX})
-import platform
+import os
 from ddpq.executors.local import shim, shim_signals
-if platform.machine() in shim_signals.RT_SIGACTION:  # where ddpq can reach them at all
+if os.uname().machine in shim_signals.RT_SIGACTION:  # where ddpq can reach them at all
     for signum in shim_signals.GLIBC_RESERVED:  # as a parent started by glibc's posix_spawn
         assert shim_signals.set_reserved(signum, shim_signals.SIG_IGN)
     assert shim_signals.ignored_mask() >> 31 & 3 == 3
@@ -149,7 +149,8 @@ def test_a_job_that_stops_its_shim_is_still_stopped(
     # restarted meanwhile sends the stop again, and so keeps that deadline.
     d = make_daemon("--fake-gpus", "1", "--grace", "1s")
     c = d.client()
-    limit = 1 if stop == "time limit" else None
+    # Long enough for the job to stop its shim first on a loaded machine.
+    limit = 4 if stop == "time limit" else None
     # Its pid first (it stays when bash becomes sleep), then its parent, the shim, stopped.
     freeze = 'echo $$ > "$DDPQ_JOB_DIR/pids"; kill -STOP "$PPID"; exec sleep 300'
     job = c.submit(JobSubmit(command=["bash", "-c", freeze], gpus=1, time_limit_s=limit))

@@ -194,7 +194,10 @@ class Worker:
                 self._reconcile_one(attempt)
             except Exception:  # one odd job must not keep the others from being adopted
                 log.exception("job %s: could not be reconciled", attempt.job_id)
-        self.stopping.resend(self._running)
+        try:
+            self.stopping.resend(self._running)
+        except Exception:  # the adopted jobs are gathered and recorded all the same
+            log.exception("could not send again the stops sent before the restart")
         self._gather()
         if self._exits:
             with self.db.write() as s:

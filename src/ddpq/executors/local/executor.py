@@ -26,7 +26,7 @@ from ddpq.core.enforcement import Control
 from ddpq.core.rules import ExitRecord
 from ddpq.executors.base import KILL_SLACK_S, LOST, Ended, Launch
 from ddpq.executors.contract import threads_per_rank
-from ddpq.executors.local import cgroups, gpu_fence, limits, procs
+from ddpq.executors.local import cgroups, gpu_fence, limits, procs, shim_procs
 from ddpq.executors.local.spawn import Spawned, Spawner, abandon, let_run
 from ddpq.jobdir import JobDir
 
@@ -49,6 +49,7 @@ class Watched:
     fd: int | None  # a pidfd: readable once the shim has exited
     child: subprocess.Popen[bytes] | None = None  # ours to reap, if we started it
     kill_at: float | None = None  # stopped: when to end it by force if its shim has not
+    patient: bool = False  # its shim was at work at kill_at: given its own time to finish
     killed: bool = False  # it was (its end says so)
 
 
@@ -192,14 +193,25 @@ class LocalExecutor:
     def _kill_overdue(self) -> None:
         """SIGKILL the shims of attempts whose stop is overdue (even a stopped process
         dies of it); each is then gathered as a shim that left no record, and nothing of
-        its job outlives that (its cgroup, or its session and marker)."""
+        its job outlives that (its cgroup, or its session and marker).
+
+        At the first deadline only a shim that is stopped (or stopped by a tracer) is
+        killed: one at work may be waiting for the job's last processes to go (a GPU's
+        teardown), and is given the time it allows itself for that, twice, before it is
+        taken for hung."""
         now = time.monotonic()
         for job_id, w in self._watched.items():
             if w.kill_at is None or now < w.kill_at:
                 continue
-            w.kill_at = None
             if not procs.is_alive(w.ident):
+                w.kill_at = None
                 continue  # ended meanwhile: gathered below
+            seen = procs.stat(w.ident.pid)
+            if not w.patient and seen is not None and seen.state not in ("T", "t"):
+                w.patient = True
+                w.kill_at = now + 2 * shim_procs.KILL_WAIT_S + KILL_SLACK_S
+                continue
+            w.kill_at = None
             if w.fd is not None:
                 try:
                     signal.pidfd_send_signal(w.fd, signal.SIGKILL)  # never a reused pid

@@ -113,7 +113,12 @@ def job_members(sid: int, marker: bytes, since: int) -> list[int]:
     return session_members(sid, marker, since)
 
 
-def kill_everything(sid: int, marker: bytes, since: int, timeout: float = 30.0) -> None:
+# How long the shim keeps killing what is left of a job before it gives up and writes its
+# record (processes in uninterruptible sleep, a GPU's teardown, can take seconds to go).
+KILL_WAIT_S = 30.0
+
+
+def kill_everything(sid: int, marker: bytes, since: int, timeout: float = KILL_WAIT_S) -> None:
     """SIGKILL every process of the job until none is left (ESRCH means already gone)."""
     deadline = time.monotonic() + timeout
     while True:

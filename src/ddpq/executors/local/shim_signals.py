@@ -15,7 +15,7 @@ job's start path.
 
 from __future__ import annotations
 
-import platform
+import os
 import signal
 
 # Ignored by Python itself, so that a write to a closed pipe raises rather than kills; the
@@ -65,7 +65,7 @@ def ignored_mask() -> int:
 def set_reserved(signum: int, handler: int) -> bool:
     """Set signal ``signum`` to SIG_DFL or SIG_IGN by the system call; False where this
     machine's call is not known or the kernel refused."""
-    number = RT_SIGACTION.get(platform.machine())
+    number = RT_SIGACTION.get(os.uname().machine)  # not `platform`: an import per job
     if number is None:
         return False
     import ctypes
