@@ -173,3 +173,26 @@ def test_las_stops_preempting_a_job_after_its_cap(las: Rig) -> None:
         else:
             assert las.job(long).stop_request is None and las.job(short).state is Q
     assert las.job(long).attempt == 3
+
+
+@pytest.mark.parametrize("kind", ["preemption", "cancel"])
+def test_a_restarted_worker_sends_the_stops_already_sent_again(rig: Rig, kind: str) -> None:
+    """The executor's deadline for a shim that does not end its job (one its job stopped)
+    lived in the worker that sent the stop: the next one sends it again, as it was."""
+    rig.host.preempt_ends_with = None  # it takes its time
+    rig.host.stop_ends_with_signal = None
+    job = rig.submit(preemptible=True)
+    rig.step()
+    if kind == "preemption":
+        preempt(rig, job)
+    else:
+        rig.cancel(job)
+    rig.step()
+    attempt = rig.host.attempt_of(job)
+    sent = (attempt.preempts, attempt.stops)
+    assert sent == ((1, 0) if kind == "preemption" else (0, 1))
+    rig.restart()
+    assert (attempt.preempts, attempt.stops) == (2 * sent[0], 2 * sent[1])
+    rig.step(2)  # and only then: each worker sends a stop once
+    assert (attempt.preempts, attempt.stops) == (2 * sent[0], 2 * sent[1])
+    assert rig.job(job).state is R
