@@ -125,6 +125,8 @@ def test_a_shim_at_work_at_the_deadline_is_given_its_own_time_then_killed(
 
     wait_for(given_time, 30, "the first deadline")
     assert alive(shim) and alive(job_pid)  # not killed at the first deadline
+    given = watched.kill_at
+    assert executor.stop(1) and watched.kill_at == given  # a later stop takes none of it
     found = gathered(executor)
     assert [(e.job_id, e.record.error) for e in found] == [(1, OVERDUE)]
     assert not alive(job_pid) and not alive(shim)

@@ -294,7 +294,8 @@ class LocalExecutor:
         # Past those, and a little more, the shim is killed with its job (_kill_overdue).
         checkpoint = self.settings.preempt_grace_s if preempt else 0.0
         due = time.monotonic() + checkpoint + self.settings.grace_s + KILL_SLACK_S
-        w.kill_at = due if w.kill_at is None else min(w.kill_at, due)
+        if w.kill_at is None or (not w.patient and due < w.kill_at):
+            w.kill_at = due  # a cancel during a preemption: the sooner; a shim given time keeps it
         return True
 
     def tell(self, job_id: int, message: str) -> bool:
