@@ -13,7 +13,7 @@ import pytest
 
 from ddpq.config import Settings
 from ddpq.executors.accounts import Account
-from ddpq.executors.base import Launch, LaunchFailed
+from ddpq.executors.base import KILL_SLACK_S, Launch, LaunchFailed
 from ddpq.executors.slurm import executor as slurm_executor
 from ddpq.executors.slurm import states, submit
 from ddpq.executors.slurm.commands import SlurmError
@@ -270,7 +270,7 @@ def test_stop_signals_the_batch_step_then_cancels_after_the_grace(
     assert slurm.made("scancel") == [("scancel", "--signal=TERM", "100")]
     executor.ended()
     assert len(slurm.made("scancel")) == 1  # the shim has its grace period
-    clock.now += 3 + slurm_executor.KILL_SLACK_S
+    clock.now += 3 + KILL_SLACK_S
     executor.ended()
     assert slurm.made("scancel")[-1] == ("scancel", "100")
 
