@@ -20,6 +20,7 @@ import httpx
 
 from ddpq.client.api import DdpqClient
 from ddpq.executors.local import procs
+from ddpq.executors.local.procs import stat as proc_stat
 from ddpq.schemas import JobDetail
 from tests.shared_install import shared_install
 from tests.template_db import migrated
@@ -243,6 +244,23 @@ def shim_of(job: JobDetail) -> procs.Identity:
     assert handle is not None and job.attempts[-1].executor == "local", job.attempts
     pid, _, ticks = handle.partition(":")
     return procs.Identity(int(pid), int(ticks))
+
+
+# A job that stops its own shim (its parent: the shim runs as the job's account, so it
+# may), its pid first in its folder's "pids" (it stays when bash becomes sleep).
+FREEZES_ITS_SHIM = 'echo $$ > "$DDPQ_JOB_DIR/pids"; kill -STOP "$PPID"; exec sleep 300'
+
+
+def alive(pid: int) -> bool:
+    """Running, or stopped: neither gone nor a zombie. As the kernel says, whatever a test
+    makes the code under test see of ``procs.stat``."""
+    seen = proc_stat(pid)
+    return seen is not None and seen.state != "Z"
+
+
+def stopped(pid: int) -> bool:
+    seen = proc_stat(pid)
+    return seen is not None and seen.state == "T"
 
 
 def lose_shim_while_down(d: Daemon, job: JobDetail) -> DdpqClient:

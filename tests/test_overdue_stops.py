@@ -21,11 +21,8 @@ from ddpq.executors.base import Ended
 from ddpq.executors.local import cgroups, procs, shim_procs
 from ddpq.executors.local import executor as local_executor
 from ddpq.executors.local.executor import OVERDUE, LocalExecutor
-from tests.helpers import wait_for
+from tests.helpers import FREEZES_ITS_SHIM, alive, stopped, wait_for
 from tests.launches import a_launch
-
-# Its pid first (it stays when bash becomes sleep), then its parent, the shim, stopped.
-FREEZE = 'echo $$ > "$DDPQ_JOB_DIR/pids"; kill -STOP "$PPID"; exec sleep 300'
 
 
 @pytest.fixture(params=["pidfd", "no pidfd"])
@@ -51,16 +48,11 @@ def executor(
     assert left == [] and cgroups_left == [], (left, cgroups_left)
 
 
-def alive(pid: int) -> bool:
-    seen = procs.stat(pid)  # as it is, whatever a test makes the executor see
-    return seen is not None and seen.state != "Z"
-
-
 def start_freezing(executor: LocalExecutor, tmp_path: Path, **kw: str) -> tuple[int, int]:
     """Start the job that stops its shim; its pid and its shim's, once the shim is stopped."""
     folder = tmp_path / "jobs" / "1"
     folder.parent.mkdir()
-    executor.start(a_launch(folder, command=["bash", "-c", FREEZE], **kw))
+    executor.start(a_launch(folder, command=["bash", "-c", FREEZES_ITS_SHIM], **kw))
     executor.proceed([1])
     pid_file = folder / "pids"
 
@@ -69,12 +61,7 @@ def start_freezing(executor: LocalExecutor, tmp_path: Path, **kw: str) -> tuple[
 
     job_pid = int(wait_for(written, 30, "the job's pid"))
     shim = executor._watched[1].ident.pid
-
-    def stopped() -> bool:
-        seen = procs.stat(shim)
-        return seen is not None and seen.state == "T"
-
-    wait_for(stopped, 30, "the shim stopped by its job")
+    wait_for(lambda: stopped(shim), 30, "the shim stopped by its job")
     return job_pid, shim
 
 

@@ -15,20 +15,18 @@ import pytest
 from ddpq.executors.local import procs
 from ddpq.schemas import JobSubmit
 from tests.helpers import (
+    FREEZES_ITS_SHIM,
     Daemon,
+    alive,
     lose_shim_while_down,
     shim_of,
+    stopped,
     wait_done,
     wait_for,
     wait_state,
 )
 
 JOBS = Path(__file__).parent / "jobs"
-
-
-def alive(pid: int) -> bool:
-    st = procs.stat(pid)
-    return st is not None and st.state != "Z"
 
 
 def job_pids(job_dir: str) -> list[int]:
@@ -151,18 +149,11 @@ def test_a_job_that_stops_its_shim_is_still_stopped(
     c = d.client()
     # Long enough for the job to stop its shim first on a loaded machine.
     limit = 4 if stop == "time limit" else None
-    # Its pid first (it stays when bash becomes sleep), then its parent, the shim, stopped.
-    freeze = 'echo $$ > "$DDPQ_JOB_DIR/pids"; kill -STOP "$PPID"; exec sleep 300'
-    job = c.submit(JobSubmit(command=["bash", "-c", freeze], gpus=1, time_limit_s=limit))
+    job = c.submit(JobSubmit(command=["bash", "-c", FREEZES_ITS_SHIM], gpus=1, time_limit_s=limit))
     running = wait_state(c, job.id, "running")
     assert running.job_dir is not None
     shim = shim_of(running)
-
-    def stopped() -> bool:
-        seen = procs.stat(shim.pid)
-        return seen is not None and seen.state == "T"
-
-    wait_for(stopped, 30, "the shim stopped by its job")
+    wait_for(lambda: stopped(shim.pid), 30, "the shim stopped by its job")
     if stop != "time limit":
         c.cancel(job.id)
     if stop == "cancel, then a restart":

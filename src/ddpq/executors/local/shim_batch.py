@@ -15,22 +15,22 @@ import subprocess
 import time
 
 if __package__:
-    from ddpq.executors.local import shim_log, shim_procs, shim_record
+    from ddpq.executors.local import shim_log, shim_procs, shim_record, shim_signals
 else:
     import shim_log  # type: ignore[import-not-found,no-redef]
     import shim_procs  # type: ignore[import-not-found,no-redef]
     import shim_record  # type: ignore[import-not-found,no-redef]
+    import shim_signals  # type: ignore[import-not-found,no-redef]
 
-# Python ignores SIGPIPE and SIGXFSZ for itself; an ignored signal stays ignored across
-# exec, and `yes | head` in a job would then never end. The others the shim handles.
+# The signals the shim handles, and the two Python ignores for itself: an ignored signal
+# stays ignored across exec, and `yes | head` in a job would then never end.
 RESET_IN_JOB = (
     signal.SIGTERM,
     signal.SIGINT,
     signal.SIGHUP,
     signal.SIGCHLD,
-    signal.SIGPIPE,
-    signal.SIGXFSZ,
     signal.SIGUSR1,
+    *sorted(shim_signals.PYTHON_IGNORES),
 )
 STARTED: list[subprocess.Popen[bytes]] = []  # the job started, kept (fork_job says why)
 POLL_S = 0.5  # the longest the relay sleeps without looking at its signals and children
