@@ -28,8 +28,8 @@ import pytest
 
 from ddpq.executors.local import cgroups, gpu_fence
 from ddpq.schemas import JobSubmit
-from tests.helpers import Daemon, lose_shim_while_down, wait_done, wait_for, wait_state
-from tests.test_supervision import JOBS, alive, job_pids
+from tests.helpers import Daemon, alive, lose_shim_while_down, wait_done, wait_for, wait_state
+from tests.test_supervision import JOBS, job_pids
 
 
 def _scratch_parent() -> Path | None:
