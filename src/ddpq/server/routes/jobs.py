@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from ddpq import notify_target, wake
 from ddpq.config import Settings
@@ -66,7 +66,7 @@ def submit(
     settings: SettingsDep,
     db: DatabaseDep,
     lookups: NotifyLookupsDep,
-) -> JobOut:
+) -> Response:
     spec = job_spec(body, who, settings, db, lookups)
     refuse_if_disk_short(db)
     with db.write() as s:
@@ -76,7 +76,7 @@ def submit(
         # A new job holds no lease, and its dependencies are the ones just given.
         out = views.job_out(job, ([], None), views.spec_waits(spec))
     wake.nudge(settings.wake_socket)
-    return out
+    return views.answer(out, 201)
 
 
 def job_spec(
