@@ -73,10 +73,10 @@ def submit(
         check_gpus(s, body.gpus_max or body.gpus, body.gpu_mem_bytes, settings)  # an elastic's most
         queue_caps.refuse_if_over(s, settings, spec.owner, 1)
         job = job_store.create_job(s, spec, time.time())
-        # A new job holds no lease, and its dependencies are the ones just given.
-        out = views.job_out(job, ([], None), views.spec_waits(spec))
     wake.nudge(settings.wake_socket)
-    return views.answer(out, 201)
+    # After the commit: the write lock is not held while the answer is built. The job is
+    # a snapshot (create_job), it holds no lease, and it waits on what was just given.
+    return views.answer(views.job_out(job, ([], None), views.spec_waits(spec)), 201)
 
 
 def job_spec(
