@@ -299,6 +299,73 @@ def test_the_fence_lets_a_cgroup_open_only_its_gpus(tmp_path: Path, scratch: Pat
     assert all(v in OPENED for k, v in outside.items() if k != "cvd")  # only the job is fenced
 
 
+@needs_fence
+def test_a_gpu_set_s_program_is_loaded_once_and_fences_every_cgroup_it_is_given(
+    tmp_path: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes = fake_gpu_nodes(tmp_path / "dev", 4)
+    loads: list[tuple[int, ...]] = []
+    real_load = gpu_fence.load
+
+    def counted(minors: Any) -> int:
+        loads.append(tuple(minors))
+        return real_load(minors)
+
+    monkeypatch.setattr(gpu_fence, "load", counted)
+    monkeypatch.setattr(gpu_fence, "_LOADED", type(gpu_fence._LOADED)())
+    jobs = {n: cgroups.create(scratch / f"job-{n}-1") for n in (1, 2, 3)}
+    gpu_fence.attach(jobs[1], [2])
+    gpu_fence.attach(jobs[2], [2])
+    gpu_fence.attach(jobs[3], [0])
+    assert loads == [(2,), (0,)]  # the second job's program was the first's
+    for n, allowed in ((1, 2), (2, 2), (3, 0)):
+        out = subprocess.run(
+            [sys.executable, "-c", OPEN_ALL, str(nodes)],
+            preexec_fn=in_cgroup(jobs[n]),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        seen = json.loads(out.stdout)
+        assert seen[f"nvidia{allowed}"] in OPENED, (n, seen)
+        denied = [seen[f"nvidia{g}"] for g in range(4) if g != allowed]
+        assert denied == [errno.EPERM] * 3, (n, seen)
+
+
+def test_loaded_programs_are_bounded_and_the_oldest_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened: list[int] = []
+
+    def fake_load(minors: Any) -> int:
+        opened.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        return opened[-1]
+
+    monkeypatch.setattr(gpu_fence, "load", fake_load)
+    monkeypatch.setattr(gpu_fence, "_LOADED", type(gpu_fence._LOADED)())
+    monkeypatch.setattr(gpu_fence, "LOADED_MAX", 3)
+    try:
+        for minor in (0, 1, 2, 0, 3):  # 0 used again: 1 is the oldest when 3 comes
+            gpu_fence._program_fd([minor])
+        assert len(opened) == 4
+        assert sorted(gpu_fence._LOADED) == [(0, 254, 255), (2, 254, 255), (3, 254, 255)]
+        closed = [fd for fd in opened if not _is_open(fd)]
+        assert closed == [opened[1]]  # the program of minor 1
+    finally:
+        for fd in opened:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
 # ---- the daemon: jobs cannot leave supervision ----------------------------------
 
 needs_root_cgroups = pytest.mark.skipif(

@@ -23,10 +23,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
-import platform
 import struct
 import sys
+from collections import OrderedDict
 from collections.abc import Collection
 from pathlib import Path
 
@@ -88,13 +89,18 @@ def program(minors: Collection[int]) -> bytes:
     return b"".join(head + body + tail)
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _bpf(cmd: int, attr: bytes) -> int:
-    number = _SYS_BPF.get(platform.machine())
+    machine = os.uname().machine
+    number = _SYS_BPF.get(machine)
     if number is None:
-        raise FenceUnavailable(errno.ENOSYS, f"bpf() number unknown on {platform.machine()}")
-    libc = ctypes.CDLL(None, use_errno=True)
+        raise FenceUnavailable(errno.ENOSYS, f"bpf() number unknown on {machine}")
     buf = ctypes.create_string_buffer(attr, len(attr))
-    result = int(libc.syscall(ctypes.c_long(number), ctypes.c_int(cmd), buf, len(attr)))
+    result = int(_libc().syscall(ctypes.c_long(number), ctypes.c_int(cmd), buf, len(attr)))
     if result < 0:
         err = ctypes.get_errno()
         raise FenceUnavailable(err, os.strerror(err))
@@ -124,6 +130,27 @@ def load(minors: Collection[int]) -> int:
     return _bpf(_BPF_PROG_LOAD, attr)
 
 
+# Programs loaded, by the minors they allow, kept open to be attached again: loading one
+# (the kernel's verifier) was half of a job's fence (bench/RESULTS.md). A 1-GPU job on an
+# 8-GPU host needs one of 8; the bound keeps a host with many GPU sets to what it uses.
+_LOADED: OrderedDict[tuple[int, ...], int] = OrderedDict()
+LOADED_MAX = 64
+
+
+def _program_fd(minors: Collection[int]) -> int:
+    """The loaded program for ``minors`` (kept: not for the caller to close)."""
+    key = tuple(sorted({*ALWAYS_ALLOWED_MINORS, *minors}))
+    fd = _LOADED.get(key)
+    if fd is not None:
+        _LOADED.move_to_end(key)
+        return fd
+    fd = load(minors)
+    _LOADED[key] = fd
+    if len(_LOADED) > LOADED_MAX:
+        os.close(_LOADED.popitem(last=False)[1])  # attachments keep their own reference
+    return fd
+
+
 def attach(cgroup: Path, minors: Collection[int]) -> None:
     """Allow the processes of ``cgroup`` only these NVIDIA minors (plus ctl and modeset).
 
@@ -135,13 +162,11 @@ def attach(cgroup: Path, minors: Collection[int]) -> None:
     except OSError as exc:
         raise FenceUnavailable(exc.errno, f"cannot open {cgroup}: {exc.strerror}") from None
     try:
-        prog_fd = load(minors)
-        try:
-            # The BPF_PROG_ATTACH part: target_fd, attach_bpf_fd, attach_type, attach_flags.
-            attr = struct.pack("=IIII", dir_fd, prog_fd, _BPF_CGROUP_DEVICE, _BPF_F_ALLOW_MULTI)
-            _bpf(_BPF_PROG_ATTACH, attr)
-        finally:
-            os.close(prog_fd)  # the attachment holds the program from now on
+        # The BPF_PROG_ATTACH part: target_fd, attach_bpf_fd, attach_type, attach_flags.
+        attr = struct.pack(
+            "=IIII", dir_fd, _program_fd(minors), _BPF_CGROUP_DEVICE, _BPF_F_ALLOW_MULTI
+        )
+        _bpf(_BPF_PROG_ATTACH, attr)
     finally:
         os.close(dir_fd)
 
