@@ -103,21 +103,23 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_finishes(
     (tests/workload/test_preemption.py): here a third training would only repeat it."""
     d = make_daemon("--fake-gpus", "2", "--preempt-grace", "30s", "--preempt-min-run", "0s")
     c = d.client()
-    # Three epochs of twelve steps: the urgent job, submitted at the first epoch's second
-    # step, lands mid-epoch or at an epoch's end (both are checked below), never after the end.
-    # The published width: the train records come about every 2 s, and the narrow network's
-    # epoch would be over before its second step's record.
-    args = [*TINY, "--max-steps-per-epoch", "12", "--epochs", "3"]
+    # Three epochs of twelve steps (384 images, 16 a rank): the urgent job, submitted at the
+    # first epoch's first record (after its first step), lands mid-epoch or at an epoch's
+    # end (both are checked below), never after the end: the ranks hear the preemption at
+    # their next meeting, at most 2 s later, and the run has 35 steps left. (Waiting for a
+    # later record failed where an epoch is quicker than those 2 s: no record came in it.)
+    # The published width, so that a step takes a while on any machine.
+    args = [*TINY, "--synthetic", "384", "--max-steps-per-epoch", "12", "--epochs", "3"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, preemptible=True))
     running = wait_state(c, job.id, "running", timeout=60)
     metrics = Path(str(running.job_dir)) / "metrics.jsonl"
 
-    def mid_epoch() -> bool:
+    def first_epoch_begun() -> bool:
         lines = metrics.read_text().splitlines() if metrics.exists() else []
         steps = [json.loads(x) for x in lines if '"phase": "train"' in x]
-        return any(r.get("epoch") == 1 and r.get("step", 0) >= 2 for r in steps)
+        return any(r.get("epoch") == 1 for r in steps)
 
-    wait_for(mid_epoch, timeout=240, what="a few steps of the first epoch")
+    wait_for(first_epoch_begun, timeout=240, what="the first epoch's first record")
     urgent = int(d.cli("submit", "--priority", "5", "--gpus", "2", "--", "true").stdout)
     assert wait_done(c, urgent, timeout=120).state == "succeeded"
     done = wait_done(c, job.id, timeout=400)
