@@ -1,12 +1,13 @@
 """What the filesystem charges for a job's folder, in each place given.
 
-    python bench/job_folder_cost.py [--jobs 400] [PARENT ...]
+    python bench/job_folder_cost.py [--jobs 400] [--deleted N] [PARENT ...]
 
 For each PARENT (default: the temporary directory, as ``tempfile`` picks it, and this
 checkout's folder), a fresh folder is made there and ``--jobs`` times this process does
 what a job's start does to the disk: a folder, then three new files in it (the log, the
 shim's errors, the exit record). It prints the kernel's and the interpreter's CPU per job
-folder (this process's rusage), and the folder is removed after.
+folder (this process's rusage), and the folder is removed after. ``--deleted N``: first
+make and delete N files beside it, as a test run or a benchmark's clean-up just did.
 
 Why: on an ext4 mounted without a journal, every new inode is checked against the inodes
 of its group freed in the last minutes (``recently_deleted`` in the kernel's inode
@@ -33,6 +34,14 @@ def cpu_s() -> tuple[float, float]:
     return used.ru_stime, used.ru_utime
 
 
+def delete_files(parent: Path, count: int) -> None:
+    """Make ``count`` files in a folder under ``parent``, then delete them all."""
+    work = Path(tempfile.mkdtemp(prefix="ddpq-folder-cost-deleted-", dir=parent))
+    for i in range(count):
+        (work / str(i)).touch()
+    shutil.rmtree(work)
+
+
 def job_folders(parent: Path, jobs: int) -> tuple[float, float]:
     """Kernel and interpreter CPU (ms) per job folder made under ``parent``."""
     work = Path(tempfile.mkdtemp(prefix="ddpq-folder-cost-", dir=parent))
@@ -53,15 +62,18 @@ def job_folders(parent: Path, jobs: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=400)
+    ap.add_argument("--deleted", type=int, default=0)
     ap.add_argument("parents", nargs="*", type=Path)
     args = ap.parse_args()
     parents = args.parents or [Path(tempfile.gettempdir()), ROOT]
     print(machine_line())
-    print(f"{args.jobs} job folders (a folder and three files) in each place")
+    print(f"{args.jobs} job folders (a folder and three files) in each place", end="")
+    print(f", right after {args.deleted} files beside them were deleted" if args.deleted else "")
     print("| parent | filesystem | kernel CPU per folder | interpreter CPU per folder |")
     print("|---|---|---|---|")
     for parent in parents:
         kind = filesystem(parent)
+        delete_files(parent, args.deleted)
         kernel, user = job_folders(parent, args.jobs)
         print(f"| {parent} | {kind} | {kernel:.3f} ms | {user:.3f} ms |")
 
@@ -83,6 +95,7 @@ def filesystem(path: Path) -> str:
         journaled = any(j.rsplit("-", 1)[0] == device for j in journals)
         return f"ext4, {'with' if journaled else 'no'} journal"
     return kind
+
 
 if __name__ == "__main__":
     main()
