@@ -80,21 +80,24 @@ def main() -> None:
 
 def filesystem(path: Path) -> str:
     """The type of the mount ``path`` is on (/proc/self/mounts); for ext4, whether it keeps
-    a journal (a journaled ext4 has its device under /proc/fs/jbd2)."""
-    best, device, kind = "", "", "?"
+    a journal: a journaled ext4 has its block device under /proc/fs/jbd2 (``vda-8``,
+    ``dm-0-8``), the device found by the number the path is on, not by the mount's name."""
+    best, kind = "", "?"
     real = str(path.resolve())
     for line in Path("/proc/self/mounts").read_text().splitlines():
-        source, point, fstype = line.split()[:3]
+        point, fstype = line.split()[1:3]
         if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
-            best, device, kind = point, Path(source).name, fstype
-    if kind == "ext4":
-        try:
-            journals = os.listdir("/proc/fs/jbd2")
-        except OSError:
-            return kind
-        journaled = any(j.rsplit("-", 1)[0] == device for j in journals)
-        return f"ext4, {'with' if journaled else 'no'} journal"
-    return kind
+            best, kind = point, fstype
+    if kind != "ext4":
+        return kind
+    dev = os.stat(path).st_dev
+    device = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").resolve().name
+    try:
+        journals = os.listdir("/proc/fs/jbd2")
+    except OSError:
+        return kind
+    journaled = any(j.rsplit("-", 1)[0] == device for j in journals)
+    return f"ext4, {'with' if journaled else 'no'} journal"
 
 
 if __name__ == "__main__":

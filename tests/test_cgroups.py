@@ -314,9 +314,12 @@ def test_a_gpu_set_s_program_is_loaded_once_and_fences_every_cgroup_it_is_given(
     monkeypatch.setattr(gpu_fence, "load", counted)
     monkeypatch.setattr(gpu_fence, "_LOADED", type(gpu_fence._LOADED)())
     jobs = {n: cgroups.create(scratch / f"job-{n}-1") for n in (1, 2, 3)}
-    gpu_fence.attach(jobs[1], [2])
-    gpu_fence.attach(jobs[2], [2])
-    gpu_fence.attach(jobs[3], [0])
+    try:
+        gpu_fence.attach(jobs[1], [2])
+        gpu_fence.attach(jobs[2], [2])
+        gpu_fence.attach(jobs[3], [0])
+    finally:
+        gpu_fence.forget_programs()  # the attached programs stay: the cgroups hold them
     assert loads == [(2,), (0,)]  # the second job's program was the first's
     for n, allowed in ((1, 2), (2, 2), (3, 0)):
         out = subprocess.run(
@@ -356,6 +359,47 @@ def test_loaded_programs_are_bounded_and_the_oldest_closed(
         for fd in opened:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def test_a_load_refused_for_locked_memory_gives_back_the_kept_programs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before Linux 5.11 every loaded program counts against RLIMIT_MEMLOCK: the programs
+    kept for later jobs must not be what leaves the next job unfenced."""
+    opened: list[int] = []
+    refusals: list[gpu_fence.FenceUnavailable] = []  # each refuses the next load once
+
+    def fake_load(minors: Any) -> int:
+        if refusals:
+            raise refusals.pop()
+        opened.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        return opened[-1]
+
+    closed: list[int] = []
+    real_close = os.close
+
+    def noted_close(fd: int) -> None:
+        closed.append(fd)  # noted by number: a number closed is soon given out again
+        real_close(fd)
+
+    monkeypatch.setattr(gpu_fence, "load", fake_load)
+    monkeypatch.setattr(gpu_fence, "_LOADED", type(gpu_fence._LOADED)())
+    try:
+        first, second = gpu_fence._program_fd([0]), gpu_fence._program_fd([1])
+        monkeypatch.setattr(os, "close", noted_close)
+        refusals.append(gpu_fence.FenceUnavailable(errno.EPERM, "Operation not permitted"))
+        third = gpu_fence._program_fd([2])  # refused once: the two kept are given back
+        monkeypatch.setattr(os, "close", real_close)
+        assert third == opened[2] and not refusals
+        assert list(gpu_fence._LOADED) == [(2, 254, 255)]
+        assert sorted(closed) == sorted([first, second])
+        # Refused with nothing kept to give back: the job's start hears it (unfenced).
+        gpu_fence.forget_programs()
+        refusals.append(gpu_fence.FenceUnavailable(errno.EPERM, "Operation not permitted"))
+        with pytest.raises(gpu_fence.FenceUnavailable):
+            gpu_fence._program_fd([3])
+    finally:
+        gpu_fence.forget_programs()  # every descriptor this test made is one kept, or closed
 
 
 def _is_open(fd: int) -> bool:

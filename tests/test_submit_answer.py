@@ -69,3 +69,19 @@ def test_a_submission_takes_one_hop_to_the_thread_pool(
     r = client.post("/v1/jobs", json=SUBMISSIONS[0])
     assert r.status_code == 201, r.text
     assert len(hops) == 1, hops  # the route itself; before, its answer was a second
+
+
+def test_a_submission_whose_answer_fails_queues_nothing(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its answer is made in its transaction: a client that retries a failed submission
+    must not end with the job queued twice."""
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("no answer")
+
+    monkeypatch.setattr("ddpq.server.views.job_out", broken)
+    r = client.post("/v1/jobs", json=SUBMISSIONS[0])
+    assert r.status_code == 500
+    monkeypatch.undo()
+    assert client.get("/v1/jobs").json()["items"] == []

@@ -10,7 +10,8 @@ EPERM, so a job that unsets ``CUDA_VISIBLE_DEVICES`` still sees only its GPUs.
 
 The program is a dozen instructions assembled here and loaded with the ``bpf()``
 system call through ctypes (no compiler, no libbpf). It stays attached while the
-cgroup exists; the worker closes its descriptor right after attaching it.
+cgroup exists. The worker keeps the program of each set of GPUs it has fenced open, to
+attach it again to the next cgroup given that set (``_program_fd``).
 Programs attached higher up (a container's or systemd's) still run too: ours is
 attached with ``BPF_F_ALLOW_MULTI`` and can only narrow what they allow.
 
@@ -144,11 +145,26 @@ def _program_fd(minors: Collection[int]) -> int:
     if fd is not None:
         _LOADED.move_to_end(key)
         return fd
-    fd = load(minors)
+    try:
+        fd = load(minors)
+    except FenceUnavailable as exc:
+        # Before Linux 5.11 a loaded program is charged to the account's locked memory
+        # (RLIMIT_MEMLOCK, 64 KiB under older systemd: ~16 programs). Those kept here are
+        # given back, and the load tried once more, before a job runs unfenced for them.
+        if exc.errno != errno.EPERM or not _LOADED:
+            raise
+        forget_programs()
+        fd = load(minors)
     _LOADED[key] = fd
     if len(_LOADED) > LOADED_MAX:
         os.close(_LOADED.popitem(last=False)[1])  # attachments keep their own reference
     return fd
+
+
+def forget_programs() -> None:
+    """Close every program kept: cgroups they are attached to keep theirs."""
+    while _LOADED:
+        os.close(_LOADED.popitem()[1])
 
 
 def attach(cgroup: Path, minors: Collection[int]) -> None:

@@ -57,8 +57,15 @@ from ddpq.workloads.registry import BadWorkload, resolve
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
+# A submission's status, declared for the API's documentation and answered (views.answer).
+SUBMITTED = 201
+
+
 @router.post(
-    "", status_code=201, response_model=JobOut, responses={**WRITE_ERRORS, **NO_ROOM, **QUEUE_CAP}
+    "",
+    status_code=SUBMITTED,
+    response_model=JobOut,
+    responses={**WRITE_ERRORS, **NO_ROOM, **QUEUE_CAP},
 )
 def submit(
     body: JobSubmit,
@@ -73,10 +80,12 @@ def submit(
         check_gpus(s, body.gpus_max or body.gpus, body.gpu_mem_bytes, settings)  # an elastic's most
         queue_caps.refuse_if_over(s, settings, spec.owner, 1)
         job = job_store.create_job(s, spec, time.time())
+        # In the transaction: an answer that cannot be made undoes the job, so a client's
+        # retry of a failed submission never queues it twice. A new job holds no lease, and
+        # its dependencies are the ones just given.
+        out = views.job_out(job, ([], None), views.spec_waits(spec))
     wake.nudge(settings.wake_socket)
-    # After the commit: the write lock is not held while the answer is built. The job is
-    # a snapshot (create_job), it holds no lease, and it waits on what was just given.
-    return views.answer(views.job_out(job, ([], None), views.spec_waits(spec)), 201)
+    return views.answer(out, SUBMITTED)
 
 
 def job_spec(
