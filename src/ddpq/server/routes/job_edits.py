@@ -23,7 +23,7 @@ from ddpq.server.deps import Auth, DatabaseDep, SettingsDep, may_touch, proven_a
 from ddpq.server.errors import CONFLICT, NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiError
 from ddpq.server.host_limits import refuse_beyond_host
 from ddpq.server.params import JobId
-from ddpq.server.routes.jobs import (
+from ddpq.server.submission_checks import (
     check_cwd,
     check_gpus,
     check_priority,

@@ -3,25 +3,21 @@ writes on one job (cancel, hold, release)."""
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from ddpq import notify_target, wake
+from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core import jobenv
-from ddpq.core import slurm as core_slurm
 from ddpq.core.interactive import idle_limit
-from ddpq.core.sharing import AUTO, MIB, GpuMemory
+from ddpq.core.sharing import AUTO
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import TERMINAL, JobState
-from ddpq.core.units import size_for_people
 from ddpq.executors.capabilities import capabilities
 from ddpq.schemas import (
-    USER_PRIORITY_MAX,
     CancelResult,
     JobDetail,
     JobEnvOut,
@@ -31,7 +27,7 @@ from ddpq.schemas import (
     PortUseOut,
     derive_name,
 )
-from ddpq.server import exhaustion, paths, portuse, queue_caps, views
+from ddpq.server import portuse, queue_caps, views
 from ddpq.server.deps import (
     Auth,
     Caller,
@@ -45,14 +41,21 @@ from ddpq.server.errors import CONFLICT, NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiEr
 from ddpq.server.host_limits import refuse_beyond_host
 from ddpq.server.notify_lookups import NotifyLookups
 from ddpq.server.params import JobId, Offset
+from ddpq.server.submission_checks import (
+    check_cwd,
+    check_gpus,
+    check_notify,
+    check_priority,
+    cluster_options,
+    refuse_if_disk_short,
+    workload_command,
+)
 from ddpq.server.workload_data import check_workload_data
-from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import memory as memory_store
 from ddpq.store import users as user_store
-from ddpq.store.db import Database, Session
-from ddpq.workloads.registry import BadWorkload, resolve
+from ddpq.store.db import Database
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -173,116 +176,6 @@ def submitted_spec(
         cpus=body.cpus,
         ram_bytes=body.ram_bytes,
     )
-
-
-def check_notify(url: str, settings: Settings, lookups: NotifyLookups, caller: str) -> None:
-    """Refuse now, not only at each delivery, a notification URL whose host is, or only
-    resolves to, an address no notification may go to, or does not exist; one whose name
-    gets no answer in a moment is taken (``server.notify_lookups``: delivery checks it)."""
-    try:
-        lookups.check(
-            url,
-            caller,
-            allow_loopback=settings.notify_allow_loopback,
-            timeout=settings.notify_timeout_s,
-        )
-    except notify_target.Refused as exc:  # names the host, never the rest of the URL
-        raise ApiError(422, "invalid", f"notify: {exc}") from None
-
-
-def refuse_if_disk_short(db: Database) -> None:
-    """New work waits while the state disk is short of the room kept for cancels and jobs'
-    ends (store.headroom): 507, naming it. Cancels, holds and releases are still taken."""
-    why = db.shortage()
-    if why is not None:
-        raise ApiError(507, "insufficient_storage", why)
-
-
-def cluster_options(spec: JobSpec, settings: Settings) -> tuple[str, ...]:
-    """A job's own #SBATCH options as its script will hold them; 422 for an option that
-    users may not set (as sbatch reads it: ``-G8`` is ``--gpus``). Only an executor that
-    takes them gets here with any (``Capabilities.refuses``)."""
-    if not spec.slurm_options:
-        return ()
-    try:
-        return core_slurm.user_options(
-            spec.slurm_options, settings.slurm_user_options, settings.slurm_options
-        )
-    except core_slurm.SlurmOptionError as exc:
-        raise ApiError(422, "invalid", f"slurm_options: {exc}") from None
-
-
-def workload_command(workload: str, args: list[str], where: str = "args") -> list[str]:
-    """The command of a built-in workload with ``args``; 422 naming what is wrong."""
-    try:
-        return resolve(workload, args)
-    except BadWorkload as exc:
-        raise ApiError(422, "invalid", f"{where}: {exc}") from None
-
-
-def check_gpus(
-    s: Session, gpus: int, gpu_mem: int | None = None, settings: Settings | None = None
-) -> None:
-    """Refuse what this server could never run: more GPUs than it has, or a reservation
-    larger than what any of its GPUs has to share."""
-    total = device_store.count(s)
-    if gpus > total:
-        raise ApiError(
-            422,
-            "invalid",
-            f"gpus: asked for {gpus} GPUs but this server has {total}",
-        )
-    if gpu_mem is None or settings is None:
-        return
-    headroom = settings.gpu_mem_headroom_bytes
-    memory = GpuMemory(
-        {d.index: d.memory_total_mb * MIB for d in device_store.all_devices(s)}, {}, headroom
-    )
-    if total and not memory.can_ever_hold(gpu_mem, gpus):
-        raise ApiError(
-            422,
-            "invalid",
-            f"gpu_mem: asked for {size_for_people(gpu_mem)} on each of {gpus} GPU(s); "
-            f"the GPUs here have at most {size_for_people(memory.largest())} to share "
-            f"({size_for_people(headroom)} of each is kept free)",
-        )
-
-
-def check_priority(priority: int | None, who: Caller) -> None:
-    """Above ``USER_PRIORITY_MAX`` needs an admin: at submission, update and restart."""
-    if priority is not None and priority > USER_PRIORITY_MAX and not who.admin:
-        raise ApiError(
-            403,
-            "forbidden",
-            f"priority: at most {USER_PRIORITY_MAX} for users; above that needs an admin",
-        )
-
-
-def check_cwd(
-    settings: Settings, db: Database, cwd: str, owner: str, run_as: str | None = None
-) -> None:
-    """Refuse a working directory the job could not enter, without revealing more.
-
-    A root daemon with --auth runs the job as the account its submission proved
-    (``run_as``) or else its owner's mapped account, so it judges the path as that account
-    would (missing and out of reach read the same); without either the launch refuses the
-    job anyway. Otherwise jobs run as the daemon's own account (without --auth every
-    caller is trusted with it), which the kernel asks.
-    """
-    if settings.auth and os.geteuid() == 0:
-        mapped = run_as
-        if mapped is None:
-            with db.read() as s:
-                mapped = user_store.unix_accounts(s, {owner}).get(owner)
-        account = paths.account(mapped) if mapped else None
-        if account is None:
-            return
-        ok = paths.can_enter(cwd, account)
-    else:
-        ok = paths.daemon_can_enter(cwd)
-    if not ok:
-        exhaustion.check()  # a walk that could not open a folder proves nothing then
-        raise ApiError(422, "invalid", f"cwd: {cwd} is not a directory the job can enter")
 
 
 @router.get("", response_model=JobList)

@@ -21,12 +21,8 @@ from ddpq.server import queue_caps, views
 from ddpq.server.deps import Auth, Caller, DatabaseDep, NotifyLookupsDep, SettingsDep
 from ddpq.server.errors import NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiError, error_response
 from ddpq.server.params import INT64_MAX, Offset
-from ddpq.server.routes.jobs import (
-    check_gpus,
-    job_spec,
-    refuse_if_disk_short,
-    workload_command,
-)
+from ddpq.server.routes.jobs import job_spec
+from ddpq.server.submission_checks import check_gpus, refuse_if_disk_short, workload_command
 from ddpq.store import notifications as notification_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store.db import Database, Session
