@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
+from job_folder_cost import filesystem, job_folders
 from machine import free_port, machine_line, stop_daemons, wait_until
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
@@ -43,6 +44,9 @@ def main() -> None:
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="ddpq-bench-"))
+    # What a job's folder costs beside the home just now: on an ext4 without a journal it
+    # follows what was deleted near it in the last minutes (bench/job_folder_cost.py).
+    folder_ms = job_folders(home.parent, 200)[0]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
@@ -100,7 +104,11 @@ def main() -> None:
     print(
         f"date: {time.strftime('%Y-%m-%d')}; command: python bench/scheduler_bench.py "
         f"--jobs {args.jobs} --latency-samples {args.latency_samples}"
-        f"{' --split' if args.split else ''}\n"
+        f"{' --split' if args.split else ''}"
+    )
+    print(
+        f"disk: a job's folder beside the home, {folder_ms:.3f} ms of kernel CPU "
+        f"({filesystem(home.parent)}; bench/job_folder_cost.py)\n"
     )
     print("| measure | p50 | p99 |")
     print("|---|---|---|")
