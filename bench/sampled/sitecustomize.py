@@ -6,6 +6,7 @@
 ``DDPQ_BENCH_SAMPLE``: bench/stack_sampler.py (where the threads' wall time goes).
 ``DDPQ_BENCH_SQL``: bench/sql_timing.py (write-lock waits, holds, commits; a slow disk).
 ``DDPQ_BENCH_THREADS``: bench/thread_names.py (which thread is which, for bench/burst_cpu.py).
+``DDPQ_BENCH_STATEMENTS``: bench/statement_count.py (how many SQL statements, by thread).
 """
 
 import os
@@ -27,3 +28,7 @@ if {"serve", "server", "worker"} & set(sys.orig_argv):
         import thread_names
 
         thread_names.start(os.environ["DDPQ_BENCH_THREADS"])
+    if os.environ.get("DDPQ_BENCH_STATEMENTS"):
+        import statement_count
+
+        statement_count.install(os.environ["DDPQ_BENCH_STATEMENTS"])
