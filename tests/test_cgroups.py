@@ -336,78 +336,72 @@ def test_a_gpu_set_s_program_is_loaded_once_and_fences_every_cgroup_it_is_given(
         assert denied == [errno.EPERM] * 3, (n, seen)
 
 
-def test_loaded_programs_are_bounded_and_the_oldest_closed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    opened: list[int] = []
+class FakePrograms:
+    """``gpu_fence.load`` without the kernel: each program is the read end of a pipe of its
+    own, so whether the fence closed it is told by its write end (a closed read end makes a
+    write fail), whatever number the descriptor had or was given again."""
 
-    def fake_load(minors: Any) -> int:
-        opened.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
-        return opened[-1]
+    def __init__(self) -> None:
+        self.write_ends: list[int] = []  # by load, first to last
+        self.refusals: list[gpu_fence.FenceUnavailable] = []  # each refuses the next load
 
-    monkeypatch.setattr(gpu_fence, "load", fake_load)
+    def load(self, minors: Any) -> int:
+        if self.refusals:
+            raise self.refusals.pop()
+        read, write = os.pipe()
+        self.write_ends.append(write)
+        return read
+
+    def closed(self) -> list[int]:
+        """The loads (by their order, from 0) whose program the fence has closed."""
+        out = []
+        for i, write in enumerate(self.write_ends):
+            try:
+                os.write(write, b"?")
+            except BrokenPipeError:
+                out.append(i)
+        return out
+
+
+@pytest.fixture
+def programs(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakePrograms]:
+    fake = FakePrograms()
+    monkeypatch.setattr(gpu_fence, "load", fake.load)
     monkeypatch.setattr(gpu_fence, "_LOADED", type(gpu_fence._LOADED)())
+    yield fake
+    gpu_fence.forget_programs()
+    for write in fake.write_ends:
+        os.close(write)
+
+
+def test_loaded_programs_are_bounded_and_the_oldest_closed(
+    programs: FakePrograms, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(gpu_fence, "LOADED_MAX", 3)
-    try:
-        for minor in (0, 1, 2, 0, 3):  # 0 used again: 1 is the oldest when 3 comes
-            gpu_fence._program_fd([minor])
-        assert len(opened) == 4
-        assert sorted(gpu_fence._LOADED) == [(0, 254, 255), (2, 254, 255), (3, 254, 255)]
-        closed = [fd for fd in opened if not _is_open(fd)]
-        assert closed == [opened[1]]  # the program of minor 1
-    finally:
-        for fd in opened:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    for minor in (0, 1, 2, 0, 3):  # 0 used again: 1 is the oldest when 3 comes
+        gpu_fence._program_fd([minor])
+    assert len(programs.write_ends) == 4
+    assert sorted(gpu_fence._LOADED) == [(0, 254, 255), (2, 254, 255), (3, 254, 255)]
+    assert programs.closed() == [1]  # the program of minor 1
 
 
 def test_a_load_refused_for_locked_memory_gives_back_the_kept_programs(
-    monkeypatch: pytest.MonkeyPatch,
+    programs: FakePrograms,
 ) -> None:
     """Before Linux 5.11 every loaded program counts against RLIMIT_MEMLOCK: the programs
     kept for later jobs must not be what leaves the next job unfenced."""
-    opened: list[int] = []
-    refusals: list[gpu_fence.FenceUnavailable] = []  # each refuses the next load once
-
-    def fake_load(minors: Any) -> int:
-        if refusals:
-            raise refusals.pop()
-        opened.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
-        return opened[-1]
-
-    closed: list[int] = []
-    real_close = os.close
-
-    def noted_close(fd: int) -> None:
-        closed.append(fd)  # noted by number: a number closed is soon given out again
-        real_close(fd)
-
-    monkeypatch.setattr(gpu_fence, "load", fake_load)
-    monkeypatch.setattr(gpu_fence, "_LOADED", type(gpu_fence._LOADED)())
-    try:
-        first, second = gpu_fence._program_fd([0]), gpu_fence._program_fd([1])
-        monkeypatch.setattr(os, "close", noted_close)
-        refusals.append(gpu_fence.FenceUnavailable(errno.EPERM, "Operation not permitted"))
-        third = gpu_fence._program_fd([2])  # refused once: the two kept are given back
-        monkeypatch.setattr(os, "close", real_close)
-        assert third == opened[2] and not refusals
-        assert list(gpu_fence._LOADED) == [(2, 254, 255)]
-        assert sorted(closed) == sorted([first, second])
-        # Refused with nothing kept to give back: the job's start hears it (unfenced).
-        gpu_fence.forget_programs()
-        refusals.append(gpu_fence.FenceUnavailable(errno.EPERM, "Operation not permitted"))
-        with pytest.raises(gpu_fence.FenceUnavailable):
-            gpu_fence._program_fd([3])
-    finally:
-        gpu_fence.forget_programs()  # every descriptor this test made is one kept, or closed
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
+    gpu_fence._program_fd([0])
+    gpu_fence._program_fd([1])
+    programs.refusals.append(gpu_fence.FenceUnavailable(errno.EPERM, "Operation not permitted"))
+    gpu_fence._program_fd([2])  # refused once: the two kept are given back, then loaded
+    assert not programs.refusals and len(programs.write_ends) == 3
+    assert list(gpu_fence._LOADED) == [(2, 254, 255)]
+    assert programs.closed() == [0, 1]
+    # Refused with nothing kept to give back: the job's start hears it (and runs unfenced).
+    gpu_fence.forget_programs()
+    programs.refusals.append(gpu_fence.FenceUnavailable(errno.EPERM, "Operation not permitted"))
+    with pytest.raises(gpu_fence.FenceUnavailable):
+        gpu_fence._program_fd([3])
 
 
 # ---- the daemon: jobs cannot leave supervision ----------------------------------
