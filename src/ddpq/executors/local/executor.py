@@ -203,11 +203,11 @@ class LocalExecutor:
         for job_id, w in self._watched.items():
             if w.kill_at is None or now < w.kill_at:
                 continue
-            if not procs.is_alive(w.ident):
+            seen = procs.live_stat(w.ident)  # one look: still this shim, and is it stopped
+            if seen is None:
                 w.kill_at = None
                 continue  # ended meanwhile: gathered below
-            seen = procs.stat(w.ident.pid)
-            if not w.patient and seen is not None and seen.state not in ("T", "t"):
+            if not w.patient and seen.state not in ("T", "t"):
                 w.patient = True
                 w.kill_at = now + 2 * shim_procs.KILL_WAIT_S + KILL_SLACK_S
                 continue

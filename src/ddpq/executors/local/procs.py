@@ -48,10 +48,18 @@ def identity(pid: int) -> Identity | None:
     return None if st is None else Identity(pid, st.start_ticks)
 
 
+def live_stat(ident: Identity) -> ProcStat | None:
+    """The stat of that very process (not a later one with the same PID) if it still runs
+    (stopped counts: only gone and zombie do not); None otherwise."""
+    st = stat(ident.pid)
+    if st is None or st.start_ticks != ident.start_ticks or st.state == "Z":
+        return None
+    return st
+
+
 def is_alive(ident: Identity) -> bool:
     """True if that very process (not a later one with the same PID) still runs."""
-    st = stat(ident.pid)
-    return st is not None and st.start_ticks == ident.start_ticks and st.state != "Z"
+    return live_stat(ident) is not None
 
 
 def all_pids() -> list[int]:
