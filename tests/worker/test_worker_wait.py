@@ -24,6 +24,7 @@ from ddpq.core.spec import JobSpec
 from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
 from ddpq.store.db import Database
+from ddpq.worker import loop
 from ddpq.worker.loop import Worker
 from tests.helpers import wait_for
 from tests.template_db import migrated
@@ -114,3 +115,59 @@ def test_a_worker_waiting_on_more_than_1024_descriptors_keeps_scheduling(
         thread.join(30)
         api.dispose()
     assert not thread.is_alive() and not died
+
+
+class RecordedStop(threading.Event):
+    """The worker's stop event, noting each wait asked of it and returning at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(-1.0 if timeout is None else timeout)
+        return self.is_set()
+
+
+@pytest.fixture
+def gapped(tmp_path: Path) -> Iterator[tuple[Worker, RecordedStop]]:
+    """A listening worker whose gap waits are noted, not slept."""
+    settings = Settings(home=tmp_path / "home", fake_gpus=1, port_range=(29600, 29609))
+    migrated(settings.db_path)
+    worker = Worker(settings, FakeExecutor(FakeHost()), listen=True)
+    stop = RecordedStop()
+    worker._stop = stop
+    try:
+        yield worker, stop
+    finally:
+        worker.close()
+
+
+def test_a_wake_soon_after_a_pass_waits_out_the_gap_and_takes_what_came_meanwhile(
+    gapped: tuple[Worker, RecordedStop],
+) -> None:
+    worker, stop = gapped
+    sock = worker._sock
+    assert sock is not None
+    worker._passed_at = time.monotonic()  # a pass has just ended
+    wake.nudge(worker.settings.wake_socket)
+    wake.nudge(worker.settings.wake_socket)  # the next submission, within the gap
+    worker._wait()
+    assert len(stop.waits) == 1 and 0 < stop.waits[0] <= loop.PASS_GAP_S
+    # Both wakes were drained: the pass after the gap is the one that answers them both.
+    assert wake.wait_readable([sock.fileno()], 0.0) == set()
+
+
+@pytest.mark.parametrize("case", ["quiet", "window"])
+def test_a_wake_after_a_quiet_spell_or_a_full_window_is_answered_at_once(
+    gapped: tuple[Worker, RecordedStop], case: str
+) -> None:
+    worker, stop = gapped
+    if case == "quiet":
+        worker._passed_at = time.monotonic() - 10 * loop.PASS_GAP_S
+    else:  # the last pass started a whole planning window: the next one runs at once
+        worker._passed_at = time.monotonic()
+        worker._pass_again = True
+    wake.nudge(worker.settings.wake_socket)
+    worker._wait()
+    assert stop.waits == []
