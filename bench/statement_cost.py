@@ -5,11 +5,12 @@ DB-API connection underneath, in this process (no daemon).
 
 On a migrated database with no running job, each read is a read transaction and one
 statement: the running jobs the worker's stop phase reads every pass
-(``store.supervision.running_for_supervision``), taken as the worker takes it, then the
+(``store.supervision.running_for_supervision``) through the session (the ORM's layer), on
+the session's connection as the store reads it now (``store.columns.flushed``), then the
 same SQL text on the same connection's DB-API cursor. It prints the interpreter's CPU per
-read (``time.thread_time``) for each, and for an empty read transaction. The difference is
-what SQLAlchemy adds to each statement a pass runs (``bench/statement_count.py`` counts
-them).
+read (``time.thread_time``) for each, and for an empty read transaction. The differences
+are what each layer adds to each statement a pass runs (``bench/statement_count.py``
+counts them).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from machine import machine_line, python_c_pass_ms
 
 from ddpq.config import Settings
 from ddpq.core.states import JobState
-from ddpq.store import supervision
+from ddpq.store.columns import flushed
 from ddpq.store.db import Database, migrate
+from ddpq.store.supervision import _SUPERVISED
 
 SAME_SQL = (
     "SELECT id, owner, started_at, time_limit_s, stop_request, stop_sent_at, priority,"
@@ -60,7 +62,12 @@ def main() -> None:
 
         def through_sqlalchemy() -> None:
             with db.read() as s:
-                supervision.running_for_supervision(s)
+                s.execute(_SUPERVISED, {"states": [JobState.RUNNING]}).all()
+
+        def through_the_connection() -> None:
+            with db.read() as s:
+                found = flushed(s).execute(_SUPERVISED, {"states": [JobState.RUNNING]})
+                found.all()
 
         def through_dbapi() -> None:
             with db.read() as s:
@@ -69,7 +76,8 @@ def main() -> None:
 
         reads = [
             ("an empty read transaction", empty),
-            ("the stop phase's read, through SQLAlchemy", through_sqlalchemy),
+            ("the stop phase's read, through SQLAlchemy's ORM", through_sqlalchemy),
+            ("the same, on the session's connection (store.columns)", through_the_connection),
             ("the same SQL, through the DB-API cursor", through_dbapi),
         ]
         rows = [(name, per_call_ms(read, args.runs)) for name, read in reads]

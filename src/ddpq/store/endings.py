@@ -19,6 +19,7 @@ from ddpq.core.rules import ExitRecord, StopRequest
 from ddpq.core.states import JobState
 from ddpq.store import leases as lease_store
 from ddpq.store import settling, transitions
+from ddpq.store.columns import flushed
 from ddpq.store.models import Attempt, Job
 
 _jobs = cast(Table, Job.__table__)
@@ -60,7 +61,7 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
     ids = list(job_ids)
     if not ids:
         return {}
-    rows = session.execute(
+    found = flushed(session).execute(
         select(
             Job.id,
             Job.state,
@@ -76,10 +77,10 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
             Attempt.gpu_mem_bytes,
         )
         .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.number == Job.attempt))
-        .where(Job.id.in_(ids))
+        .where(Job.id.in_(ids)),
     )
     out = {}
-    for row in rows:
+    for row in found:
         stop = StopRequest(row.stop_request) if row.stop_request else None
         facts = JobFacts(
             row.attempt,

@@ -9,12 +9,13 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from ddpq.core.states import ACTIVE
+from ddpq.store.columns import flushed
 from ddpq.store.models import Attempt, Job, Lease
 
 
 def ram_held(session: Session) -> int:
     """Bytes of host memory the jobs that hold leases hold now."""
-    return int(session.scalar(_RAM_HELD) or 0)
+    return int(flushed(session).execute(_RAM_HELD).scalar() or 0)
 
 
 _RAM_HELD = (  # built once: read at every pass
@@ -37,9 +38,9 @@ def held_by(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[list[in
     those of ``job_ids`` that hold leases now."""
     if not job_ids:
         return {}
-    rows = session.execute(
+    found = session.execute(
         select(Attempt.job_id, Attempt.cores, Attempt.ram_bytes)
         .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
         .where(Job.id.in_(list(job_ids)), Job.state.in_(list(ACTIVE)))
     )
-    return {job_id: (list(cores or []), ram) for job_id, cores, ram in rows}
+    return {job_id: (list(cores or []), ram) for job_id, cores, ram in found}

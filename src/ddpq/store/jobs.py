@@ -14,6 +14,7 @@ from ddpq.core.scheduler import QueuedJob, needs_port
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, TERMINAL, JobState
 from ddpq.store import settling, transitions
+from ddpq.store.columns import flushed
 from ddpq.store.dependencies import (
     checked_standings,
     dependency_rows,
@@ -185,9 +186,9 @@ def queued_for_planning(
     ``window`` rows, ranked by SQLite without the interpreter lock.
     """
     if window is None:
-        found = session.execute(_WHOLE_QUEUE)
+        found = flushed(session).execute(_WHOLE_QUEUE)
     else:
-        found = session.execute(_WINDOWED_QUEUE, {"window": window})
+        found = flushed(session).execute(_WINDOWED_QUEUE, {"window": window})
     return [
         (
             QueuedJob(
@@ -229,8 +230,8 @@ def auto_memory_jobs(session: Session, among: Iterable[int] | None = None) -> li
     whole GPUs after running out of memory; ``among``: of these ids only (the pass's
     window: looked up by id, not by a walk over the queue)."""
     if among is None:
-        return list(session.scalars(_AUTO))
-    return list(session.scalars(_AUTO_AMONG, {"ids": list(among)}))
+        return list(flushed(session).execute(_AUTO).scalars())
+    return list(flushed(session).execute(_AUTO_AMONG, {"ids": list(among)}).scalars())
 
 
 _AUTO = select(Job.id).where(  # both built once: asked at every pass

@@ -9,6 +9,7 @@ from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from ddpq.core.limits import EVERYONE, Limit, Limits, Reservation, peak_reserved
+from ddpq.store.columns import flushed
 from ddpq.store.models import GpuReservation, UserLimit
 
 # ---- limits ---------------------------------------------------------------------------
@@ -50,9 +51,9 @@ def clear_limit(session: Session, user: str) -> bool:
 
 def limits(session: Session) -> Limits:
     """Every limit, as the planner takes them (read on every pass: one small table)."""
-    rows = {user: Limit(gpus, jobs) for user, gpus, jobs in session.execute(_LIMITS)}
-    default = rows.pop(EVERYONE, Limit())
-    return Limits(rows, default)
+    each = {user: Limit(gpus, jobs) for user, gpus, jobs in flushed(session).execute(_LIMITS)}
+    default = each.pop(EVERYONE, Limit())
+    return Limits(each, default)
 
 
 _LIMITS = select(UserLimit.user, UserLimit.max_gpus, UserLimit.max_jobs)  # built once: every pass
@@ -120,7 +121,7 @@ def delete_reservation(session: Session, reservation_id: int) -> Reservation:
 def open_reservations(session: Session, now: float) -> list[Reservation]:
     """Those that have not ended (read on every pass; ``end_at`` is indexed), in
     ``list_reservations``' order, by a statement built once and no ORM objects."""
-    return [Reservation(*row) for row in session.execute(_OPEN, {"now": now})]
+    return [Reservation(*row) for row in flushed(session).execute(_OPEN, {"now": now})]
 
 
 # How reservations are listed, the planner's and the admin's lists alike.

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, aliased
 from ddpq.core.deps import settle_change
 from ddpq.core.states import TERMINAL, JobState
 from ddpq.store import transitions
+from ddpq.store.columns import flushed
 from ddpq.store.dependencies import Waiting, waiting_of_many
 from ddpq.store.models import Job, JobDependency, SweepDependency
 
@@ -89,8 +90,8 @@ def held_on(session: Session, job_ids: Sequence[int]) -> list[int]:
     them as singletons: one statement, built once."""
     if not job_ids:
         return []
-    session.flush()  # a job held by this session's own pending changes is seen
-    return list(session.connection().execute(_HELD_ON_THEM, {"ended": list(job_ids)}).scalars())
+    # A job held by this session's own pending changes is seen (flushed writes them).
+    return list(flushed(session).execute(_HELD_ON_THEM, {"ended": list(job_ids)}).scalars())
 
 
 def settle_dependents_many(session: Session, job_ids: Sequence[int], now: float) -> None:

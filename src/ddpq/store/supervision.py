@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from ddpq.core.states import JobState
+from ddpq.store.columns import flushed
 from ddpq.store.models import Job
 
 
@@ -37,8 +38,8 @@ def running_for_supervision(
     session: Session, states: Iterable[JobState] = (JobState.RUNNING,)
 ) -> list[RunningView]:
     """Timing and stop fields of the jobs in ``states``, columns only (read every pass)."""
-    rows = session.execute(_SUPERVISED, {"states": list(states)})
-    return [RunningView(*tuple(row)) for row in rows]
+    found = flushed(session).execute(_SUPERVISED, {"states": list(states)})
+    return [RunningView(*tuple(row)) for row in found]
 
 
 _SUPERVISED = select(  # built once: read twice every pass

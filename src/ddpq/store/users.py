@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 # Re-exported: the admin commands check account names with it too.
 from ddpq.core.names import UNIX_NAME as UNIX_NAME
+from ddpq.store.columns import flushed
 from ddpq.store.models import User
 
 
@@ -60,7 +61,11 @@ def unix_accounts(session: Session, names: set[str]) -> dict[str, str]:
     """name -> mapped Unix account, for the users among ``names`` that have one."""
     if not names:
         return {}
-    return {name: unix for name, unix in session.execute(_MAPPED, {"names": list(names)}) if unix}
+    return {
+        name: unix
+        for name, unix in flushed(session).execute(_MAPPED, {"names": list(names)})
+        if unix
+    }
 
 
 _MAPPED = select(User.name, User.unix_user).where(  # built once: every pass that starts jobs
