@@ -22,6 +22,7 @@ from ddpq import wake
 from ddpq.config import Settings
 from ddpq.core.spec import JobSpec
 from ddpq.executors.fake import FakeExecutor, FakeHost
+from ddpq.jobdir import JobDir
 from ddpq.store import jobs as job_store
 from ddpq.store.db import Database
 from ddpq.worker import loop
@@ -149,6 +150,7 @@ def test_a_wake_soon_after_a_pass_waits_out_the_gap_and_takes_what_came_meanwhil
     worker, stop = gapped
     sock = worker._sock
     assert sock is not None
+    worker._running[1] = JobDir(worker.settings.jobs_dir / "1")  # a job runs
     worker._passed_at = time.monotonic()  # a pass has just ended
     wake.nudge(worker.settings.wake_socket)
     wake.nudge(worker.settings.wake_socket)  # the next submission, within the gap
@@ -158,15 +160,17 @@ def test_a_wake_soon_after_a_pass_waits_out_the_gap_and_takes_what_came_meanwhil
     assert wake.wait_readable([sock.fileno()], 0.0) == set()
 
 
-@pytest.mark.parametrize("case", ["quiet", "window"])
-def test_a_wake_after_a_quiet_spell_or_a_full_window_is_answered_at_once(
+@pytest.mark.parametrize("case", ["quiet", "window", "idle"])
+def test_a_wake_after_a_quiet_spell_a_full_window_or_on_an_idle_host_is_answered_at_once(
     gapped: tuple[Worker, RecordedStop], case: str
 ) -> None:
     worker, stop = gapped
+    worker._passed_at = time.monotonic()  # a pass has just ended
+    if case != "idle":  # idle: no job runs, so there is no end to gather
+        worker._running[1] = JobDir(worker.settings.jobs_dir / "1")
     if case == "quiet":
-        worker._passed_at = time.monotonic() - 10 * loop.PASS_GAP_S
-    else:  # the last pass started a whole planning window: the next one runs at once
-        worker._passed_at = time.monotonic()
+        worker._passed_at -= 10 * loop.PASS_GAP_S
+    elif case == "window":  # the last pass started a whole planning window
         worker._pass_again = True
     wake.nudge(worker.settings.wake_socket)
     worker._wait()

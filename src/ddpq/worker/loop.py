@@ -48,7 +48,8 @@ PROGRESS_EVERY_S = 1.0
 # of submissions and short jobs every wake took a pass of its own, each reading the queue
 # and taking the write lock the next submission waits for, and two passes of one job (its
 # start, its end) cost more CPU than the job. Waiting, the wakes of that time share a pass.
-# A wake after a quiet spell is answered at once. bench/RESULTS.md: "Passes that wait".
+# A wake after a quiet spell, or with no job running (no end to gather: a lone submission
+# on an idle host), is answered at once. bench/RESULTS.md: "Passes that wait".
 PASS_GAP_S = 0.02
 # --stop-jobs: how long past the grace period the worker waits for jobs to end.
 STOP_ALL_SLACK_S = 30.0
@@ -157,7 +158,7 @@ class Worker:
         ready = wake.wait_readable(fds, 0.0 if self._pass_again else self.settings.poll_s)
         # Woken here: the gap below is part of the wait a job's start reports.
         self._woke_at = self.clock()
-        if ready and not self._pass_again:
+        if ready and self._running and not self._pass_again:
             left = self._passed_at + PASS_GAP_S - time.monotonic()
             if left > 0:
                 self._stop.wait(left)  # what else comes meanwhile shares the pass
