@@ -50,7 +50,7 @@ PROGRESS_EVERY_S = 1.0
 # start, its end) cost more CPU than the job. Waiting, the wakes of that time share a pass.
 # A wake after a quiet spell, or with no job running (no end to gather: a lone submission
 # on an idle host), is answered at once. bench/RESULTS.md: "Passes that wait".
-PASS_GAP_S = 0.02
+PASS_GAP_S = 0.01
 # --stop-jobs: how long past the grace period the worker waits for jobs to end.
 STOP_ALL_SLACK_S = 30.0
 
