@@ -77,7 +77,7 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
             Attempt.gpu_mem_bytes,
         )
         .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.number == Job.attempt))
-        .where(Job.id.in_(ids)),
+        .where(Job.id.in_(ids))
     )
     out = {}
     for row in found:

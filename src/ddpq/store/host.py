@@ -38,9 +38,9 @@ def held_by(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[list[in
     those of ``job_ids`` that hold leases now."""
     if not job_ids:
         return {}
-    found = session.execute(
+    rows = session.execute(
         select(Attempt.job_id, Attempt.cores, Attempt.ram_bytes)
         .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
         .where(Job.id.in_(list(job_ids)), Job.state.in_(list(ACTIVE)))
     )
-    return {job_id: (list(cores or []), ram) for job_id, cores, ram in found}
+    return {job_id: (list(cores or []), ram) for job_id, cores, ram in rows}
