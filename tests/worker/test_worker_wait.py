@@ -131,8 +131,12 @@ class RecordedStop(threading.Event):
 
 
 @pytest.fixture
-def gapped(tmp_path: Path) -> Iterator[tuple[Worker, RecordedStop]]:
-    """A listening worker whose gap waits are noted, not slept."""
+def gapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Worker, RecordedStop]]:
+    """A listening worker whose gap waits are noted, not slept; the gap a minute long, so
+    that no slowness of the machine between two lines of a test can end it."""
+    monkeypatch.setattr(loop, "PASS_GAP_S", 60.0)
     settings = Settings(home=tmp_path / "home", fake_gpus=1, port_range=(29600, 29609))
     migrated(settings.db_path)
     worker = Worker(settings, FakeExecutor(FakeHost()), listen=True)
