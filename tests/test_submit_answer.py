@@ -73,16 +73,17 @@ def test_a_submission_takes_one_hop_to_the_thread_pool(
     assert len(hops) == 1, hops  # the route itself; before, its answer was a second
 
 
+@pytest.mark.parametrize("step", ["job_out", "answer"])
 def test_a_submission_whose_answer_fails_queues_nothing(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
-    """Its answer is made in its transaction: a client that retries a failed submission
-    must not end with the job queued twice."""
+    """Its answer is made, and serialized, in its transaction: a client that retries a
+    failed submission must not end with the job queued twice."""
 
     def broken(*_: object) -> None:
         raise RuntimeError("no answer")
 
-    monkeypatch.setattr("ddpq.server.views.job_out", broken)
+    monkeypatch.setattr(f"ddpq.server.views.{step}", broken)
     r = client.post("/v1/jobs", json=SUBMISSIONS[0])
     assert r.status_code == 500
     monkeypatch.undo()

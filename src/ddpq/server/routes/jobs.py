@@ -83,12 +83,13 @@ def submit(
         check_gpus(s, body.gpus_max or body.gpus, body.gpu_mem_bytes, settings)  # an elastic's most
         queue_caps.refuse_if_over(s, settings, spec.owner, 1)
         job = job_store.create_job(s, spec, time.time())
-        # In the transaction: an answer that cannot be made undoes the job, so a client's
-        # retry of a failed submission never queues it twice. A new job holds no lease, and
-        # its dependencies are the ones just given.
+        # In the transaction, serialized too: an answer that cannot be made undoes the job,
+        # so a client's retry of a failed submission never queues it twice. A new job holds
+        # no lease, and its dependencies are the ones just given.
         out = views.job_out(job, ([], None), views.spec_waits(spec))
+        answer = views.answer(out, SUBMITTED)
     wake.nudge(settings.wake_socket)
-    return views.answer(out, SUBMITTED)
+    return answer
 
 
 def job_spec(
