@@ -7,6 +7,8 @@
 ``DDPQ_BENCH_SQL``: bench/sql_timing.py (write-lock waits, holds, commits; a slow disk).
 ``DDPQ_BENCH_THREADS``: bench/thread_names.py (which thread is which, for bench/burst_cpu.py).
 ``DDPQ_BENCH_STATEMENTS``: bench/statement_count.py (how many SQL statements, by thread).
+``DDPQ_BENCH_PASS_GAP_S``: the worker's pass gap (``worker.loop.PASS_GAP_S``) set to this,
+to compare gaps with one tree.
 """
 
 import os
@@ -32,3 +34,7 @@ if {"serve", "server", "worker"} & set(sys.orig_argv):
         import statement_count
 
         statement_count.install(os.environ["DDPQ_BENCH_STATEMENTS"])
+    if os.environ.get("DDPQ_BENCH_PASS_GAP_S"):
+        from ddpq.worker import loop
+
+        loop.PASS_GAP_S = float(os.environ["DDPQ_BENCH_PASS_GAP_S"])
