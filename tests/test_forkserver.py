@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from ddpq.executors.local import procs
-from ddpq.executors.local.forkclient import ForkServer, ForkServerUnavailable
+from ddpq.executors.local.forkclient import (
+    ForkServer,
+    ForkServerLost,
+    ForkServerUnavailable,
+    Ticket,
+)
 from ddpq.executors.local.spawn import shim_args
 from ddpq.jobdir import JobDir
 from tests.helpers import wait_for
@@ -25,10 +30,16 @@ def server(tmp_path: Path) -> Iterator[ForkServer]:
 
 def fork(server: ForkServer, folder: JobDir, command: list[str], **kw: object) -> tuple[int, int]:
     """A shim for ``command`` in ``folder``, waiting at its gate: its PID and the gate."""
+    ticket, gate = ask(server, folder, command, **kw)
+    return server.answer(ticket), gate
+
+
+def ask(server: ForkServer, folder: JobDir, command: list[str], **kw: object) -> tuple[Ticket, int]:
+    """The request for ``fork``'s shim, sent and not answered yet; its ticket and gate."""
     folder.path.mkdir(parents=True, exist_ok=True)
     gate_r, gate_w = os.pipe()
     with open(folder.shim_errors, "ab") as err:
-        pid = server.fork(
+        ticket = server.send(
             [*shim_args(folder, "/", 1.0, 1 << 20), *command],
             {**os.environ, "DDPQ_ATTEMPT": "1", "DDPQ_JOB_DIR": str(folder.path)},
             uid=None,
@@ -39,7 +50,7 @@ def fork(server: ForkServer, folder: JobDir, command: list[str], **kw: object) -
             stderr=err.fileno(),
         )
     os.close(gate_r)
-    return pid, gate_w
+    return ticket, gate_w
 
 
 def test_a_forked_shim_runs_its_job_once_let_go_and_shows_as_a_shim(
@@ -113,3 +124,34 @@ def test_a_server_that_cannot_start_is_unavailable_not_a_crash(tmp_path: Path) -
     with pytest.raises(ForkServerUnavailable):
         fork(fs, JobDir(tmp_path / "jobs" / "1"), ["true"])
     fs.close()
+
+
+def test_requests_sent_together_are_answered_each_with_its_own_shim(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    # Three requests before any answer, the middle one refused by the server (not a
+    # request it can read): the answers come in order, each for its own request.
+    first, gate_1 = ask(server, JobDir(tmp_path / "jobs" / "1"), ["true"])
+    assert server._sock is not None
+    server._sock.sendmsg([b"not a request"])
+    refused = Ticket(server._sock)
+    third, gate_3 = ask(server, JobDir(tmp_path / "jobs" / "3"), ["true"])
+    pids = {1: server.answer(first)}
+    with pytest.raises(OSError, match="could not fork"):
+        server.answer(refused)
+    pids[3] = server.answer(third)
+    for n, pid in pids.items():
+        folder = str(tmp_path / "jobs" / str(n))
+        wait_for(lambda f=folder, p=pid: procs.find_shim(f) == p, what=f"shim {n}")  # type: ignore[misc]
+    for gate in (gate_1, gate_3):
+        os.close(gate)  # nothing runs: each shim records that and ends
+
+
+def test_a_request_the_server_went_away_from_is_lost(server: ForkServer, tmp_path: Path) -> None:
+    ticket, gate = ask(server, JobDir(tmp_path / "jobs" / "1"), ["true"])
+    os.close(gate)
+    server.close()  # a new server would never answer the old one's requests
+    with pytest.raises(ForkServerLost):
+        server.answer(ticket)
+    _, gate = fork(server, JobDir(tmp_path / "jobs" / "2"), ["true"])  # a new one serves
+    os.close(gate)

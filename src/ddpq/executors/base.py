@@ -13,7 +13,7 @@ out as handles and ``Ended`` records.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -82,6 +82,27 @@ LOST = "lost: the job's shim ended without an exit record"
 KILL_SLACK_S = 5.0
 
 
+def one_by_one(
+    start: Callable[[Launch], str], launches: Sequence[Launch]
+) -> list[str | LaunchFailed]:
+    """``Executor.start_many`` for an executor that starts one attempt at a time."""
+    started: list[str | LaunchFailed] = []
+    for launch in launches:
+        try:
+            started.append(start(launch))
+        except LaunchFailed as exc:
+            started.append(exc)
+    return started
+
+
+def only_one(started: list[str | LaunchFailed]) -> str:
+    """``Executor.start`` from ``start_many`` of one launch: its handle, or raised."""
+    (result,) = started
+    if isinstance(result, LaunchFailed):
+        raise result
+    return result
+
+
 class Executor(Protocol):
     """Where jobs run. One instance per worker; called from the worker's thread only."""
 
@@ -96,6 +117,12 @@ class Executor(Protocol):
         """Make the attempt ready to run and return its handle; raise LaunchFailed if it
         cannot. Nothing of the job runs until ``proceed``: the worker first stores the
         handle, so that whatever runs can always be found again after a crash."""
+        ...
+
+    def start_many(self, launches: Sequence[Launch]) -> list[str | LaunchFailed]:
+        """``start`` for each launch, in order: each one's handle, or why it could not
+        start. An executor may overlap the starts (the local one: its fork server forks
+        one shim while the next job's folder is made); ``one_by_one`` does them in turn."""
         ...
 
     def proceed(self, job_ids: Sequence[int]) -> None:

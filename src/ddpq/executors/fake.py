@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpq.core.rules import ExitRecord
-from ddpq.executors.base import LOST, Ended, Launch, LaunchFailed
+from ddpq.executors.base import LOST, Ended, Launch, LaunchFailed, one_by_one
 
 
 @dataclass
@@ -95,6 +95,9 @@ class FakeExecutor:
         self.host.attempts[handle] = FakeAttempt(launch, handle)
         self.watched[launch.job_id] = handle
         return handle
+
+    def start_many(self, launches: Sequence[Launch]) -> list[str | LaunchFailed]:
+        return one_by_one(self.start, launches)
 
     def proceed(self, job_ids: Sequence[int]) -> None:
         for job_id in job_ids:

@@ -293,31 +293,15 @@ class Worker:
         self._pass_again = window is not None and len(leased) >= window
         if not leased:
             return
+        launches = [self._launch(job, mapped) for job in leased]
         started: list[tuple[int, str]] = []
         failed: list[tuple[int, str]] = []
-        for job in leased:
-            visible, device_gpus = self.inventory.naming(job.gpus)
-            launch = Launch(
-                job_id=job.job_id,
-                attempt=job.attempt,
-                job_dir=Path(job.job_dir),
-                spec=job.spec,
-                gpus=job.gpus,
-                port=job.port,
-                # The account the submission proved (the socket's caller) comes first.
-                unix_account=job.spec.run_as or mapped.get(job.spec.owner),
-                reserved_mem_bytes=job.reserved_mem_bytes,
-                visible=visible,
-                device_gpus=device_gpus,
-                cores=job.cores,
-                ram_bytes=job.ram_bytes,
-            )
-            try:
-                started.append((job.job_id, self.executor.start(launch)))
-            except LaunchFailed as exc:
-                failed.append((job.job_id, clean_text(str(exc), 1000)))
+        for launch, handle in zip(launches, self.executor.start_many(launches), strict=True):
+            if isinstance(handle, LaunchFailed):
+                failed.append((launch.job_id, clean_text(str(handle), 1000)))
                 continue
-            self._running[job.job_id] = JobDir(launch.job_dir)
+            started.append((launch.job_id, handle))
+            self._running[launch.job_id] = JobDir(launch.job_dir)
         now = self.clock()
         try:
             with self.db.write() as s:
@@ -330,6 +314,25 @@ class Worker:
             self.executor.abandon([job_id for job_id, _ in started])
             raise
         self.executor.proceed([job_id for job_id, _ in started])
+
+    def _launch(self, job: attempt_store.Leased, mapped: dict[str, str]) -> Launch:
+        """What the executor is given to start a leased job."""
+        visible, device_gpus = self.inventory.naming(job.gpus)
+        return Launch(
+            job_id=job.job_id,
+            attempt=job.attempt,
+            job_dir=Path(job.job_dir),
+            spec=job.spec,
+            gpus=job.gpus,
+            port=job.port,
+            # The account the submission proved (the socket's caller) comes first.
+            unix_account=job.spec.run_as or mapped.get(job.spec.owner),
+            reserved_mem_bytes=job.reserved_mem_bytes,
+            visible=visible,
+            device_gpus=device_gpus,
+            cores=job.cores,
+            ram_bytes=job.ram_bytes,
+        )
 
     def _read_progress(self) -> None:
         """The newest progress line of every running job, written when it changed."""

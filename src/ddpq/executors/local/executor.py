@@ -24,7 +24,7 @@ from pathlib import Path
 from ddpq.config import Settings
 from ddpq.core.enforcement import Control
 from ddpq.core.rules import ExitRecord
-from ddpq.executors.base import KILL_SLACK_S, LOST, Ended, Launch
+from ddpq.executors.base import KILL_SLACK_S, LOST, Ended, Launch, LaunchFailed, only_one
 from ddpq.executors.contract import threads_per_rank
 from ddpq.executors.local import cgroups, gpu_fence, limits, procs, shim_procs
 from ddpq.executors.local.spawn import Spawned, Spawner, abandon, let_run
@@ -113,11 +113,19 @@ class LocalExecutor:
     # ---- start, adopt --------------------------------------------------------------
 
     def start(self, launch: Launch) -> str:
-        spawned = self._spawner.spawn(launch)
-        self._watch(launch.job_id, spawned.ident, JobDir(launch.job_dir), launch.attempt)
-        self._watched[launch.job_id].child = spawned.child
-        self._held[launch.job_id] = spawned
-        return handle_of(spawned.ident)
+        return only_one(self.start_many([launch]))
+
+    def start_many(self, launches: Sequence[Launch]) -> list[str | LaunchFailed]:
+        started: list[str | LaunchFailed] = []
+        for launch, spawned in zip(launches, self._spawner.spawn_many(launches), strict=True):
+            if isinstance(spawned, LaunchFailed):
+                started.append(spawned)
+                continue
+            self._watch(launch.job_id, spawned.ident, JobDir(launch.job_dir), launch.attempt)
+            self._watched[launch.job_id].child = spawned.child
+            self._held[launch.job_id] = spawned
+            started.append(handle_of(spawned.ident))
+        return started
 
     def proceed(self, job_ids: Sequence[int]) -> None:
         for job_id in job_ids:

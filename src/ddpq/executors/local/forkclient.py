@@ -1,4 +1,5 @@
-"""The worker's end of the fork server (``forkserver.py``): one request, one shim."""
+"""The worker's end of the fork server (``forkserver.py``): one request, one shim; a
+pass's requests may be sent before their answers are read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 FORKSERVER = Path(__file__).with_name("forkserver.py")
@@ -22,6 +24,14 @@ class ForkServerUnavailable(OSError):
 
 class ForkServerLost(OSError):
     """The fork server went away after it got the request: whether a shim started is unknown."""
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A request sent and not yet answered: the connection it went on, where its answer
+    comes (a server started again since then will never answer it)."""
+
+    sock: socket.socket
 
 
 class ForkServer:
@@ -78,6 +88,38 @@ class ForkServer:
     ) -> int:
         """Fork a shim that waits on ``gate``; its PID. Raises ForkServerUnavailable or
         ForkServerLost (see there), or OSError for a refused fork (out of processes)."""
+        ticket = self.send(
+            argv,
+            env,
+            uid=uid,
+            gid=gid,
+            groups=groups,
+            umask=umask,
+            cgroup=cgroup,
+            gate=gate,
+            stderr=stderr,
+            limits=limits,
+        )
+        return self.answer(ticket)
+
+    def send(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        uid: int | None,
+        gid: int | None,
+        groups: Sequence[int] | None = None,
+        umask: int,
+        cgroup: Path | None,
+        gate: int,
+        stderr: int,
+        limits: Sequence[Path] = (),
+    ) -> Ticket:
+        """Ask for a shim that waits on ``gate``, without waiting for the answer: the
+        server forks while the caller prepares the next. Answers come in the order of
+        the requests (``answer``). Raises ForkServerUnavailable. The descriptors travel
+        with the request: the caller may close its own as soon as this returns."""
         request = {
             "argv": list(argv),
             "env": dict(env),
@@ -110,6 +152,16 @@ class ForkServer:
         finally:
             if body_fd is not None:
                 os.close(body_fd)
+        return Ticket(sock)
+
+    def answer(self, ticket: Ticket) -> int:
+        """The PID of the shim ``ticket``'s request asked for; each ticket is answered
+        once, in the order they were given. Raises ForkServerLost (the server went away
+        after the request: whether that shim started is unknown) or OSError (it could not
+        fork)."""
+        sock = ticket.sock
+        if sock is not self._sock:
+            raise ForkServerLost("the fork server went away before it answered")
         try:
             reply = sock.recv(64 * 1024)
         except OSError as exc:

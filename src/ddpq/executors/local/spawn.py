@@ -13,10 +13,10 @@ import errno
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header
@@ -24,7 +24,7 @@ from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_argv, job_env
 from ddpq.executors.local import cgroups, gpu_fence, limits, procs
-from ddpq.executors.local.forkclient import ForkServer, ForkServerUnavailable
+from ddpq.executors.local.forkclient import ForkServer, ForkServerUnavailable, Ticket
 from ddpq.jobdir import JobDir, make_folder, open_for_append
 
 SHIM = Path(__file__).with_name("shim.py")
@@ -33,6 +33,8 @@ SPAWN_ENV = "DDPQ_SPAWN"  # fork (the fork server, the default) | exec
 # so what it writes there stays private all the same.
 JOB_UMASK = 0o022
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 Warn = Callable[[str, str], None]  # (what, message): the executor logs each "what" once
 # A shim's PID, its Popen if we are its parent, and whether it is in its cgroup.
 Started = tuple[int, subprocess.Popen[bytes] | None, bool]
@@ -46,6 +48,18 @@ def credentials(account: Account) -> Credentials:
     """The account's ids with its supplementary groups, as ``initgroups`` would give them:
     a job reads what its owner can read, group-shared data sets included."""
     return account.uid, account.gid, os.getgrouplist(account.name, account.gid)
+
+
+@dataclass
+class Asked:
+    """A shim asked for: its fork server's answer still to come (``ticket``), or already
+    started by exec (``started``); ``gate`` is the write end of its gate."""
+
+    launch: Launch
+    gate: int
+    cgroup: Path | None
+    ticket: Ticket | None = None
+    started: Started | None = None
 
 
 @dataclass(frozen=True)
@@ -135,12 +149,35 @@ class Spawner:
             self.forkserver.close()
 
     def spawn(self, launch: Launch) -> Spawned:
-        try:
-            return self._spawn(launch)
-        except Exception as exc:  # whatever it is, it fails this job, not the others
-            raise LaunchFailed(launch_error(exc)) from exc
+        """One shim (``spawn_many`` of one); raises LaunchFailed."""
+        (spawned,) = self.spawn_many([launch])
+        if isinstance(spawned, LaunchFailed):
+            raise spawned
+        return spawned
 
-    def _spawn(self, launch: Launch) -> Spawned:
+    def spawn_many(self, launches: Sequence[Launch]) -> list[Spawned | LaunchFailed]:
+        """Start a shim for each launch, in order; each a waiting shim or why it failed.
+
+        Every request goes to the fork server before any answer is read: it forks one
+        shim while this thread prepares the next job's folder and cgroup, instead of
+        each job waiting for its fork in turn (bench/RESULTS.md, "a pass's forks")."""
+        asked = [self._failing_alone(self._ask, launch) for launch in launches]
+        return [
+            p if isinstance(p, LaunchFailed) else self._failing_alone(self._answered, p)
+            for p in asked
+        ]
+
+    def _failing_alone(self, step: Callable[[_T], _R], given: _T) -> _R | LaunchFailed:
+        try:
+            return step(given)
+        except Exception as exc:  # whatever it is, it fails this job, not the others
+            failed = LaunchFailed(launch_error(exc))
+            failed.__cause__ = exc
+            return failed
+
+    def _ask(self, launch: Launch) -> Asked:
+        """Everything up to the shim's fork: its folder, log, cgroup and limits, and the
+        request to the fork server (or the shim itself, started by exec)."""
         cfg = self.settings
         # Only a token says who the owner really is; without --auth jobs run as the daemon.
         account = account_for(launch.spec.owner, launch.unix_account) if cfg.auth else None
@@ -180,29 +217,49 @@ class Spawner:
         # its handle (so a restarted worker finds it), and until it is in its cgroup and
         # fenced to its GPUs (so nothing of the job starts outside).
         gate_r, gate_w = os.pipe()
+        asked = Asked(launch, gate_w, cgroup)
         try:
             with open_for_append(folder.shim_errors, owner) as err:
                 ids = credentials(account) if account is not None and switch else None
-                started = self._fork(args, env, ids, (cgroup, joins), gate_r, err.fileno())
-                if started is None:
-                    started = self._exec(args, env, ids, (cgroup, joins), gate_r, err)
+                asked.ticket = self._send(args, env, ids, (cgroup, joins), gate_r, err.fileno())
+                if asked.ticket is None:
+                    asked.started = self._exec(args, env, ids, (cgroup, joins), gate_r, err)
         except BaseException:
-            os.close(gate_w)
-            if cgroup is not None:
-                cgroups.remove(cgroup)
-            limits.release(self.limits, launch.job_id, launch.attempt)
+            self._undo(asked)
             raise
         finally:
             os.close(gate_r)
+        return asked
+
+    def _answered(self, asked: Asked) -> Spawned:
+        """The shim of ``asked``, once the fork server has said it forked it."""
+        started = asked.started
+        if started is None:
+            assert self.forkserver is not None and asked.ticket is not None
+            try:
+                pid = self.forkserver.answer(asked.ticket)
+            except BaseException:
+                self._undo(asked)
+                raise
+            # The child joins its cgroup itself, before it waits at the gate.
+            started = (pid, None, asked.cgroup is not None)
         pid, child, joined = started
-        word = self._fence(launch, cgroup) if joined else b"s"
+        word = self._fence(asked.launch, asked.cgroup) if joined else b"s"
         # The shim waits for our word, so it has not started the job: its identity is there
         # (unless it failed before, as one that cannot join its cgroup does: then it reads
         # as ended, and its record says why).
         ident = procs.identity(pid) or procs.Identity(pid, 0)
-        return Spawned(ident, gate_w, word, child)
+        return Spawned(ident, asked.gate, word, child)
 
-    def _fork(
+    def _undo(self, asked: Asked) -> None:
+        """A start that failed: its gate closed (a shim forked meanwhile records that
+        nothing ran), its cgroup and its limits' given back."""
+        os.close(asked.gate)
+        if asked.cgroup is not None:
+            cgroups.remove(asked.cgroup)
+        limits.release(self.limits, asked.launch.job_id, asked.launch.attempt)
+
+    def _send(
         self,
         args: list[str],
         env: dict[str, str],
@@ -210,15 +267,15 @@ class Spawner:
         where: tuple[Path | None, list[Path]],
         gate: int,
         stderr: int,
-    ) -> Started | None:
-        """Through the fork server; None if there is none (then the exec path is taken).
-        ``where``: the attempt's cgroup (v2) and the cgroups of its limits (v1)."""
+    ) -> Ticket | None:
+        """The request to the fork server; None if there is none (then the exec path is
+        taken). ``where``: the attempt's cgroup (v2) and the cgroups of its limits (v1)."""
         cgroup, joins = where
         if self.forkserver is None:
             return None
         argv = args if cgroup is None else ["--cgroup", str(cgroup), *args]
         try:
-            pid = self.forkserver.fork(
+            return self.forkserver.send(
                 argv,
                 env,
                 uid=ids[0] if ids else None,
@@ -233,8 +290,6 @@ class Spawner:
         except ForkServerUnavailable as exc:
             self.warn("forkserver", f"{exc}; starting shims by exec until it is back")
             return None
-        # The child joins its cgroup itself, before it waits at the gate.
-        return pid, None, cgroup is not None
 
     def _exec(
         self,

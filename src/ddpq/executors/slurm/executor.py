@@ -29,7 +29,7 @@ from pathlib import Path
 from ddpq.config import Settings
 from ddpq.core.rules import ExitRecord
 from ddpq.core.untrusted import clean_text
-from ddpq.executors.base import KILL_SLACK_S, Ended, Launch, LaunchFailed
+from ddpq.executors.base import KILL_SLACK_S, Ended, Launch, LaunchFailed, one_by_one
 from ddpq.executors.slurm import script, states
 from ddpq.executors.slurm.commands import Slurm, SlurmError
 from ddpq.executors.slurm.states import SlurmJob
@@ -104,6 +104,9 @@ class SlurmExecutor:
         folder = JobDir(launch.job_dir)
         self._watched[launch.job_id] = Watched(slurm_id, launch.attempt, folder, held=True)
         return slurm_id
+
+    def start_many(self, launches: Sequence[Launch]) -> list[str | LaunchFailed]:
+        return one_by_one(self.start, launches)
 
     def proceed(self, job_ids: Sequence[int]) -> None:
         held = [w for i in job_ids if (w := self._watched.get(i)) is not None and w.held]

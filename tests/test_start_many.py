@@ -1,0 +1,119 @@
+"""A pass's starts together (``LocalExecutor.start_many``): every request goes to the fork
+server before any answer is read, and each job still gets its own shim, its own failure,
+and nothing of a failed one left behind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ddpq.config import Settings
+from ddpq.executors.base import Ended, LaunchFailed
+from ddpq.executors.local import cgroups, procs
+from ddpq.executors.local.executor import LocalExecutor
+from ddpq.executors.local.forkclient import ForkServer, Ticket
+from tests.helpers import wait_for
+from tests.launches import a_launch
+
+
+@pytest.fixture
+def executor(tmp_path: Path) -> Iterator[LocalExecutor]:
+    settings = Settings(home=tmp_path / "home", grace_s=0.3)
+    settings.home.mkdir()
+    made = LocalExecutor(settings, gpu_count=0)
+    yield made
+    left = [w.ident.pid for w in made._watched.values()]  # a failed test's: killed
+    procs.kill_all(left)
+    made.close()
+    tree = made.tracking.tree
+    cgroups_left = list(tree.glob("job-*")) if tree is not None else []
+    for cgroup in cgroups_left:
+        cgroups.destroy(cgroup, timeout=10)
+    if tree is not None:
+        cgroups.remove(tree)
+    assert left == [] and cgroups_left == [], (left, cgroups_left)
+
+
+def all_ended(executor: LocalExecutor, count: int) -> dict[int, Ended]:
+    found: dict[int, Ended] = {}
+
+    def ended() -> bool:
+        found.update((e.job_id, e) for e in executor.ended())
+        return len(found) == count
+
+    wait_for(ended, 30, f"{count} attempts to end")
+    return found
+
+
+def three_launches(tmp_path: Path, second: Path | None = None) -> list[object]:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    folders = [jobs / "1", second or jobs / "2", jobs / "3"]
+    return [
+        a_launch(folder, job_id=n, command=["sh", "-c", f"echo job {n}"])
+        for n, folder in enumerate(folders, 1)
+    ]
+
+
+def its_own_shim(executor: LocalExecutor, tmp_path: Path, n: int) -> None:
+    """Job ``n``'s handle is the shim of its folder, not of another job of the pass (a
+    forked shim shows its folder once it has retitled itself, just after the fork)."""
+    pid = executor._watched[n].ident.pid
+    folder = str(tmp_path / "jobs" / str(n))
+    wait_for(lambda: procs.find_shim(folder) == pid, 30, f"job {n}'s shim")
+
+
+def test_each_job_of_a_pass_runs_in_its_own_shim(executor: LocalExecutor, tmp_path: Path) -> None:
+    launches = three_launches(tmp_path)
+    handles = executor.start_many(launches)  # type: ignore[arg-type]
+    assert all(isinstance(h, str) for h in handles), handles
+    for n in (1, 2, 3):
+        its_own_shim(executor, tmp_path, n)
+    executor.proceed([1, 2, 3])
+    ended = all_ended(executor, 3)
+    assert {n: e.record.exit_code for n, e in ended.items()} == {1: 0, 2: 0, 3: 0}
+    for n in (1, 2, 3):
+        assert f"job {n}\n" in (tmp_path / "jobs" / str(n) / "output.log").read_text()
+
+
+def test_a_job_that_cannot_start_fails_alone(executor: LocalExecutor, tmp_path: Path) -> None:
+    # Its folder cannot be made (a file where its parent should be): the others start.
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    handles = executor.start_many(three_launches(tmp_path, blocker / "2"))  # type: ignore[arg-type]
+    assert isinstance(handles[1], LaunchFailed) and "cannot start the job" in str(handles[1])
+    assert isinstance(handles[0], str) and isinstance(handles[2], str)
+    assert 2 not in executor._watched
+    executor.proceed([1, 3])
+    ended = all_ended(executor, 2)
+    assert {n: e.record.exit_code for n, e in ended.items()} == {1: 0, 3: 0}
+
+
+def test_a_fork_refused_in_the_middle_fails_that_job_and_the_next_gets_its_own_answer(
+    executor: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server forked the second shim, but its answer says it could not: that job
+    # fails, its shim (told nothing) ends without running it, and the third job's
+    # answer is still the third's.
+    answers: list[int] = []
+    real_answer = ForkServer.answer
+
+    def refused_second(self: ForkServer, ticket: Ticket) -> int:
+        pid = real_answer(self, ticket)
+        answers.append(pid)
+        if len(answers) == 2:
+            raise OSError("the fork server could not fork: refused for the test")
+        return pid
+
+    monkeypatch.setattr(ForkServer, "answer", refused_second)
+    handles = executor.start_many(three_launches(tmp_path))  # type: ignore[arg-type]
+    assert isinstance(handles[1], LaunchFailed) and "refused for the test" in str(handles[1])
+    its_own_shim(executor, tmp_path, 3)
+    executor.proceed([1, 3])
+    ended = all_ended(executor, 2)
+    assert {n: e.record.exit_code for n, e in ended.items()} == {1: 0, 3: 0}
+    second = procs.identity(answers[1])
+    wait_for(lambda: second is None or not procs.is_alive(second), 30, "the second shim to end")
+    assert not (tmp_path / "jobs" / "2" / "output.log").read_text().count("job 2")
