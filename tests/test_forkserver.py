@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,3 +157,38 @@ def test_a_request_the_server_went_away_from_is_lost(server: ForkServer, tmp_pat
         server.answer(ticket)
     _, gate = fork(server, JobDir(tmp_path / "jobs" / "2"), ["true"])  # a new one serves
     os.close(gate)
+
+
+def test_a_send_that_fails_leaves_the_answers_already_sent_to_be_read(
+    server: ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The third request of a pass cannot be sent (the server is gone, say): the first
+    # two were forked and answered, and their answers are still read; only then is the
+    # connection given up, and the next request starts a new server.
+    tickets, gates = [], []
+    for n in (1, 2):
+        ticket, gate = ask(server, JobDir(tmp_path / "jobs" / str(n)), ["true"])
+        tickets.append(ticket)
+        gates.append(gate)
+    first = server.pid
+    real_sendmsg = socket.socket.sendmsg
+
+    def broken(self: socket.socket, *args: Any) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(socket.socket, "sendmsg", broken)
+    with pytest.raises(ForkServerUnavailable):
+        ask(server, JobDir(tmp_path / "jobs" / "3"), ["true"])
+    with pytest.raises(ForkServerUnavailable):  # nothing more goes on that connection
+        ask(server, JobDir(tmp_path / "jobs" / "4"), ["true"])
+    monkeypatch.setattr(socket.socket, "sendmsg", real_sendmsg)
+    for n, ticket in enumerate(tickets, 1):
+        pid = server.answer(ticket)
+        folder = str(tmp_path / "jobs" / str(n))
+        wait_for(lambda f=folder, p=pid: procs.find_shim(f) == p, what=f"shim {n}")  # type: ignore[misc]
+    assert server.pid is None  # given up once its answers were read
+    for gate in gates:
+        os.close(gate)
+    _, gate = fork(server, JobDir(tmp_path / "jobs" / "5"), ["true"])
+    os.close(gate)
+    assert server.pid not in (None, first)

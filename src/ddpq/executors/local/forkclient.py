@@ -43,6 +43,8 @@ class ForkServer:
         self.room = f"{jobs_dir}/{'#' * 20}"
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
+        self._unanswered = 0  # requests sent on _sock whose answers are still to be read
+        self._gone = False  # a send on _sock failed: no more requests go on it
 
     def _start(self) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -143,15 +145,22 @@ class ForkServer:
             passed.append(body_fd)
             data = json.dumps({"request_fd": True}).encode()
         fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))]
-        sock = self._sock or self._start()
         try:
-            sock.sendmsg([data], fds)
-        except OSError as exc:
-            self.close()
-            raise ForkServerUnavailable(f"the fork server is gone: {exc}") from exc
+            if self._gone:
+                raise ForkServerUnavailable("the fork server is gone")
+            sock = self._sock or self._start()
+            try:
+                sock.sendmsg([data], fds)
+            except OSError as exc:
+                # The answers it sent before it went are still to be read: the socket is
+                # closed once they have been.
+                self._gone = True
+                self._close_if_answered()
+                raise ForkServerUnavailable(f"the fork server is gone: {exc}") from exc
         finally:
             if body_fd is not None:
                 os.close(body_fd)
+        self._unanswered += 1
         return Ticket(sock)
 
     def answer(self, ticket: Ticket) -> int:
@@ -162,21 +171,29 @@ class ForkServer:
         sock = ticket.sock
         if sock is not self._sock:
             raise ForkServerLost("the fork server went away before it answered")
+        self._unanswered -= 1
         try:
             reply = sock.recv(64 * 1024)
-        except OSError as exc:
+        except OSError as exc:  # hung (no answer in REPLY_TIMEOUT_S), or broken
             self.close()
             raise ForkServerLost(f"no answer from the fork server: {exc}") from exc
-        if not reply:
+        if not reply:  # it went away, and every answer it sent has been read
             self.close()
             raise ForkServerLost("the fork server went away before it answered")
+        self._close_if_answered()
         answer = json.loads(reply)
         if "pid" in answer:
             return int(answer["pid"])
         raise OSError(f"the fork server could not fork: {answer.get('error')}")
 
+    def _close_if_answered(self) -> None:
+        if self._gone and self._unanswered == 0:
+            self.close()
+
     def close(self) -> None:
         """Close our end: the server exits (the shims it started run on)."""
+        self._unanswered = 0
+        self._gone = False
         if self._sock is not None:
             self._sock.close()
             self._sock = None
