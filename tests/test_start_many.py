@@ -13,7 +13,7 @@ from ddpq.config import Settings
 from ddpq.executors.base import Ended, LaunchFailed
 from ddpq.executors.local import cgroups, procs
 from ddpq.executors.local.executor import LocalExecutor
-from ddpq.executors.local.forkclient import ForkServer, Ticket
+from ddpq.executors.local.forkclient import ForkServer, ForkServerLost, Ticket
 from tests.helpers import wait_for
 from tests.launches import a_launch
 
@@ -91,29 +91,35 @@ def test_a_job_that_cannot_start_fails_alone(executor: LocalExecutor, tmp_path: 
     assert {n: e.record.exit_code for n, e in ended.items()} == {1: 0, 3: 0}
 
 
-def test_a_fork_refused_in_the_middle_fails_that_job_and_the_next_gets_its_own_answer(
-    executor: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("lost", [False, True], ids=["refused", "lost"])
+def test_a_fork_failed_in_the_middle_fails_that_job_and_the_next_gets_its_own_answer(
+    executor: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: bool
 ) -> None:
-    # The server forked the second shim, but its answer says it could not: that job
-    # fails, its shim (told nothing) ends without running it, and the third job's
-    # answer is still the third's.
+    # The server forked the second shim, but its answer says it could not (or the answer
+    # is lost): that job fails, its shim (told nothing) ends without running it, and the
+    # third job's answer is still the third's. A lost answer is the executor's own loss:
+    # the worker queues that job again (LaunchFailed.interrupted).
     answers: list[int] = []
     real_answer = ForkServer.answer
 
-    def refused_second(self: ForkServer, ticket: Ticket) -> int:
+    def failing_second(self: ForkServer, ticket: Ticket) -> int:
         pid = real_answer(self, ticket)
         answers.append(pid)
+        if len(answers) == 2 and lost:
+            raise ForkServerLost("no answer from the fork server: lost for the test")
         if len(answers) == 2:
             raise OSError("the fork server could not fork: refused for the test")
         return pid
 
-    monkeypatch.setattr(ForkServer, "answer", refused_second)
+    monkeypatch.setattr(ForkServer, "answer", failing_second)
     handles = executor.start_many(three_launches(tmp_path))  # type: ignore[arg-type]
-    assert isinstance(handles[1], LaunchFailed) and "refused for the test" in str(handles[1])
+    second = handles[1]
+    assert isinstance(second, LaunchFailed) and "for the test" in str(second)
+    assert second.interrupted is lost
     its_own_shim(executor, tmp_path, 3)
     executor.proceed([1, 3])
     ended = all_ended(executor, 2)
     assert {n: e.record.exit_code for n, e in ended.items()} == {1: 0, 3: 0}
-    second = procs.identity(answers[1])
-    wait_for(lambda: second is None or not procs.is_alive(second), 30, "the second shim to end")
+    shim = procs.identity(answers[1])
+    wait_for(lambda: shim is None or not procs.is_alive(shim), 30, "the second shim to end")
     assert not (tmp_path / "jobs" / "2" / "output.log").read_text().count("job 2")

@@ -275,6 +275,36 @@ def test_a_launch_that_fails_fails_its_job_only(tmp_path: Path) -> None:
         rig.close()
 
 
+def test_a_launch_the_executor_lost_is_queued_again_without_a_retry_used(
+    tmp_path: Path,
+) -> None:
+    # The fork server went away before it answered: nothing of the job ran, so it waits
+    # for the next pass, its GPU free for it; a job that may not be retried runs all the same.
+    rig = one_gpu(tmp_path)
+    try:
+        job = rig.submit(max_retries=0)
+        rig.host.lose_launch[job] = "cannot start the job: no answer from the fork server"
+        rig.step()
+        view = rig.job(job)
+        why = "launch interrupted before the job started (cannot start the job: no answer"
+        assert view.state is Q and view.reason.startswith(why), view.reason
+        assert (view.gpus, view.port) == ([], None) and view.attempts[0][1] is Q
+        rig.step()
+        assert rig.job(job).state is R and rig.host.running() == [job]
+    finally:
+        rig.close()
+
+
+def test_a_launch_lost_again_and_again_fails_in_the_end(rig: Rig) -> None:
+    job = rig.submit()
+    for _ in range(MAX_RELAUNCHES + 1):
+        rig.host.lose_launch[job] = "cannot start the job: no answer from the fork server"
+        rig.step()
+    view = rig.job(job)
+    assert view.state is F and view.attempt == MAX_RELAUNCHES + 1
+    assert view.reason == f"launch interrupted before the job started, {MAX_RELAUNCHES + 1} times"
+
+
 def test_a_finished_jobs_gpu_goes_to_the_next_job_in_the_same_pass(tmp_path: Path) -> None:
     rig = one_gpu(tmp_path)
     try:

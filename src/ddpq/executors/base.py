@@ -63,7 +63,16 @@ class Launch:
 
 
 class LaunchFailed(Exception):
-    """The attempt could not be started; the message says why, for the job's reason."""
+    """The attempt could not be started; the message says why, for the job's reason.
+
+    ``interrupted``: the executor itself lost the launch (the local one's fork server went
+    away before it answered) and nothing of the job ran, so the worker queues it again
+    (``core.disposition.after_interrupted_launch``: no retry used, a bounded number of
+    times) instead of failing it."""
+
+    def __init__(self, reason: str, interrupted: bool = False) -> None:
+        super().__init__(reason)
+        self.interrupted = interrupted
 
 
 @dataclass(frozen=True)

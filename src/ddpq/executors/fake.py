@@ -36,6 +36,8 @@ class FakeHost:
 
     attempts: dict[str, FakeAttempt] = field(default_factory=dict)
     refuse: dict[int, str] = field(default_factory=dict)
+    # Launches the executor itself loses, by job id, each once (``LaunchFailed.interrupted``).
+    lose_launch: dict[int, str] = field(default_factory=dict)
     # When set, an attempt asked to stop ends at once, killed by this signal.
     stop_ends_with_signal: int | None = 15
     # When set, an attempt asked to preempt itself exits at once with this status.
@@ -91,6 +93,9 @@ class FakeExecutor:
         reason = self.host.refuse.pop(launch.job_id, None)
         if reason is not None:
             raise LaunchFailed(reason)
+        lost = self.host.lose_launch.pop(launch.job_id, None)
+        if lost is not None:
+            raise LaunchFailed(lost, interrupted=True)
         handle = f"fake-{next(self.host._numbers)}"
         self.host.attempts[handle] = FakeAttempt(launch, handle)
         self.watched[launch.job_id] = handle

@@ -18,6 +18,7 @@ from typing import Any
 
 from ddpq import wake
 from ddpq.config import Settings
+from ddpq.core.disposition import INTERRUPTED
 from ddpq.core.gpus import Gpu
 from ddpq.core.rules import StopRequest
 from ddpq.core.sharing import peaks
@@ -222,10 +223,9 @@ class Worker:
 
     def _reconcile_one(self, a: attempt_store.ActiveAttempt) -> None:
         now = self.clock()
-        interrupted = "launch interrupted before the job started"
         if a.job_dir is None:
             with self.db.write() as s:
-                attempt_store.requeue_unlaunched(s, a.job_id, interrupted, now)
+                attempt_store.requeue_unlaunched(s, a.job_id, INTERRUPTED, now)
             return
         name = self.executor.name
         if a.executor is not None and a.executor != name:
@@ -236,7 +236,7 @@ class Worker:
         handle = self.executor.adopt(a.job_id, a.attempt, Path(a.job_dir), mine)
         if handle is None:
             with self.db.write() as s:
-                attempt_store.requeue_unlaunched(s, a.job_id, interrupted, now)
+                attempt_store.requeue_unlaunched(s, a.job_id, INTERRUPTED, now)
             return
         self._running[a.job_id] = JobDir(Path(a.job_dir))
         if a.handle != handle or a.executor != name:
@@ -295,10 +295,10 @@ class Worker:
             return
         launches = [self._launch(job, mapped) for job in leased]
         started: list[tuple[int, str]] = []
-        failed: list[tuple[int, str]] = []
+        failed: list[tuple[int, LaunchFailed]] = []
         for launch, handle in zip(launches, self.executor.start_many(launches), strict=True):
             if isinstance(handle, LaunchFailed):
-                failed.append((launch.job_id, clean_text(str(handle), 1000)))
+                failed.append((launch.job_id, handle))
                 continue
             started.append((launch.job_id, handle))
             self._running[launch.job_id] = JobDir(launch.job_dir)
@@ -306,8 +306,13 @@ class Worker:
         try:
             with self.db.write() as s:
                 attempt_store.mark_running_many(s, started, self.executor.name, "started", now)
-                for job_id, reason in failed:
-                    attempt_store.end_unlaunched(s, job_id, JobState.FAILED, reason, now)
+                for job_id, why in failed:
+                    reason = clean_text(str(why), 1000)
+                    if why.interrupted:  # nothing of it ran: queued again, no retry used
+                        reason = f"{INTERRUPTED} ({reason})"
+                        attempt_store.requeue_unlaunched(s, job_id, reason, now)
+                    else:
+                        attempt_store.end_unlaunched(s, job_id, JobState.FAILED, reason, now)
         except BaseException:
             # Their handles are not stored, so nothing of them may run: each is reported
             # ended as never launched, and requeued once the database works again.

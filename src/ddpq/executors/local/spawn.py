@@ -24,7 +24,12 @@ from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_argv, job_env
 from ddpq.executors.local import cgroups, gpu_fence, limits, procs
-from ddpq.executors.local.forkclient import ForkServer, ForkServerUnavailable, Ticket
+from ddpq.executors.local.forkclient import (
+    ForkServer,
+    ForkServerLost,
+    ForkServerUnavailable,
+    Ticket,
+)
 from ddpq.jobdir import JobDir, make_folder, open_for_append
 
 SHIM = Path(__file__).with_name("shim.py")
@@ -171,7 +176,9 @@ class Spawner:
         try:
             return step(given)
         except Exception as exc:  # whatever it is, it fails this job, not the others
-            failed = LaunchFailed(launch_error(exc))
+            # A lost fork: its gate is closed, so a shim forked for it ends without running
+            # the job, which may start again.
+            failed = LaunchFailed(launch_error(exc), interrupted=isinstance(exc, ForkServerLost))
             failed.__cause__ = exc
             return failed
 
