@@ -41,6 +41,7 @@ class Rule:
 SHIM_PARTS = (
     "shim",
     "shim_batch",
+    "shim_libc",
     "shim_log",
     "shim_procs",
     "shim_pty",

@@ -53,8 +53,7 @@ def retitle(words: list[str]) -> None:
 
     title = "\0".join(words).encode()
     try:
-        libc = ctypes.CDLL(None)
-        libc.prctl(15, title.split(b"\0")[0][:15], 0, 0, 0)  # PR_SET_NAME
+        shim.shim_libc.libc().prctl(15, title.split(b"\0")[0][:15], 0, 0, 0)  # PR_SET_NAME
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
         start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
@@ -209,9 +208,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: forkserver.py --socket-fd N [--room TEXT]\n")
         return 2
     server = socket.socket(fileno=int(argv[1]))
-    # What every shim imports later, imported once here so children find it loaded.
-    import ctypes  # noqa: F401
-
+    # What every shim loads later, loaded once here so children find it loaded.
+    shim.shim_libc.preload()
     serve(server)
     return 0
 

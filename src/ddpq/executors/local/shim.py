@@ -38,6 +38,7 @@ import time
 if __package__:
     from ddpq.executors.local import (
         shim_batch,
+        shim_libc,
         shim_log,
         shim_procs,
         shim_record,
@@ -45,6 +46,7 @@ if __package__:
     )
 else:
     import shim_batch  # type: ignore[import-not-found,no-redef]
+    import shim_libc  # type: ignore[import-not-found,no-redef]
     import shim_log  # type: ignore[import-not-found,no-redef]
     import shim_procs  # type: ignore[import-not-found,no-redef]
     import shim_record  # type: ignore[import-not-found,no-redef]
@@ -176,10 +178,7 @@ def renumber_gpus() -> None:
 def become_subreaper() -> None:
     """Orphans of the job come to us, not to init, so they can still be found and killed."""
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        shim_libc.libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # then double-forked daemons escape to init; the worker still finds them
 
@@ -275,13 +274,12 @@ def lead_session() -> bool:
 def job_identity() -> tuple[int, bytes, int]:
     """How the job's processes are found (``shim_procs.job_members``): our session, the
     job's DDPQ_JOB_DIR in their environment, and our start time (nothing older is the
-    job's). Also notes our ancestors, which are never the job's."""
+    job's)."""
     sid = os.getsid(0)
     marker = f"DDPQ_JOB_DIR={os.environ.get('DDPQ_JOB_DIR', '')}".encode()
     if not os.environ.get("DDPQ_JOB_DIR"):
         marker = b""  # started by hand, outside ddpq: only the session and our orphans
     since = shim_procs.own_start_ticks()
-    shim_procs.ANCESTORS.update(shim_procs.ancestors())
     return sid, marker, since
 
 

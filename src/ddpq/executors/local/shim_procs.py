@@ -27,6 +27,8 @@ def ancestors() -> set[int]:
     return found
 
 
+# Our ancestors, read the first time the job's processes are looked for by session (a job
+# in its own cgroup never is): off every job's start path.
 ANCESTORS: set[int] = set()
 
 
@@ -35,6 +37,8 @@ def session_members(sid: int, marker: bytes = b"", since_ticks: int = 0) -> list
     after the shim) carrying ``marker`` (``DDPQ_JOB_DIR=...``) in their environment,
     which every process of the job inherits even after leaving the session."""
     me = os.getpid()
+    if not ANCESTORS:
+        ANCESTORS.update(ancestors())
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me or int(name) in ANCESTORS:

@@ -18,6 +18,12 @@ from __future__ import annotations
 import os
 import signal
 
+# Beside this file (the shim's way, ``python -S``), or ddpq's module (imported by tests).
+if __package__:
+    from ddpq.executors.local import shim_libc
+else:
+    import shim_libc  # type: ignore[import-not-found,no-redef]
+
 # Ignored by Python itself, so that a write to a closed pipe raises rather than kills; the
 # job gets them back at their defaults when it starts (shim_batch, shim_pty).
 PYTHON_IGNORES = {signal.SIGPIPE, signal.SIGXFSZ}
@@ -73,8 +79,7 @@ def set_reserved(signum: int, handler: int) -> bool:
     # struct sigaction as the kernel reads it: handler, flags, restorer, mask. All but the
     # handler are zero, and the buffer is large enough on each machine above.
     action = (ctypes.c_ulong * 4)(handler, 0, 0, 0)
-    libc = ctypes.CDLL(None, use_errno=True)
-    result: int = libc.syscall(
+    result: int = shim_libc.libc().syscall(
         ctypes.c_long(number),
         ctypes.c_long(signum),
         ctypes.byref(action),
