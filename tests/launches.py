@@ -1,14 +1,20 @@
 """Launches for executor tests: the job's spec and the launch's own fields, given as one
-set of keywords (``command=``, ``gpus=``, ``unix_account=``...), as executors read them."""
+set of keywords (``command=``, ``gpus=``, ``unix_account=``...), as executors read them;
+and a local executor that leaves nothing behind."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from ddpq.config import Settings
 from ddpq.core.spec import JobSpec
 from ddpq.executors.base import Launch
+from ddpq.executors.local import cgroups, procs
+from ddpq.executors.local.executor import LocalExecutor
 
 # ``gpus`` is both: the launch's are the GPUs leased, the spec's how many were asked for.
 OWN_FIELDS = frozenset(f.name for f in fields(Launch))
@@ -37,3 +43,21 @@ def a_launch(job_dir: Path, **kw: Any) -> Launch:
         }
     )
     return Launch(job_dir=job_dir, spec=spec, **own)
+
+
+@contextmanager
+def leaving_nothing(settings: Settings) -> Iterator[LocalExecutor]:
+    """A local executor for ``settings``; afterwards, what a failed test left of its jobs
+    (shims, cgroups) is killed and removed, and the test fails if anything was left."""
+    made = LocalExecutor(settings, gpu_count=0)
+    yield made
+    left = [w.ident.pid for w in made._watched.values()]
+    procs.kill_all(left)
+    made.close()
+    tree = made.tracking.tree
+    cgroups_left = list(tree.glob("job-*")) if tree is not None else []
+    for cgroup in cgroups_left:
+        cgroups.destroy(cgroup, timeout=10)
+    if tree is not None:
+        cgroups.remove(tree)
+    assert left == [] and cgroups_left == [], (left, cgroups_left)

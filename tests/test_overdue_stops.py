@@ -18,11 +18,11 @@ import pytest
 
 from ddpq.config import Settings
 from ddpq.executors.base import Ended
-from ddpq.executors.local import cgroups, procs, shim_procs
 from ddpq.executors.local import executor as local_executor
+from ddpq.executors.local import procs, shim_procs
 from ddpq.executors.local.executor import OVERDUE, LocalExecutor
 from tests.helpers import FREEZES_ITS_SHIM, alive, stopped, wait_for
-from tests.launches import a_launch
+from tests.launches import a_launch, leaving_nothing
 
 
 @pytest.fixture(params=["pidfd", "no pidfd"])
@@ -34,18 +34,8 @@ def executor(
         monkeypatch.setattr(procs, "pidfd", lambda pid: None)
     settings = Settings(home=tmp_path / "home", grace_s=0.3, preempt_grace_s=0.3)
     settings.home.mkdir()
-    made = LocalExecutor(settings, gpu_count=0)
-    yield made
-    left = [w.ident.pid for w in made._watched.values()]  # a failed test's: killed
-    procs.kill_all(left)
-    made.close()
-    tree = made.tracking.tree
-    cgroups_left = list(tree.glob("job-*")) if tree is not None else []
-    for cgroup in cgroups_left:
-        cgroups.destroy(cgroup, timeout=10)
-    if tree is not None:
-        cgroups.remove(tree)
-    assert left == [] and cgroups_left == [], (left, cgroups_left)
+    with leaving_nothing(settings) as made:
+        yield made
 
 
 def start_freezing(executor: LocalExecutor, tmp_path: Path, **kw: str) -> tuple[int, int]:

@@ -15,25 +15,15 @@ from ddpq.executors.local import cgroups, procs
 from ddpq.executors.local.executor import LocalExecutor
 from ddpq.executors.local.forkclient import ForkServer, ForkServerLost, Ticket
 from tests.helpers import wait_for
-from tests.launches import a_launch
+from tests.launches import a_launch, leaving_nothing
 
 
 @pytest.fixture
 def executor(tmp_path: Path) -> Iterator[LocalExecutor]:
     settings = Settings(home=tmp_path / "home", grace_s=0.3)
     settings.home.mkdir()
-    made = LocalExecutor(settings, gpu_count=0)
-    yield made
-    left = [w.ident.pid for w in made._watched.values()]  # a failed test's: killed
-    procs.kill_all(left)
-    made.close()
-    tree = made.tracking.tree
-    cgroups_left = list(tree.glob("job-*")) if tree is not None else []
-    for cgroup in cgroups_left:
-        cgroups.destroy(cgroup, timeout=10)
-    if tree is not None:
-        cgroups.remove(tree)
-    assert left == [] and cgroups_left == [], (left, cgroups_left)
+    with leaving_nothing(settings) as made:
+        yield made
 
 
 def all_ended(executor: LocalExecutor, count: int) -> dict[int, Ended]:
@@ -105,17 +95,23 @@ def test_a_fork_failed_in_the_middle_fails_that_job_and_the_next_gets_its_own_an
     def failing_second(self: ForkServer, ticket: Ticket) -> int:
         pid = real_answer(self, ticket)
         answers.append(pid)
+        if len(answers) == 2 and tree is not None:  # the shim is in its cgroup by then
+            procs_file = cgroups.job_cgroup(tree, 2, 1) / "cgroup.procs"
+            wait_for(lambda: str(pid) in procs_file.read_text().split(), 30, "shim 2 joined")
         if len(answers) == 2 and lost:
             raise ForkServerLost("no answer from the fork server: lost for the test")
         if len(answers) == 2:
             raise OSError("the fork server could not fork: refused for the test")
         return pid
 
+    tree = executor.tracking.tree
     monkeypatch.setattr(ForkServer, "answer", failing_second)
     handles = executor.start_many(three_launches(tmp_path))  # type: ignore[arg-type]
     second = handles[1]
     assert isinstance(second, LaunchFailed) and "for the test" in str(second)
     assert second.interrupted is lost
+    if tree is not None:  # its shim killed and its cgroup removed, not left behind
+        assert not cgroups.job_cgroup(tree, 2, 1).exists()
     its_own_shim(executor, tmp_path, 3)
     executor.proceed([1, 3])
     ended = all_ended(executor, 2)

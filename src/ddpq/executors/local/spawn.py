@@ -37,6 +37,8 @@ SPAWN_ENV = "DDPQ_SPAWN"  # fork (the fork server, the default) | exec
 # The daemon itself runs with umask 077; a job gets the usual one. Its folder is 0700,
 # so what it writes there stays private all the same.
 JOB_UMASK = 0o022
+# How long a failed start waits for a shim forked meanwhile to be gone from its cgroup.
+UNDO_TIMEOUT_S = 2.0
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -259,11 +261,13 @@ class Spawner:
         return Spawned(ident, asked.gate, word, child)
 
     def _undo(self, asked: Asked) -> None:
-        """A start that failed: its gate closed (a shim forked meanwhile records that
-        nothing ran), its cgroup and its limits' given back."""
+        """A start that failed: its gate closed (a shim forked meanwhile would record that
+        nothing ran), its cgroup and its limits' given back. A fork whose answer failed
+        may have left a shim in its cgroup, which could then not be removed: it is killed
+        first (nothing of the job ran, and nobody watches that attempt)."""
         os.close(asked.gate)
-        if asked.cgroup is not None:
-            cgroups.remove(asked.cgroup)
+        if asked.cgroup is not None and not cgroups.destroy(asked.cgroup, UNDO_TIMEOUT_S):
+            self.warn("cgroup-undo", f"cannot empty {asked.cgroup} after a failed start")
         limits.release(self.limits, asked.launch.job_id, asked.launch.attempt)
 
     def _send(
