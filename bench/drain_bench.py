@@ -17,14 +17,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from machine import ROOT, free_port, machine_line, python_c_pass_ms, stop_daemons, wait_until
+from machine import (
+    ROOT,
+    free_port,
+    machine_line,
+    python_c_pass_ms,
+    start_daemon,
+    stop_daemons,
+    wait_until,
+)
 from scheduler_bench import _all_done, _handover_gaps, _t, pct
 
 SLEEPERS = 8
@@ -38,17 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="ddpq-drain-"))
     port = free_port()
-    cmd = ["serve", "--port", str(port), "--home", str(home), "--fake-gpus", str(SLEEPERS)]
-    cmd += ["--port-range", "29600-29999"]
-    cmd += ["--allow-root"] if os.geteuid() == 0 else []
-    log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "ddpq", *cmd],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, "PYTHONPATH": args.src},
-    )
+    daemon = start_daemon(home, port, "--port-range", "29600-29999", gpus=SLEEPERS, src=args.src)
     http = httpx.Client(
         base_url=f"http://127.0.0.1:{port}",
         headers={"X-Ddpq-User": os.environ.get("USER", "root")},

@@ -68,7 +68,7 @@ def main() -> None:
     jobs = ap.parse_args().jobs
     home = Path(tempfile.mkdtemp(prefix="ddpq-bench-first-line-"))
     port = free_port()
-    daemon = start_daemon(home, port, "--fake-gpus", "8")  # the last --fake-gpus counts
+    daemon = start_daemon(home, port, gpus=8)
     load = os.getloadavg()[0]
     try:
         headers = {"X-Ddpq-User": os.environ.get("USER", "root")}

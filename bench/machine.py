@@ -87,13 +87,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_daemon(home: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    """``ddpq serve --fake-gpus 2`` of this checkout on loopback, ``extra`` flags added;
-    returned once ``/healthz`` answers (its output in ``home/daemon.log``)."""
-    args = ["serve", "--home", str(home), "--port", str(port), "--fake-gpus", "2", *extra]
+def start_daemon(
+    home: Path, port: int, *extra: str, gpus: int = 2, src: str = str(ROOT / "src")
+) -> subprocess.Popen[bytes]:
+    """``ddpq serve --fake-gpus GPUS`` of the code under ``src`` (this checkout's by
+    default) on loopback, ``extra`` flags added; returned once ``/healthz`` answers (its
+    output in ``home/daemon.log``)."""
+    args = ["serve", "--home", str(home), "--port", str(port), "--fake-gpus", str(gpus), *extra]
     if os.geteuid() == 0:  # a throwaway loopback daemon
         args.append("--allow-root")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": src}
     log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
     proc = subprocess.Popen(
         [sys.executable, "-m", "ddpq", *args],

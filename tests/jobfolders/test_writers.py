@@ -116,7 +116,7 @@ def test_the_fork_servers_record_of_a_failed_start_is_written_as_the_jobs_accoun
     gate_r, gate_w = os.pipe()
     try:
         with open_for_append(folder.shim_errors, accounts.ids(accounts.job)) as err:
-            server.fork(
+            asked = server.send(
                 [*shim_args(folder, "/", 1.0, 1 << 20), "true"],
                 {"DDPQ_ATTEMPT": "1", "PATH": os.environ["PATH"]},
                 uid=accounts.ids(accounts.job)[0],
@@ -126,6 +126,7 @@ def test_the_fork_servers_record_of_a_failed_start_is_written_as_the_jobs_accoun
                 gate=gate_r,
                 stderr=err.fileno(),
             )
+        server.answer(asked)
         record = wait_for(lambda: folder.read_exit_record(1), 60, "the shim's record")
     finally:
         os.close(gate_r)

@@ -74,36 +74,6 @@ class ForkServer:
         self._sock = ours
         return ours
 
-    def fork(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        *,
-        uid: int | None,
-        gid: int | None,
-        groups: Sequence[int] | None = None,
-        umask: int,
-        cgroup: Path | None,
-        gate: int,
-        stderr: int,
-        limits: Sequence[Path] = (),
-    ) -> int:
-        """Fork a shim that waits on ``gate``; its PID. Raises ForkServerUnavailable or
-        ForkServerLost (see there), or OSError for a refused fork (out of processes)."""
-        ticket = self.send(
-            argv,
-            env,
-            uid=uid,
-            gid=gid,
-            groups=groups,
-            umask=umask,
-            cgroup=cgroup,
-            gate=gate,
-            stderr=stderr,
-            limits=limits,
-        )
-        return self.answer(ticket)
-
     def send(
         self,
         argv: Sequence[str],
@@ -120,8 +90,8 @@ class ForkServer:
     ) -> Ticket:
         """Ask for a shim that waits on ``gate``, without waiting for the answer: the
         server forks while the caller prepares the next. Answers come in the order of
-        the requests (``answer``). Raises ForkServerUnavailable. The descriptors travel
-        with the request: the caller may close its own as soon as this returns."""
+        the requests (``answer``: its PID). Raises ForkServerUnavailable. The descriptors
+        travel with the request: the caller may close its own as soon as this returns."""
         request = {
             "argv": list(argv),
             "env": dict(env),
