@@ -60,4 +60,9 @@ def leaving_nothing(settings: Settings) -> Iterator[LocalExecutor]:
         cgroups.destroy(cgroup, timeout=10)
     if tree is not None:
         cgroups.remove(tree)
+    # The v1 cgroups of its limits (a failed test's processes are killed above).
+    for v1_tree in made.limits.v1.values():
+        for cgroup in v1_tree.glob("job-*"):
+            cgroups.remove(cgroup)
+        cgroups.remove(v1_tree)
     assert left == [] and cgroups_left == [], (left, cgroups_left)
