@@ -119,3 +119,21 @@ def test_a_fork_failed_in_the_middle_fails_that_job_and_the_next_gets_its_own_an
     shim = procs.identity(answers[1])
     wait_for(lambda: shim is None or not procs.is_alive(shim), 30, "the second shim to end")
     assert not (tmp_path / "jobs" / "2" / "output.log").read_text().count("job 2")
+
+
+def test_a_pass_larger_than_the_sockets_buffers_is_forked_by_the_server(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    # Unread answers count against the server's socket buffer: with every request of a
+    # large pass sent before any answer was read, the server waited to answer while the
+    # worker waited to send (~290 in, here), until a timeout sent the rest of the pass to
+    # the exec path. Every one of 400 starts goes through the fork server.
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    launches = [a_launch(jobs / str(n), job_id=n, command=["true"]) for n in range(1, 401)]
+    handles = executor.start_many(launches)
+    assert all(isinstance(h, str) for h in handles), handles
+    assert [n for n in range(1, 401) if executor._watched[n].child is not None] == []
+    executor.proceed(list(range(1, 401)))
+    ended = all_ended(executor, 400)
+    assert {e.record.exit_code for e in ended.values()} == {0}

@@ -21,7 +21,7 @@ import pytest
 
 from ddpq.config import Settings
 from ddpq.core.rules import ExitRecord
-from ddpq.executors.base import Launch
+from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.local import cgroups, procs
 from ddpq.executors.local.spawn import Spawner, let_run
 from ddpq.jobdir import STALE, JobDir
@@ -59,7 +59,8 @@ def spawner(
 
 def _run(spawner: Spawner, launch: Launch) -> ExitRecord:
     """Start the attempt, let it run, and wait for its record."""
-    spawned = spawner.spawn(launch)
+    (spawned,) = spawner.spawn_many([launch])
+    assert not isinstance(spawned, LaunchFailed), spawned
     let_run(spawned)
     try:
         if spawned.child is not None:

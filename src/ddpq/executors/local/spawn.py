@@ -13,6 +13,7 @@ import errno
 import os
 import subprocess
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,12 @@ SPAWN_ENV = "DDPQ_SPAWN"  # fork (the fork server, the default) | exec
 JOB_UMASK = 0o022
 # How long a failed start waits for a shim forked meanwhile to be gone from its cgroup.
 UNDO_TIMEOUT_S = 2.0
+# Requests sent to the fork server ahead of their answers, at most. Unread datagrams count
+# against their sender's socket buffer: with ~290 answers unread (Linux's default 208 KiB)
+# the server waited to answer while the worker waited to send it the next request, until
+# REPLY_TIMEOUT_S sent the rest of a large pass to the exec path. A few ahead are enough
+# for the server to fork while the worker prepares the next job.
+AHEAD = 4
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -155,24 +162,26 @@ class Spawner:
         if self.forkserver is not None:
             self.forkserver.close()
 
-    def spawn(self, launch: Launch) -> Spawned:
-        """One shim (``spawn_many`` of one); raises LaunchFailed."""
-        (spawned,) = self.spawn_many([launch])
-        if isinstance(spawned, LaunchFailed):
-            raise spawned
-        return spawned
-
     def spawn_many(self, launches: Sequence[Launch]) -> list[Spawned | LaunchFailed]:
         """Start a shim for each launch, in order; each a waiting shim or why it failed.
 
-        Every request goes to the fork server before any answer is read: it forks one
-        shim while this thread prepares the next job's folder and cgroup, instead of
-        each job waiting for its fork in turn (bench/RESULTS.md, "a pass's forks")."""
-        asked = [self._failing_alone(self._ask, launch) for launch in launches]
-        return [
-            p if isinstance(p, LaunchFailed) else self._failing_alone(self._answered, p)
-            for p in asked
-        ]
+        Requests go to the fork server ahead of their answers, ``AHEAD`` at most: it
+        forks one shim while this thread prepares the next job's folder and cgroup,
+        instead of each job waiting for its fork in turn (bench/RESULTS.md, "a pass's
+        forks")."""
+        spawned: list[Spawned | LaunchFailed] = []
+        asked: deque[Asked | LaunchFailed] = deque()
+        for launch in launches:
+            if len(asked) >= AHEAD:
+                spawned.append(self._answered_alone(asked.popleft()))
+            asked.append(self._failing_alone(self._ask, launch))
+        spawned += [self._answered_alone(a) for a in asked]
+        return spawned
+
+    def _answered_alone(self, asked: Asked | LaunchFailed) -> Spawned | LaunchFailed:
+        return (
+            asked if isinstance(asked, LaunchFailed) else self._failing_alone(self._answered, asked)
+        )
 
     def _failing_alone(self, step: Callable[[_T], _R], given: _T) -> _R | LaunchFailed:
         try:
