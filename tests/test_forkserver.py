@@ -128,6 +128,11 @@ def test_a_server_that_cannot_start_is_unavailable_not_a_crash(tmp_path: Path) -
     fs.close()
 
 
+def shim_of(folder: str, pid: int, n: int) -> None:
+    """Wait until ``pid`` shows as the shim of ``folder`` (once it has retitled itself)."""
+    wait_for(lambda: procs.find_shim(folder) == pid, what=f"shim {n}")
+
+
 def test_requests_sent_together_are_answered_each_with_its_own_shim(
     server: ForkServer, tmp_path: Path
 ) -> None:
@@ -144,7 +149,7 @@ def test_requests_sent_together_are_answered_each_with_its_own_shim(
     pids[3] = server.answer(third)
     for n, pid in pids.items():
         folder = str(tmp_path / "jobs" / str(n))
-        wait_for(lambda f=folder, p=pid: procs.find_shim(f) == p, what=f"shim {n}")  # type: ignore[misc]
+        shim_of(folder, pid, n)
     for gate in (gate_1, gate_3):
         os.close(gate)  # nothing runs: each shim records that and ends
 
@@ -185,7 +190,7 @@ def test_a_send_that_fails_leaves_the_answers_already_sent_to_be_read(
     for n, ticket in enumerate(tickets, 1):
         pid = server.answer(ticket)
         folder = str(tmp_path / "jobs" / str(n))
-        wait_for(lambda f=folder, p=pid: procs.find_shim(f) == p, what=f"shim {n}")  # type: ignore[misc]
+        shim_of(folder, pid, n)
     assert server.pid is None  # given up once its answers were read
     for gate in gates:
         os.close(gate)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddpq.config import Settings
-from ddpq.executors.base import Ended, LaunchFailed
+from ddpq.executors.base import Ended, Launch, LaunchFailed
 from ddpq.executors.local import cgroups, procs
 from ddpq.executors.local.executor import LocalExecutor
 from ddpq.executors.local.forkclient import ForkServer, ForkServerLost, Ticket
@@ -37,7 +37,7 @@ def all_ended(executor: LocalExecutor, count: int) -> dict[int, Ended]:
     return found
 
 
-def three_launches(tmp_path: Path, second: Path | None = None) -> list[object]:
+def three_launches(tmp_path: Path, second: Path | None = None) -> list[Launch]:
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     folders = [jobs / "1", second or jobs / "2", jobs / "3"]
@@ -57,7 +57,7 @@ def its_own_shim(executor: LocalExecutor, tmp_path: Path, n: int) -> None:
 
 def test_each_job_of_a_pass_runs_in_its_own_shim(executor: LocalExecutor, tmp_path: Path) -> None:
     launches = three_launches(tmp_path)
-    handles = executor.start_many(launches)  # type: ignore[arg-type]
+    handles = executor.start_many(launches)
     assert all(isinstance(h, str) for h in handles), handles
     for n in (1, 2, 3):
         its_own_shim(executor, tmp_path, n)
@@ -72,7 +72,7 @@ def test_a_job_that_cannot_start_fails_alone(executor: LocalExecutor, tmp_path: 
     # Its folder cannot be made (a file where its parent should be): the others start.
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
-    handles = executor.start_many(three_launches(tmp_path, blocker / "2"))  # type: ignore[arg-type]
+    handles = executor.start_many(three_launches(tmp_path, blocker / "2"))
     assert isinstance(handles[1], LaunchFailed) and "cannot start the job" in str(handles[1])
     assert isinstance(handles[0], str) and isinstance(handles[2], str)
     assert 2 not in executor._watched
@@ -106,7 +106,7 @@ def test_a_fork_failed_in_the_middle_fails_that_job_and_the_next_gets_its_own_an
 
     tree = executor.tracking.tree
     monkeypatch.setattr(ForkServer, "answer", failing_second)
-    handles = executor.start_many(three_launches(tmp_path))  # type: ignore[arg-type]
+    handles = executor.start_many(three_launches(tmp_path))
     second = handles[1]
     assert isinstance(second, LaunchFailed) and "for the test" in str(second)
     assert second.interrupted is lost

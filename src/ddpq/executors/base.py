@@ -94,7 +94,8 @@ KILL_SLACK_S = 5.0
 def one_by_one(
     start: Callable[[Launch], str], launches: Sequence[Launch]
 ) -> list[str | LaunchFailed]:
-    """``Executor.start_many`` for an executor that starts one attempt at a time."""
+    """``Executor.start_many`` from ``start``, which starts one attempt (its handle) or
+    raises LaunchFailed."""
     started: list[str | LaunchFailed] = []
     for launch in launches:
         try:
@@ -105,7 +106,7 @@ def one_by_one(
 
 
 def only_one(started: list[str | LaunchFailed]) -> str:
-    """``Executor.start`` from ``start_many`` of one launch: its handle, or raised."""
+    """One attempt's start from ``start_many`` of one launch: its handle, or raised."""
     (result,) = started
     if isinstance(result, LaunchFailed):
         raise result
@@ -122,16 +123,12 @@ class Executor(Protocol):
         """One line for the daemon's start-up log: how jobs are run and tracked."""
         ...
 
-    def start(self, launch: Launch) -> str:
-        """Make the attempt ready to run and return its handle; raise LaunchFailed if it
-        cannot. Nothing of the job runs until ``proceed``: the worker first stores the
-        handle, so that whatever runs can always be found again after a crash."""
-        ...
-
     def start_many(self, launches: Sequence[Launch]) -> list[str | LaunchFailed]:
-        """``start`` for each launch, in order: each one's handle, or why it could not
-        start. An executor may overlap the starts (the local one: its fork server forks
-        one shim while the next job's folder is made); ``one_by_one`` does them in turn."""
+        """Make each attempt ready to run: in order, its handle, or why it could not start.
+        Nothing of a job runs until ``proceed``: the worker first stores the handles, so
+        that whatever runs can always be found again after a crash. An executor may
+        overlap the starts (the local one: its fork server forks one shim while the next
+        job's folder is made); one that starts one at a time has ``one_by_one`` do it."""
         ...
 
     def proceed(self, job_ids: Sequence[int]) -> None:

@@ -9,24 +9,24 @@ subreaper). The fork server loads it and the functions the shims call before it 
 
 from __future__ import annotations
 
+import functools  # already loaded by what the shim imports (subprocess)
+
 TYPE_CHECKING = False  # typing would cost milliseconds on every job's start path
 if TYPE_CHECKING:
     import ctypes
 
-_LOADED: list[ctypes.CDLL] = []
 # What a forked shim calls: its title (prctl), a subreaper (prctl), a reserved signal's
 # action (syscall).
 SHIMS_CALL = ("prctl", "syscall")
 
 
+@functools.cache
 def libc() -> ctypes.CDLL:
     """This process's C library, errno kept (``ctypes.get_errno``). Raises OSError where
     it cannot be loaded."""
-    if not _LOADED:
-        import ctypes
+    import ctypes
 
-        _LOADED.append(ctypes.CDLL(None, use_errno=True))
-    return _LOADED[0]
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def preload() -> None:

@@ -64,16 +64,15 @@ def credentials(account: Account) -> Credentials:
     return account.uid, account.gid, os.getgrouplist(account.name, account.gid)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Asked:
-    """A shim asked for: its fork server's answer still to come (``ticket``), or already
-    started by exec (``started``); ``gate`` is the write end of its gate."""
+    """A shim asked for: ``how``, the fork server's answer still to come (its ticket), or
+    the shim already started by exec; ``gate`` is the write end of its gate."""
 
     launch: Launch
     gate: int
     cgroup: Path | None
-    ticket: Ticket | None = None
-    started: Started | None = None
+    how: Ticket | Started
 
 
 @dataclass(frozen=True)
@@ -235,29 +234,28 @@ class Spawner:
         # its handle (so a restarted worker finds it), and until it is in its cgroup and
         # fenced to its GPUs (so nothing of the job starts outside).
         gate_r, gate_w = os.pipe()
-        asked = Asked(launch, gate_w, cgroup)
         try:
             with open_for_append(folder.shim_errors, owner) as err:
                 ids = credentials(account) if account is not None and switch else None
-                asked.ticket = self._send(args, env, ids, (cgroup, joins), gate_r, err.fileno())
-                if asked.ticket is None:
-                    asked.started = self._exec(args, env, ids, (cgroup, joins), gate_r, err)
+                how = self._send(
+                    args, env, ids, (cgroup, joins), gate_r, err.fileno()
+                ) or self._exec(args, env, ids, (cgroup, joins), gate_r, err)
         except BaseException:
-            self._undo(asked)
+            self._undo(launch, gate_w, cgroup)
             raise
         finally:
             os.close(gate_r)
-        return asked
+        return Asked(launch, gate_w, cgroup, how)
 
     def _answered(self, asked: Asked) -> Spawned:
         """The shim of ``asked``, once the fork server has said it forked it."""
-        started = asked.started
-        if started is None:
-            assert self.forkserver is not None and asked.ticket is not None
+        started = asked.how
+        if isinstance(started, Ticket):
+            assert self.forkserver is not None  # only it gives tickets
             try:
-                pid = self.forkserver.answer(asked.ticket)
+                pid = self.forkserver.answer(started)
             except BaseException:
-                self._undo(asked)
+                self._undo(asked.launch, asked.gate, asked.cgroup)
                 raise
             # The child joins its cgroup itself, before it waits at the gate.
             started = (pid, None, asked.cgroup is not None)
@@ -269,15 +267,15 @@ class Spawner:
         ident = procs.identity(pid) or procs.Identity(pid, 0)
         return Spawned(ident, asked.gate, word, child)
 
-    def _undo(self, asked: Asked) -> None:
+    def _undo(self, launch: Launch, gate: int, cgroup: Path | None) -> None:
         """A start that failed: its gate closed (a shim forked meanwhile would record that
         nothing ran), its cgroup and its limits' given back. A fork whose answer failed
         may have left a shim in its cgroup, which could then not be removed: it is killed
         first (nothing of the job ran, and nobody watches that attempt)."""
-        os.close(asked.gate)
-        if asked.cgroup is not None and not cgroups.destroy(asked.cgroup, UNDO_TIMEOUT_S):
-            self.warn("cgroup-undo", f"cannot empty {asked.cgroup} after a failed start")
-        limits.release(self.limits, asked.launch.job_id, asked.launch.attempt)
+        os.close(gate)
+        if cgroup is not None and not cgroups.destroy(cgroup, UNDO_TIMEOUT_S):
+            self.warn("cgroup-undo", f"cannot empty {cgroup} after a failed start")
+        limits.release(self.limits, launch.job_id, launch.attempt)
 
     def _send(
         self,
