@@ -1,14 +1,18 @@
 """Where the worker's CPU goes, phase by phase, while a burst of trivial jobs runs through it.
 
-    python bench/worker_phases.py [--jobs 400]
+    python bench/worker_phases.py [--jobs 400] [--src PATH]
 
-`ddpq server` and `ddpq worker --fake-gpus 8` of this checkout on loopback (two processes,
-as `serve` runs them); the worker runs under this script (``--as-worker``), which wraps
-its pass's phases and a few of their parts and adds up the CPU its thread spent in each
-(``time.thread_time``: the interpreter lock and the other processes' load do not count).
-One client submits ``--jobs`` 1-GPU ``true`` jobs one call at a time, then waits for them.
-Prints each phase's CPU in all, per call and per job. Phases nest: ``scheduling`` holds
-``lease_next``, ``executor.start``, ``record_exits`` and ``mark_running_many``.
+`ddpq server` and `ddpq worker --fake-gpus 8` of the code under ``--src`` (this
+checkout's by default) on loopback (two processes, as `serve` runs them); the worker runs
+under this script (``--as-worker``), which wraps its pass's phases and a few of their
+parts and adds up the CPU its thread spent in each (``time.thread_time``: the interpreter
+lock and the other processes' load do not count) and the wall time they took. One client
+submits ``--jobs`` 1-GPU ``true`` jobs one call at a time, then waits for them. Prints
+each phase's CPU and wall time in all, per call and per job. Phases nest: ``scheduling``
+holds ``lease_next``, the start (``executor.start_many``), ``record_exits`` and
+``mark_running_many``; the start holds the fork server's requests and answers
+(``forkserver.send``, ``forkserver.answer``: wall time beyond their CPU is waiting for
+the server) and the job's folder and log (``make_folder``, ``open_for_append``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 from machine import ROOT, free_port, machine_line, stop_daemons, wait_until
 
 SPENT: defaultdict[str, float] = defaultdict(float)
+WALL: defaultdict[str, float] = defaultdict(float)
 CALLS: Counter[str] = Counter()
 
 
@@ -43,39 +48,47 @@ def timed(owner: Any, name: str, label: str) -> None:
 
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            SPENT[label] += time.thread_time() - start
-            CALLS[label] += 1
+        return measured(label, functools.partial(original, *args, **kwargs))
 
     setattr(owner, name, wrapper)
 
 
+def measured(label: str, call: Callable[[], Any]) -> Any:
+    """``call()``, its thread's CPU and its wall time added up under ``label``."""
+    start, began = time.thread_time(), time.perf_counter()
+    try:
+        return call()
+    finally:
+        SPENT[label] += time.thread_time() - start
+        WALL[label] += time.perf_counter() - began
+        CALLS[label] += 1
+
+
 def run_worker(report: Path, argv: list[str]) -> None:
-    """``ddpq worker ARGV`` in this process, its phases timed; the sums into ``report``."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from ddpq.executors.local import executor
+    """``ddpq worker ARGV`` in this process (the code on its PYTHONPATH, ``--src``), its
+    phases timed; the sums into ``report``."""
+    from ddpq.executors.local import executor, forkclient, spawn
     from ddpq.worker import loop, scheduling
 
     original_guarded = loop.Worker._guarded
 
     def guarded(self: Any, phase: str, run: Callable[[], None]) -> None:
-        start = time.thread_time()
-        try:
-            original_guarded(self, phase, run)
-        finally:
-            SPENT[phase] += time.thread_time() - start
-            CALLS[phase] += 1
+        measured(phase, functools.partial(original_guarded, self, phase, run))
 
     loop.Worker._guarded = guarded  # type: ignore[method-assign]
     timed(scheduling.Scheduler, "lease_next", "lease_next")
     timed(loop, "record_exits", "record_exits")
     timed(loop.attempt_store, "mark_running_many", "mark_running_many")
-    for name in ("start", "ended"):
-        timed(executor.LocalExecutor, name, f"executor.{name}")
-    atexit.register(lambda: report.write_text(json.dumps([SPENT, CALLS])))
+    # A tree from before start_many (stop 40) starts one job a call: each is timed.
+    for name in ("start_many", "start", "ended"):
+        if hasattr(executor.LocalExecutor, name):
+            timed(executor.LocalExecutor, name, f"executor.{name}")
+    for name in ("send", "answer", "fork"):
+        if hasattr(forkclient.ForkServer, name):
+            timed(forkclient.ForkServer, name, f"forkserver.{name}")
+    for name in ("make_folder", "open_for_append"):
+        timed(spawn, name, name)
+    atexit.register(lambda: report.write_text(json.dumps([SPENT, WALL, CALLS])))
     sys.argv = ["ddpq", "worker", *argv]
     runpy.run_module("ddpq", run_name="__main__", alter_sys=True)
 
@@ -95,6 +108,7 @@ def request(port: int, method: str, path: str, body: object = None) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=400)
+    ap.add_argument("--src", default=str(ROOT / "src"))
     ap.add_argument("--as-worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.as_worker is not None:
@@ -104,7 +118,7 @@ def main() -> None:
     port, report = free_port(), home / "phases.json"
     common = ["--home", str(home), "--fake-gpus", "8", "--port-range", "29600-29999"]
     common += ["--allow-root"] if os.geteuid() == 0 else []
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": args.src}
     log = open(home / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemons
     server = subprocess.Popen(
         [sys.executable, "-m", "ddpq", "server", "--port", str(port), *common],
@@ -125,16 +139,18 @@ def main() -> None:
     finally:
         stop_daemons([worker, server], None)
         log.close()
-    spent, calls = json.loads(report.read_text())  # written as the worker ended
+    spent, wall, calls = json.loads(report.read_text())  # written as the worker ended
     shutil.rmtree(home, ignore_errors=True)
     print(machine_line())
-    print(f"command: python bench/worker_phases.py --jobs {args.jobs}; {took:.2f} s\n")
-    print("| phase | CPU in all | calls | per call | per job |")
-    print("|---|---|---|---|---|")
+    print(f"command: python bench/worker_phases.py --jobs {args.jobs}; {took:.2f} s")
+    print(f"src: {args.src}\n")
+    print("| phase | CPU in all | calls | CPU per call | CPU per job | wall per job |")
+    print("|---|---|---|---|---|---|")
     for phase, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(
             f"| {phase} | {seconds * 1000:.0f} ms | {calls[phase]} | "
-            f"{seconds / calls[phase] * 1000:.2f} ms | {seconds / args.jobs * 1000:.2f} ms |"
+            f"{seconds / calls[phase] * 1000:.2f} ms | {seconds / args.jobs * 1000:.2f} ms | "
+            f"{wall[phase] / args.jobs * 1000:.2f} ms |"
         )
 
 
