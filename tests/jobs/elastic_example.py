@@ -22,6 +22,17 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 IMAGES, EPOCHS, GLOBAL_BATCH, LR = 256, 3, 32, 0.05
+
+
+def leave(status: int) -> None:
+    """Exit without Python's teardown: at exit, gloo's threads can abort a rank that is done
+    ("terminate called without an active exception", SIGABRT), and torchrun then reports the
+    run failed, or a saved rank's 75 lost."""
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(status)  # everything written is closed already
+
+
 job_dir = os.environ["DDPQ_JOB_DIR"]
 state_file = os.path.join(job_dir, "state.pt")
 
@@ -74,9 +85,8 @@ while epoch < EPOCHS:
                 with open(os.path.join(job_dir, "metrics.jsonl"), "a") as f:
                     f.write(json.dumps({"preempted": True}) + "\n")
             dist.barrier()  # nobody leaves before the state is saved
-            dist.destroy_process_group()
-            sys.exit(int(os.environ.get("DDPQ_REQUEUE_EXIT", "75")))
+            leave(int(os.environ.get("DDPQ_REQUEUE_EXIT", "75")))
     epoch, consumed = epoch + 1, 0
 if rank == 0:
     print(f"done: loss {loss.item():.4f}", flush=True)
-dist.destroy_process_group()
+leave(0)
