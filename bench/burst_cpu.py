@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 from machine import ROOT, busy_cpu_s, cpu_model, free_port, stop_daemons, wait_until
-from scheduler_bench import _all_done
+from scheduler_bench import _all_done, devices
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
     )
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-Ddpq-User": "root"})
     try:
-        wait_until(lambda: _devices(http) == 8, 60, "the worker")
+        wait_until(lambda: devices(http) == 8, 60, "the worker")
         for _ in range(5):  # warm: the first of everything, outside the measure
             http.post("/v1/jobs", json={"command": ["true"], "gpus": 1})
         wait_until(lambda: _all_done(http, []), 60, "the warm-up")
@@ -91,13 +91,6 @@ def main() -> None:
     for tid, s in sorted(used.items(), key=lambda kv: -kv[1]):
         if s > 0:
             print(f"  {who.get(tid, '?')}: {1000 * s / args.jobs:.1f} ms")
-
-
-def _devices(http: httpx.Client) -> int:
-    try:
-        return len(http.get("/v1/devices").json()["items"])
-    except httpx.TransportError:  # not listening yet
-        return 0
 
 
 def thread_cpu(pid: int) -> dict[int, float]:

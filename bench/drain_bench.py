@@ -31,7 +31,7 @@ from machine import (
     stop_daemons,
     wait_until,
 )
-from scheduler_bench import _all_done, _handover_gaps, _t, pct
+from scheduler_bench import _all_done, _handover_gaps, _t, devices, pct
 
 SLEEPERS = 8
 SLEEP_S = 3
@@ -56,7 +56,7 @@ def main() -> None:
         return int(answer.json()["id"])
 
     try:
-        wait_until(lambda: _devices(http) == SLEEPERS, 60, "the worker")
+        wait_until(lambda: devices(http) == SLEEPERS, 60, "the worker")
         sleepers = [submit(["sleep", str(SLEEP_S)]) for _ in range(SLEEPERS)]
         began = time.time()
         trivial = [submit(["true"]) for _ in range(args.jobs)]
@@ -88,13 +88,6 @@ def main() -> None:
     )
     print(f"| GPU hand-over | {pct(gaps, 0.5):.1f} ms | {pct(gaps, 0.9):.1f} ms |")
     print(f"\ndrain: {args.jobs} jobs in {drained_s:.2f} s = {args.jobs / drained_s:.1f} jobs/s")
-
-
-def _devices(http: httpx.Client) -> int:
-    try:
-        return len(http.get("/v1/devices").json()["items"])
-    except (httpx.TransportError, ValueError, KeyError):
-        return 0
 
 
 if __name__ == "__main__":

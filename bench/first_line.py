@@ -29,6 +29,7 @@ from machine import (
     stop_daemons,
     wait_until,
 )
+from scheduler_bench import devices
 
 JOB = {"command": ["sh", "-c", "date +%s.%N"], "gpus": 1}
 ENDED = {"succeeded", "failed", "cancelled", "timed_out"}
@@ -37,10 +38,6 @@ STEPS = ("POST returned", "submitted (the API's record)", "attempt started (the 
 
 def seconds(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
-
-
-def gpus(http: httpx.Client) -> int:
-    return len(http.get("/v1/devices").json()["items"])
 
 
 def one_job(http: httpx.Client) -> tuple[float, float, float, float]:
@@ -73,7 +70,7 @@ def main() -> None:
     try:
         headers = {"X-Ddpq-User": os.environ.get("USER", "root")}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as http:
-            wait_until(lambda: gpus(http) == 8, 60, "the worker to report its GPUs")
+            wait_until(lambda: devices(http) == 8, 60, "the worker to report its GPUs")
             samples = [one_job(http) for _ in range(jobs)]
     finally:
         stop_daemons([daemon], home)

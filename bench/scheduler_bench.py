@@ -74,7 +74,7 @@ def main() -> None:
     http = httpx.Client(base_url=url, headers={"X-Ddpq-User": os.environ.get("USER", "root")})
     try:
         wait_until(lambda: _ok(http), 60, "the daemon")
-        wait_until(lambda: len(http.get("/v1/devices").json()["items"]) == 8, 60, "the worker")
+        wait_until(lambda: devices(http) == 8, 60, "the worker")
         # 1 + 2: one job at a time on idle GPUs.
         submit_ms, to_running_ms = [], []
         for _ in range(args.latency_samples):
@@ -146,6 +146,14 @@ def _ok(http: httpx.Client) -> bool:
 def _done(http: httpx.Client, job_id: int) -> dict | None:  # type: ignore[type-arg]
     job = http.get(f"/v1/jobs/{job_id}").json()
     return job if job["state"] in TERMINAL else None
+
+
+def devices(http: httpx.Client) -> int:
+    """The GPUs the worker has reported; 0 while the daemon does not answer yet."""
+    try:
+        return len(http.get("/v1/devices").json()["items"])
+    except httpx.TransportError:
+        return 0
 
 
 def _all_done(http: httpx.Client, ids: list[int]) -> bool:

@@ -165,36 +165,11 @@ def _stop_and_clean_up(started: list[Daemon], root: Path) -> None:
     _kill_leftover_shims(root)
     for d in started:
         _kill_recorded_shims(d.home)
+    from tests.launches import remove_job_cgroups  # the executor's import, only here
+
     for d in started:
-        _remove_job_cgroups(d.home)
+        remove_job_cgroups(d.home)
     assert not deaf, f"daemons that SIGTERM did not stop (killed): {deaf}"
-
-
-def _remove_job_cgroups(home: Path) -> None:
-    """End and remove what is left in the job cgroups of a test's daemon, and its tree,
-    as a daemon restarted on that state folder would (found through its own record)."""
-    from ddpq.executors.local import cgroups
-
-    try:
-        trees = [Path(p) for p in (home / cgroups.TREES_FILE).read_text().split()]
-    except OSError:
-        trees = []
-    for tree in trees:
-        for job in tree.glob("job-*"):
-            cgroups.destroy(job, timeout=5)
-        cgroups.remove(tree)
-    _remove_limit_cgroups(home)
-
-
-def _remove_limit_cgroups(home: Path) -> None:
-    """The v1 cgroups of its jobs' limits (executors.local.cgroup_v1), empty once the job
-    cgroups above are: a daemon killed with SIGKILL leaves them."""
-    from ddpq.executors.local import cgroup_v1, cgroups
-
-    for _controller, tree in cgroup_v1.remembered(home):
-        for job in tree.glob("job-*"):
-            cgroups.remove(job)
-        cgroups.remove(tree)
 
 
 def _kill_recorded_shims(home: Path) -> None:

@@ -47,22 +47,38 @@ def a_launch(job_dir: Path, **kw: Any) -> Launch:
 
 @contextmanager
 def leaving_nothing(settings: Settings) -> Iterator[LocalExecutor]:
-    """A local executor for ``settings``; afterwards, what a failed test left of its jobs
-    (shims, cgroups) is killed and removed, and the test fails if anything was left."""
+    """A local executor for ``settings``; afterwards, even when the block failed, what it
+    left of its jobs (shims, cgroups) is killed and removed; a block that succeeded fails
+    if anything was left."""
     made = LocalExecutor(settings, gpu_count=0)
-    yield made
-    left = [w.ident.pid for w in made._watched.values()]
-    procs.kill_all(left)
-    made.close()
-    tree = made.tracking.tree
-    cgroups_left = list(tree.glob("job-*")) if tree is not None else []
-    for cgroup in cgroups_left:
-        cgroups.destroy(cgroup, timeout=10)
-    if tree is not None:
-        cgroups.remove(tree)
-    # The v1 cgroups of its limits (a failed test's processes are killed above).
-    for v1_tree in made.limits.v1.values():
-        for cgroup in v1_tree.glob("job-*"):
-            cgroups.remove(cgroup)
-        cgroups.remove(v1_tree)
+    try:
+        yield made
+    finally:
+        left = [w.ident.pid for w in made._watched.values()]
+        procs.kill_all(left)
+        made.close()
+        cgroups_left = remove_job_cgroups(settings.home)
     assert left == [] and cgroups_left == [], (left, cgroups_left)
+
+
+def remove_job_cgroups(home: Path) -> list[Path]:
+    """End and remove what is left in the job cgroups of the state folder ``home``, and
+    their tree, as a daemon restarted on that folder would find them (its own record); then
+    the v1 cgroups of its jobs' limits, empty by then (a daemon killed with SIGKILL leaves
+    them). The job cgroups that were left."""
+    from ddpq.executors.local import cgroup_v1
+
+    try:
+        trees = [Path(p) for p in (home / cgroups.TREES_FILE).read_text().split()]
+    except OSError:
+        trees = []
+    left = [job for tree in trees for job in tree.glob("job-*")]
+    for job in left:
+        cgroups.destroy(job, timeout=5)
+    for tree in trees:
+        cgroups.remove(tree)
+    for _controller, tree in cgroup_v1.remembered(home):
+        for job in tree.glob("job-*"):
+            cgroups.remove(job)
+        cgroups.remove(tree)
+    return left

@@ -113,6 +113,7 @@ class LocalExecutor:
     # ---- start, adopt --------------------------------------------------------------
 
     def start(self, launch: Launch) -> str:
+        """One launch alone (the tests' way): its handle, or LaunchFailed raised."""
         return only_one(self.start_many([launch]))
 
     def start_many(self, launches: Sequence[Launch]) -> list[str | LaunchFailed]:
