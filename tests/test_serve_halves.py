@@ -24,6 +24,7 @@ from ddpq.daemon import halves, state_folder
 from ddpq.daemon.watchdog import Shutdown
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_for
+from tests.launches import remove_job_cgroups
 from tests.workload.runs import children  # the worker half is the serve process's child
 
 
@@ -47,6 +48,8 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         os.killpg(d.proc.pid, signal.SIGKILL)
     d.proc.wait()
     d.log.close()
+    # A half killed with SIGKILL leaves its cgroup tree (its exit handlers never ran).
+    assert remove_job_cgroups(home) == []
 
 
 def worker_half(d: Daemon) -> int:
