@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ddpq.client import relay
-from ddpq.executors.local.spawn import shim_argv
+from ddpq.executors.local.shim_command import shim_argv
 from ddpq.jobdir import JobDir
 from tests.helpers import wait_for
 

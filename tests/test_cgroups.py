@@ -593,7 +593,7 @@ def test_session_tracking_still_supervises_jobs(
 
 
 def test_a_shim_whose_worker_dies_before_its_word_never_starts_the_job(tmp_path: Path) -> None:
-    from ddpq.executors.local.spawn import gated, shim_argv
+    from ddpq.executors.local.shim_command import gated, shim_argv
     from ddpq.jobdir import JobDir
 
     ran = tmp_path / "ran"

@@ -18,7 +18,7 @@ from ddpq.executors.local.forkclient import (
     ForkServerUnavailable,
     Ticket,
 )
-from ddpq.executors.local.spawn import shim_args
+from ddpq.executors.local.shim_command import shim_args
 from ddpq.jobdir import JobDir
 from tests.helpers import wait_for
 
@@ -40,7 +40,7 @@ def ask(server: ForkServer, folder: JobDir, command: list[str], **kw: object) ->
     """The request for ``fork``'s shim, sent and not answered yet; its ticket and gate."""
     folder.path.mkdir(parents=True, exist_ok=True)
     gate_r, gate_w = os.pipe()
-    with open(folder.shim_errors, "ab") as err:
+    with open(folder.log, "ab") as err:  # the shim's stderr is its log, as spawn gives it
         ticket = server.send(
             [*shim_args(folder, "/", 1.0, 1 << 20), *command],
             {**os.environ, "DDPQ_ATTEMPT": "1", "DDPQ_JOB_DIR": str(folder.path)},
@@ -67,7 +67,7 @@ def test_a_forked_shim_runs_its_job_once_let_go_and_shows_as_a_shim(
     title = b"ddpq-shim\x00--job-dir\x00" + str(folder.path).encode() + b"\x00"
     wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(title), what="its title")
     assert procs.find_shim(str(folder.path)) == pid
-    assert not folder.log.exists()  # nothing ran before its word
+    assert folder.log.read_bytes() == b""  # nothing ran before its word
     os.write(gate, b"s")
     os.close(gate)
     wait_for(lambda: not procs.is_alive(ident), what="the shim to end")
@@ -88,6 +88,9 @@ def test_a_shim_whose_gate_closes_records_that_nothing_ran(
     wait_for(lambda: not procs.is_alive(ident), what="the shim to end")
     record = folder.read_exit_record(1)
     assert record is not None and not record.launched and not marker.exists()
+    # Said on its stderr, which is the job's log: no file of its own in the folder.
+    assert "ddpq shim: the worker went away before the job started" in folder.log.read_text()
+    assert sorted(os.listdir(folder.path)) == ["exit.json", "output.log"]
 
 
 def test_a_shim_that_cannot_join_its_cgroup_never_runs_and_says_why(

@@ -114,7 +114,7 @@ def test_a_restored_backup_hands_out_new_ids_and_new_folders(
         log = c.log_tail(new.id).decode()
     assert "the-new-job" in log and "after-the-backup" not in log
     # Its folder holds its own records alone.
-    assert set(os.listdir(d.home / "jobs" / str(new.id))) <= {"exit.json", "output.log", "shim.err"}
+    assert set(os.listdir(d.home / "jobs" / str(new.id))) <= {"exit.json", "output.log"}
     # The earlier user's folder is as it was.
     earlier = (d.home / "jobs" / str(later[0].id) / "output.log").read_text()
     assert "after-the-backup" in earlier

@@ -300,7 +300,7 @@ def test_v2_controllers_are_enabled_from_a_leaf_and_set_per_job(
     assert cgroup_v1.read(job / "memory.swap.max") == "0"
     assert cgroup_v1.read(job / "pids.max") == "512"
     (job / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n")
-    assert limits.oom_limit(found, 7, 1, job) == 150 * MIB
+    assert limits.oom_limit(found, limits.v1_cgroups(found, 7, 1), job) == 150 * MIB
 
 
 def test_a_daemon_sharing_its_cgroup_moves_no_one_else_and_says_why(

@@ -25,7 +25,7 @@ from ddpq.daemon.reach import (
     require_jobs_can_run_the_shim,
     why_jobs_cannot_run_the_shim,
 )
-from ddpq.executors.local.spawn import SHIM
+from ddpq.executors.local.shim_command import SHIM
 from tests.helpers import free_port
 from tests.shared_install import SharedInstall, shared_install
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddpq.daemon import sweep
-from ddpq.jobdir import EXIT_RECORD, LOG, METRICS, RECORDS, SHIM_ERRORS, is_checkpoint
+from ddpq.jobdir import EXIT_RECORD, LOG, METRICS, RECORDS, is_checkpoint
 
 
 @pytest.fixture
@@ -35,7 +35,6 @@ def job_folder(jobs: Path, job_id: int = 7) -> Path:
     (folder / LOG).write_text("training...\n")
     (folder / EXIT_RECORD).write_text('{"attempt": 1}')
     (folder / METRICS).write_text('{"epoch": 3}\n')
-    (folder / SHIM_ERRORS).write_text("")
     (folder / "ckpt" / "epoch-3" / "model.pt").write_bytes(os.urandom(50_000))
     (folder / "last.pt").write_bytes(os.urandom(20_000))
     return folder
@@ -47,9 +46,7 @@ def everything(folder: Path) -> list[str]:
 
 def test_the_records_are_what_is_not_a_checkpoint() -> None:
     # A session's terminal socket and notice are ddpq's too (tiny), never a checkpoint.
-    assert {"output.log", "exit.json", "metrics.jsonl", "shim.err", "tty.sock", "notice"} == (
-        RECORDS
-    )
+    assert {"output.log", "exit.json", "metrics.jsonl", "tty.sock", "notice"} == (RECORDS)
     assert not any(is_checkpoint(name) for name in RECORDS)
     assert all(is_checkpoint(n) for n in ("last.pt", "ckpt", "output.log.1", ".hidden"))
 
@@ -60,7 +57,7 @@ def test_removing_checkpoints_keeps_the_log_and_the_records(jobs: Path) -> None:
     assert usage is not None and usage.checkpoint_bytes >= 70_000
     assert 0 < usage.record_bytes < usage.checkpoint_bytes
     removed = sweep.remove_checkpoints(jobs, "7")
-    assert sorted(os.listdir(folder)) == ["exit.json", "metrics.jsonl", "output.log", "shim.err"]
+    assert sorted(os.listdir(folder)) == ["exit.json", "metrics.jsonl", "output.log"]
     assert removed.checkpoint_bytes == usage.checkpoint_bytes and removed.record_bytes == 0
     assert (removed.left, removed.gone) == (0, False)
     after = sweep.folder_usage(jobs, "7")

@@ -11,7 +11,7 @@ worker, the executors and the API's log reader all go through this module, so a 
 name and the rules for opening it are written once.
 
 The shim is started by file path with the standard library only; it is handed these
-files' paths as flags (see ``executors.local.launch.shim_argv``), never their names.
+files' paths as flags (see ``executors.local.shim_command.shim_args``), never their names.
 
 What ddpq calls a job's *checkpoints* is everything in its folder but the records above
 (``is_checkpoint``): whatever the job wrote to resume from, and anything else it left.
@@ -36,14 +36,13 @@ from typing import Any, BinaryIO
 from ddpq.core.rules import ExitRecord
 from ddpq.core.untrusted import clean_text, nesting_depth, parse_progress
 
-# The job's stdout and stderr, as the shim writes them (head + newest part under a cap).
+# The job's stdout and stderr, as the shim writes them (head + newest part under a cap),
+# after the attempt's header; the shim's own complaints go there too (its stderr).
 LOG = "output.log"
 # How the attempt ended, written atomically by the shim once the job's processes are gone.
 EXIT_RECORD = "exit.json"
 # Progress lines the job itself appends (the job contract): the newest good one is shown.
 METRICS = "metrics.jsonl"
-# The shim's own complaints (it cannot write the log, say), for an admin to read.
-SHIM_ERRORS = "shim.err"
 # An interactive session's terminal, which its shim serves on this Unix socket (0600), and
 # a line the worker has for it (the idle warning), which the shim writes into the terminal.
 TTY_SOCKET = "tty.sock"
@@ -58,7 +57,7 @@ SLURM_OUTPUT = "slurm.out"
 SHIM_SCRATCH = (f"{EXIT_RECORD}.tmp", f"{LOG}.tmp")
 
 # The records: ddpq's and the job's account of what happened. All else is checkpoints.
-RECORDS = frozenset({LOG, EXIT_RECORD, METRICS, SHIM_ERRORS, TTY_SOCKET, NOTICE})
+RECORDS = frozenset({LOG, EXIT_RECORD, METRICS, TTY_SOCKET, NOTICE})
 NOTICE_MAX = 4096
 
 EXIT_RECORD_MAX = 64 * 1024
@@ -89,10 +88,6 @@ class JobDir:
     @property
     def metrics(self) -> Path:
         return self.path / METRICS
-
-    @property
-    def shim_errors(self) -> Path:
-        return self.path / SHIM_ERRORS
 
     @property
     def tty_socket(self) -> Path:

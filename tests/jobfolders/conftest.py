@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddpq.daemon.reach import probe_account, why_jobs_cannot_run_the_shim
-from ddpq.executors.local.spawn import SHIM
+from ddpq.executors.local.shim_command import SHIM
 from tests.jobfolders.hostile import Accounts, Victims
 from tests.shared_install import shared_install
 from tests.test_trust import shared_home

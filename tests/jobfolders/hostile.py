@@ -82,9 +82,9 @@ KINDS = [
     "folder",
     "another account's file",
 ]
-# Every name ddpq writes in a local job's folder: as root (the log's header, the shim's
-# stderr, the record and notice it clears) or as the shim (its scratch files).
-LOCAL_NAMES = ["output.log", "shim.err", "exit.json", "notice", "exit.json.tmp", "output.log.tmp"]
+# Every name ddpq writes in a local job's folder: as root (the log's header, which is also
+# the shim's stderr; the record and notice it clears) or as the shim (its scratch files).
+LOCAL_NAMES = ["output.log", "exit.json", "notice", "exit.json.tmp", "output.log.tmp"]
 
 
 def is_fresh_and_the_jobs(path: Path, accounts: Accounts) -> None:

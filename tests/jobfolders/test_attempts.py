@@ -73,7 +73,7 @@ def _run(spawner: Spawner, launch: Launch) -> ExitRecord:
         if spawned.child is not None:
             spawned.child.wait()
     record = JobDir(launch.job_dir).read_exit_record(launch.attempt)
-    assert record is not None, (launch.job_dir / "shim.err").read_text(errors="replace")
+    assert record is not None, (launch.job_dir / "output.log").read_text(errors="replace")
     return record
 
 
@@ -96,7 +96,6 @@ def test_a_retry_writes_nothing_through_what_the_job_left_in_its_folder(
     assert record.exit_code == 0 and record.launched
     assert victims.snapshot() == before
     is_fresh_and_the_jobs(folder.log, accounts)
-    is_fresh_and_the_jobs(folder.shim_errors, accounts)
     assert "second-output" in folder.log.read_text()
     assert not any(p.name.startswith(STALE) for p in folder.path.parent.iterdir())  # kept
 
@@ -168,14 +167,14 @@ def test_a_job_that_links_its_log_to_another_users_file_gets_a_fresh_log_on_its_
 ) -> None:
     """The job itself, as its account, swaps its log for a hard link to another user's
     group-writable file (``fs.protected_hardlinks`` allows it: the account may write it)
-    and its shim.err for a symbolic link to a root file, then fails; the root daemon's
-    retry writes and chowns neither."""
+    and fails; the root daemon's retry neither writes nor chowns it (the log, which is
+    also the shim's stderr, is the one file root opens in the folder)."""
     token = add_user(home, "carol", "--unix-user", accounts.job)
     d = make_daemon("--fake-gpus", "1", "--auth", "--grace", "1s", home=home)
     plant = (
         'cd "$DDPQ_JOB_DIR"; if [ "$DDPQ_ATTEMPT" = 1 ]; then '
-        f"rm -f output.log shim.err; ln {victims.theirs} output.log; "
-        f"ln -s {victims.roots} shim.err; exit 3; fi; echo second-attempt"
+        f"rm -f output.log; ln {victims.theirs} output.log; "
+        "exit 3; fi; echo second-attempt"
     )
     before = victims.snapshot()
     with d.client(token) as c:
@@ -187,4 +186,3 @@ def test_a_job_that_links_its_log_to_another_users_file_gets_a_fresh_log_on_its_
     assert "second-attempt" in log
     folder = JobDir(home / "jobs" / str(job.id))
     is_fresh_and_the_jobs(folder.log, accounts)
-    is_fresh_and_the_jobs(folder.shim_errors, accounts)

@@ -105,7 +105,7 @@ def test_the_fork_servers_record_of_a_failed_start_is_written_as_the_jobs_accoun
     """A shim that cannot join its cgroup records why: after it has become the job's
     account, never as root through whatever the job left where the record goes."""
     from ddpq.executors.local.forkclient import ForkServer
-    from ddpq.executors.local.spawn import shim_args
+    from ddpq.executors.local.shim_command import shim_args
 
     folder = JobDir(home / "jobs" / "9")
     make_folder(folder, True, accounts.ids(accounts.job))
@@ -115,7 +115,7 @@ def test_the_fork_servers_record_of_a_failed_start_is_written_as_the_jobs_accoun
     server = ForkServer(os.path.realpath(sys.executable), home / "jobs")
     gate_r, gate_w = os.pipe()
     try:
-        with open_for_append(folder.shim_errors, accounts.ids(accounts.job)) as err:
+        with open_for_append(folder.log, accounts.ids(accounts.job)) as err:
             asked = server.send(
                 [*shim_args(folder, "/", 1.0, 1 << 20), "true"],
                 {"DDPQ_ATTEMPT": "1", "PATH": os.environ["PATH"]},

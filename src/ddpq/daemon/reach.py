@@ -127,7 +127,7 @@ def require_jobs_can_run_the_shim(settings: Settings, *, runs_jobs: bool) -> Non
     they cannot run its shim; any other daemon's jobs run as itself."""
     if not (runs_jobs and settings.auth and os.geteuid() == 0):
         return
-    from ddpq.executors.local.spawn import SHIM
+    from ddpq.executors.local.shim_command import SHIM
 
     who = probe_account()
     why = why_jobs_cannot_run_the_shim(settings.python, SHIM, who)

@@ -182,16 +182,18 @@ class LocalExecutor:
                 os.close(w.fd)
             record = w.folder.read_exit_record(w.attempt)
             cgroup = self._cgroup_of(job_id, w.attempt)
+            # Looked up once: each is a few stats in every v1 tree, three uses below.
+            v1 = limits.v1_cgroups(self.limits, job_id, w.attempt)
             # Before its cgroup goes: the kernel's count of OOM kills in it.
-            oom_limit = limits.oom_limit(self.limits, job_id, w.attempt, cgroup)
-            peak = limits.peak_ram(self.limits, job_id, w.attempt, cgroup)
+            oom_limit = limits.oom_limit(self.limits, v1, cgroup)
+            peak = limits.peak_ram(self.limits, v1, cgroup)
             if cgroup is not None:
                 ending = self._end_cgroup(cgroup, record)
             else:
                 if occupied is None:  # one look at /proc for all of them
                     occupied = procs.occupied_sessions()
                 ending = self._end_session(w, record, occupied)
-            limits.release(self.limits, job_id, w.attempt)
+            limits.remove(v1)
             if oom_limit is not None or peak is not None:
                 ending = dataclasses.replace(ending, oom_limit_bytes=oom_limit, peak_ram_bytes=peak)
             if w.killed and ending.error == LOST:

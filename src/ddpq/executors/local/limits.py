@@ -230,13 +230,14 @@ def v1_cgroups(limits: Limits, job_id: int, attempt: int) -> list[Path]:
     return found
 
 
-def oom_limit(limits: Limits, job_id: int, attempt: int, cgroup: Path | None) -> int | None:
+def oom_limit(limits: Limits, v1: list[Path], cgroup: Path | None) -> int | None:
     """The attempt's memory limit in bytes if its cgroup's OOM killer killed something of it
-    (the kernel's count, v2 ``memory.events`` or v1 ``memory.oom_control``); else None."""
+    (the kernel's count, v2 ``memory.events`` or v1 ``memory.oom_control``); else None.
+    ``v1``: the attempt's v1 cgroups (``v1_cgroups``, looked up once for its end)."""
     folders: list[tuple[Path, str, str]] = []
     if cgroup is not None and "memory" in limits.v2:
         folders.append((cgroup, "memory.events", "memory.max"))
-    for path in v1_cgroups(limits, job_id, attempt):
+    for path in v1:
         if (path / "memory.oom_control").exists():
             folders.append((path, "memory.oom_control", "memory.limit_in_bytes"))
     for folder, events, limit in folders:
@@ -246,14 +247,14 @@ def oom_limit(limits: Limits, job_id: int, attempt: int, cgroup: Path | None) ->
     return None
 
 
-def peak_ram(limits: Limits, job_id: int, attempt: int, cgroup: Path | None) -> int | None:
+def peak_ram(limits: Limits, v1: list[Path], cgroup: Path | None) -> int | None:
     """The most memory the attempt's cgroup held, in bytes (the kernel's own high-water
     mark: v2 ``memory.peak``, from Linux 5.19; v1 ``memory.max_usage_in_bytes``); None
     where no memory controller counts it."""
     files: list[Path] = []
     if cgroup is not None and "memory" in limits.v2:
         files.append(cgroup / "memory.peak")
-    files += [path / "memory.max_usage_in_bytes" for path in v1_cgroups(limits, job_id, attempt)]
+    files += [path / "memory.max_usage_in_bytes" for path in v1]
     for file in files:
         value = cgroup_v1.read(file)
         if value.isdigit():
@@ -272,7 +273,12 @@ def _count(text: str, key: str) -> int:
 def release(limits: Limits, job_id: int, attempt: int) -> None:
     """Remove the attempt's v1 cgroups (its processes are gone: a v1 cgroup whose last
     process is still exiting refuses for a moment; one left is removed at the next start)."""
-    for path in v1_cgroups(limits, job_id, attempt):
+    remove(v1_cgroups(limits, job_id, attempt))
+
+
+def remove(v1: list[Path]) -> None:
+    """Remove these v1 cgroups of an attempt whose processes are gone (``release``)."""
+    for path in v1:
         deadline = time.monotonic() + RELEASE_TIMEOUT_S
         while True:
             try:

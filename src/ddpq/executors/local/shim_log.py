@@ -56,10 +56,24 @@ class CappedLog:
         with open(fresh_file(tmp), "wb") as f:
             f.write(head + marker + tail)
         os.replace(tmp, self.path)
+        old = os.fstat(self.fd)
         os.close(self.fd)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self.size = os.fstat(self.fd).st_size
+        follow_with_stderr(old, self.fd)
 
     def close(self) -> None:
         self.compact()
         os.close(self.fd)
+
+
+def follow_with_stderr(old: os.stat_result, fd: int) -> None:
+    """Where ddpq started the shim, its stderr is its log (``spawn``): after a rewrite it
+    is moved to the new file, or what the shim has to say would go to the unlinked one.
+    A stderr that was not the log (a shim started by hand) stays where it is."""
+    try:
+        err = os.fstat(2)
+    except OSError:
+        return
+    if (err.st_dev, err.st_ino) == (old.st_dev, old.st_ino):
+        os.dup2(fd, 2)

@@ -23,7 +23,7 @@ from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header
 from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
-from ddpq.executors.contract import job_argv, job_env
+from ddpq.executors.contract import job_env
 from ddpq.executors.local import cgroups, gpu_fence, limits, procs
 from ddpq.executors.local.forkclient import (
     ForkServer,
@@ -31,9 +31,9 @@ from ddpq.executors.local.forkclient import (
     ForkServerUnavailable,
     Ticket,
 )
+from ddpq.executors.local.shim_command import SHIM, attempt_args, gated
 from ddpq.jobdir import JobDir, make_folder, open_for_append
 
-SHIM = Path(__file__).with_name("shim.py")
 SPAWN_ENV = "DDPQ_SPAWN"  # fork (the fork server, the default) | exec
 # The daemon itself runs with umask 077; a job gets the usual one. Its folder is 0700,
 # so what it writes there stays private all the same.
@@ -83,40 +83,6 @@ class Spawned:
     gate: int
     word: bytes
     child: subprocess.Popen[bytes] | None  # ours to reap (the exec path), else the server's
-
-
-def shim_args(folder: JobDir, cwd: str, grace_s: float, log_cap: int) -> list[str]:
-    """The shim's flags, up to and with ``--``; every one is required (the daemon's settings
-    are the one place their values come from)."""
-    return [
-        "--job-dir",
-        str(folder.path),
-        "--log",
-        str(folder.log),
-        "--record",
-        str(folder.exit_record),
-        "--cwd",
-        cwd,
-        "--grace",
-        repr(grace_s),
-        "--log-cap",
-        str(log_cap),
-        "--",
-    ]
-
-
-def shim_argv(python: str, folder: JobDir, cwd: str, grace_s: float, log_cap: int) -> list[str]:
-    """``python -S shim.py`` and its flags: -S, no site-packages, so the shim starts in
-    ~10 ms (it needs only the standard library)."""
-    return [python, "-S", str(SHIM), *shim_args(folder, cwd, grace_s, log_cap)]
-
-
-def gated(shim: list[str], gate: int, cgroup: Path | None) -> list[str]:
-    """The shim's command line plus the handshake: wait on ``gate`` before starting the
-    job; ``cgroup`` is where the worker puts it (when it says so on the pipe)."""
-    at = shim.index("--job-dir")
-    extra = ["--wait-fd", str(gate)] + (["--cgroup", str(cgroup)] if cgroup is not None else [])
-    return shim[:at] + extra + shim[at:]
 
 
 def launch_error(exc: BaseException) -> str:
@@ -208,9 +174,27 @@ class Spawner:
         env = job_env(launch, os.environ, self.omp_threads, cfg.preempt_grace_s)
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
-        with open_for_append(folder.log, owner) as out:
+        ids = credentials(account) if account is not None and switch else None
+        # The log, its attempt's header written, is also the shim's stderr: what the shim
+        # itself has to say (a record it cannot write, a fault of its own) is read where
+        # the job's output is, and no file more is made per attempt.
+        with open_for_append(folder.log, owner) as log:
             when = time.strftime("%Y-%m-%d %H:%M:%S")
-            out.write(attempt_header(when, launch.gpus, launch.port).encode())
+            log.write(attempt_header(when, launch.gpus, launch.port).encode())
+            log.flush()
+            return self._request(launch, (folder, log), env, ids)
+
+    def _request(
+        self,
+        launch: Launch,
+        where: tuple[JobDir, BinaryIO],
+        env: dict[str, str],
+        ids: Credentials | None,
+    ) -> Asked:
+        """``_ask``'s rest, in the job's folder with its log open: the attempt's cgroup
+        and limits, and the shim asked for."""
+        cfg = self.settings
+        folder, log = where
         cgroup = self._new_cgroup(launch)
         try:
             # Its cores, memory and processes: set before anything of the job runs.
@@ -219,27 +203,15 @@ class Spawner:
             if cgroup is not None:
                 cgroups.remove(cgroup)
             raise
-        args = shim_args(folder, launch.spec.cwd, cfg.grace_s, cfg.log_cap_bytes)
-        if launch.preempt_with is not None:
-            at = args.index("--")
-            shield = "1" if launch.spec.launcher == "torchrun" else "0"
-            preempt = ["--preempt-signal", launch.preempt_with, "--preempt-shield", shield]
-            args[at:at] = [*preempt, "--preempt-grace", repr(cfg.preempt_grace_s)]
-        if launch.spec.interactive:
-            at = args.index("--")
-            term = ["--pty", "1", "--socket", str(folder.tty_socket), "--notice"]
-            args[at:at] = [*term, str(folder.notice)]
-        args += job_argv(launch, cfg.python)
+        args = attempt_args(launch, folder, cfg)
         # The shim waits on this pipe before it starts the job: until the worker has stored
         # its handle (so a restarted worker finds it), and until it is in its cgroup and
         # fenced to its GPUs (so nothing of the job starts outside).
         gate_r, gate_w = os.pipe()
         try:
-            with open_for_append(folder.shim_errors, owner) as err:
-                ids = credentials(account) if account is not None and switch else None
-                how = self._send(
-                    args, env, ids, (cgroup, joins), gate_r, err.fileno()
-                ) or self._exec(args, env, ids, (cgroup, joins), gate_r, err)
+            how = self._send(args, env, ids, (cgroup, joins), gate_r, log.fileno()) or self._exec(
+                args, env, ids, (cgroup, joins), gate_r, log
+            )
         except BaseException:
             self._undo(launch, gate_w, cgroup)
             raise

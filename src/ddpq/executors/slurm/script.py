@@ -26,7 +26,7 @@ from pathlib import Path
 from ddpq.config import Settings
 from ddpq.core import slurm
 from ddpq.executors.base import Launch, LaunchFailed
-from ddpq.executors.local.spawn import SHIM, shim_args
+from ddpq.executors.local.shim_command import SHIM, shim_args
 from ddpq.jobdir import JobDir
 
 PORT_CHECK = Path(__file__).with_name("port_check.py")
