@@ -182,19 +182,19 @@ class Spawner:
             when = time.strftime("%Y-%m-%d %H:%M:%S")
             log.write(attempt_header(when, launch.gpus, launch.port).encode())
             log.flush()
-            return self._request(launch, (folder, log), env, ids)
+            return self._request(launch, folder, log, env, ids)
 
     def _request(
         self,
         launch: Launch,
-        where: tuple[JobDir, BinaryIO],
+        folder: JobDir,
+        log: BinaryIO,
         env: dict[str, str],
         ids: Credentials | None,
     ) -> Asked:
         """``_ask``'s rest, in the job's folder with its log open: the attempt's cgroup
         and limits, and the shim asked for."""
         cfg = self.settings
-        folder, log = where
         cgroup = self._new_cgroup(launch)
         try:
             # Its cores, memory and processes: set before anything of the job runs.
