@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -98,10 +98,30 @@ def port_range_flags(args: list[str], env: dict[str, str]) -> list[str]:
     return ["--port-range", f"{lo}-{lo + 99}"]
 
 
+# Each pytest worker's own block of ports for daemons' HTTP and torchrun's rendezvous, below
+# the kernel's ephemeral ports and apart from the workers' lease ranges (30000 and up).
+PORT_BLOCK, PORT_BLOCKS_AT = 250, 20000
+_ports_walked = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free here now, from this pytest worker's own block below the ephemeral range.
+
+    Not bind(0): the kernel hands a port it gave and took back to the next bind(0) anywhere,
+    and gloo's ranks bind theirs so. In CI another worker's rank bound the port a test had
+    just chosen for torchrun's store before torchrun did, and torchrun exited 1 at its start.
+    Below the ephemeral range only an explicit bind takes a port; a worker runs its tests
+    one at a time and walks its own block, so its ports are not another worker's."""
+    from ddpq.worker.ports import port_is_free
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") else 0
+    lo = PORT_BLOCKS_AT + PORT_BLOCK * (index % 36)  # the last block ends at 28999
+    for _ in range(PORT_BLOCK):
+        port = lo + next(_ports_walked) % PORT_BLOCK
+        if port_is_free(port):
+            return port
+    raise AssertionError(f"no free port in {lo}-{lo + PORT_BLOCK - 1}")
 
 
 def free_block(size: int) -> int:

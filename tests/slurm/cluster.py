@@ -16,13 +16,14 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.helpers import free_port
 
 NODES = ("n1", "n2")
 GPUS_PER_NODE = 4
@@ -46,12 +47,6 @@ def missing() -> str | None:
 
 class CannotRunHere(RuntimeError):
     """This machine lets Slurm's daemons start but not run (the message says why)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import free_port
 from tests.helpers import wait_for as until
 from tests.zygote import READ_AS_TORCH_LOADS, TRAINING, Forked, Zygote
 
@@ -41,12 +41,6 @@ NARROW = ["--width", "16"]
 # at its start.
 TRAINING_ZYGOTE = Zygote(TRAINING, read_first=READ_AS_TORCH_LOADS)
 Process = subprocess.Popen[bytes] | Forked
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def job_env(job_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -206,14 +200,20 @@ def run_ranks(args: list[str], job_dir: Path, nproc: int) -> tuple[int, str]:
     return next((code for code in codes if code != 0), 0), log.read_text(errors="replace")
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, proc: Process) -> None:
+def wait_for(
+    cond: Callable[[], bool], timeout: float, proc: Process, log: Path | None = None
+) -> None:
+    """Wait until ``cond`` holds; a failure shows the tail of ``log``, the process's output."""
     deadline = time.monotonic() + timeout
     while not cond():
+        tail = f":\n{log.read_text(errors='replace')[-4000:]}" if log else ""
         if proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before the condition held")
+            raise AssertionError(
+                f"process exited ({proc.returncode}) before the condition held{tail}"
+            )
         if time.monotonic() > deadline:
             kill_job(proc, signal.SIGKILL)
-            raise AssertionError(f"condition not met within {timeout} s")
+            raise AssertionError(f"condition not met within {timeout} s{tail}")
         time.sleep(0.02)
 
 

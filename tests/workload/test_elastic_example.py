@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.workload.runs import finish, free_port, job_env, kill_job, signal_ranks, wait_for
+from tests.helpers import free_port
+from tests.workload.runs import finish, job_env, kill_job, signal_ranks, wait_for
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -60,7 +61,7 @@ def test_preempted_on_two_ranks_it_goes_on_on_four(tmp_path: Path) -> None:
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     proc = start(job, first_log, 2, 1)
     try:
-        wait_for(lambda: len(spans(first_log.read_text())) >= 3, 120, proc)
+        wait_for(lambda: len(spans(first_log.read_text())) >= 3, 120, proc, first_log)
         assert len(signal_ranks(proc, signal.SIGUSR1)) == 2
         finish(proc, timeout=60)
     finally:

@@ -46,7 +46,7 @@ def test_the_example_saves_when_signalled_and_resumes(tmp_path: Path, name: str)
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     proc = start(job, first_log, 1, name)
     try:
-        wait_for(lambda: "step 3\n" in first_log.read_text(), 60, proc)
+        wait_for(lambda: "step 3\n" in first_log.read_text(), 60, proc, first_log)
         kill_group(proc, signal.Signals[f"SIG{name}"])
         assert finish(proc, timeout=30) == 75, first_log.read_text()
     finally:
