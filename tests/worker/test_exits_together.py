@@ -116,4 +116,16 @@ def test_ends_recorded_together_are_what_one_by_one_records(
     with monkeypatch.context() as m:
         m.setattr(ending_store.Exit, "together", property(lambda _: False))
         alone = ended_world(tmp_path / "alone")
-    assert together == alone
+    assert together == alone, differences(together, alone)
+
+
+def differences(together: list[Any], alone: list[Any]) -> str:
+    """Where two worlds' rows differ, cell by cell: pytest's diff of long rows is cut short
+    without -vv, and this test failed once in CI's suite and never alone."""
+    cells = [
+        f"row {r} ({a[0]}) column {c}: together {x!r}, alone {y!r}"
+        for r, (a, b) in enumerate(zip(together, alone, strict=False))
+        for c, (x, y) in enumerate(zip(a, b, strict=False))
+        if x != y
+    ]
+    return "\n".join([f"{len(together)} rows together, {len(alone)} alone", *cells])

@@ -204,16 +204,19 @@ def wait_for(
     cond: Callable[[], bool], timeout: float, proc: Process, log: Path | None = None
 ) -> None:
     """Wait until ``cond`` holds; a failure shows the tail of ``log``, the process's output."""
+
+    def tail() -> str:
+        return f":\n{log.read_text(errors='replace')[-4000:]}" if log else ""
+
     deadline = time.monotonic() + timeout
     while not cond():
-        tail = f":\n{log.read_text(errors='replace')[-4000:]}" if log else ""
         if proc.poll() is not None:
             raise AssertionError(
-                f"process exited ({proc.returncode}) before the condition held{tail}"
+                f"process exited ({proc.returncode}) before the condition held{tail()}"
             )
         if time.monotonic() > deadline:
             kill_job(proc, signal.SIGKILL)
-            raise AssertionError(f"condition not met within {timeout} s{tail}")
+            raise AssertionError(f"condition not met within {timeout} s{tail()}")
         time.sleep(0.02)
 
 
