@@ -1,13 +1,16 @@
-"""The API's CPU per request, with no worker beside it: a submission, and the framework's floor.
+"""The API's CPU per request, with no worker beside it: a submission, the reads a client polls
+with (one job's detail, a page of the queue), and the framework's floor.
 
     python bench/post_cpu.py [--requests 300] [--rounds 2] [--src PATH]
 
 ``ddpq server`` alone (no worker: the queue only grows, and nothing else runs on the
 machine) of the code under ``--src`` (this checkout's by default) on loopback, and one
 ``httpx`` client making its requests one after another: ``--requests`` submissions of a
-CPU job (the server alone knows no GPUs), then as many ``GET``s of a path no route has (a
-404: the framework's work and the middleware's, none of ddpq's). For each, per request: the
-server's CPU (``/proc/PID/stat``, all its threads), the client's, and the round trip's
+CPU job (the server alone knows no GPUs), then as many ``GET``s of one queued job (what
+``ddpq show`` and a waiting script poll), of the queue's first page (``ddpq ls``, the web
+page) and of a path no route has (a 404: the framework's work and the middleware's, none of
+ddpq's). For each, per request: the server's CPU (``/proc/PID/stat``, all its threads), the
+client's, and the round trip's
 wall time. Run two trees alternately and compare within a run.
 """
 
@@ -69,6 +72,12 @@ def main() -> None:
         def submit() -> None:
             http.post("/v1/jobs", json={"command": ["true"], "gpus": 0}).raise_for_status()
 
+        def detail() -> None:
+            http.get("/v1/jobs/1").raise_for_status()
+
+        def page() -> None:
+            http.get("/v1/jobs", params={"limit": 20}).raise_for_status()
+
         def not_found() -> None:
             assert http.get("/v1/nothing-here").status_code == 404
 
@@ -78,7 +87,9 @@ def main() -> None:
         print("| round | request | server CPU | client CPU | round trip p50 |")
         print("|---|---|---|---|---|")
         for round_ in range(1, args.rounds + 1):
-            for name, call in (("submission", submit), ("404", not_found)):
+            calls = [("submission", submit), ("a job's detail", detail)]
+            calls += [("a page of 20 jobs", page), ("404", not_found)]
+            for name, call in calls:
                 server, client, wall = per_request(daemon.pid, args.requests, call)
                 row = f"| {round_} | {name} | {server:.2f} ms | {client:.2f} ms | {wall:.2f} ms |"
                 print(row)

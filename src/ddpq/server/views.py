@@ -188,7 +188,10 @@ def jobs_out(session: Session, jobs: list[Job]) -> list[JobOut]:
 
 def job_detail(session: Session, job: Job) -> JobDetail:
     base = jobs_out(session, [job])[0]
-    sent = notification_store.attempts_of(session, [job.id]).get(job.id, [])
+    # Only a job given a URL is ever owed a message (store.notifications.owed).
+    sent = []
+    if job.notify_url is not None:
+        sent = notification_store.attempts_of(session, [job.id]).get(job.id, [])
     return JobDetail(
         **base.model_dump(),
         notify=job.notify_url is not None,

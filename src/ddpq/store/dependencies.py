@@ -10,12 +10,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import bindparam, case, func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
 from ddpq.core.deps import Kind, SweepStanding, waiting_place
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, TERMINAL, WAITING, JobState
+from ddpq.store.columns import flushed
 from ddpq.store.models import Job, JobDependency, Sweep, SweepDependency
 from ddpq.store.models.job import DEPENDENCY_FIELDS
 
@@ -65,20 +66,28 @@ def _grouped(
     return out
 
 
+# Built once, the ids bound at each read (for every page of a listing and every job's detail):
+# each (the job, what it waits on, how), and whether that is a sweep.
+_DEPENDENCY_READS = tuple(
+    (
+        select(key, value, kind).where(key.in_(bindparam("ids", expanding=True))).order_by(value),
+        sweep,
+    )
+    for key, value, kind, sweep in (
+        (JobDependency.job_id, JobDependency.depends_on, JobDependency.kind, False),
+        (SweepDependency.job_id, SweepDependency.sweep_id, SweepDependency.kind, True),
+    )
+)
+
+
 def fields_of_many(session: Session, job_ids: Iterable[int]) -> dict[int, dict[str, list[int]]]:
     """Each job's dependencies by ``JobSpec`` field (``after``, ``after_any_sweeps``, ...)."""
     ids = list(job_ids)
     out: dict[int, dict[str, list[int]]] = {}
     if not ids:
         return out
-    tables = (
-        (JobDependency.job_id, JobDependency.depends_on, JobDependency.kind, False),
-        (SweepDependency.job_id, SweepDependency.sweep_id, SweepDependency.kind, True),
-    )
-    for key, value, kind, sweep in tables:
-        for job_id, other, k in session.execute(
-            select(key, value, kind).where(key.in_(ids)).order_by(value)
-        ):
+    for statement, sweep in _DEPENDENCY_READS:
+        for job_id, other, k in flushed(session).execute(statement, {"ids": ids}):
             name = DEPENDENCY_FIELDS[(k, sweep)]
             out.setdefault(job_id, {}).setdefault(name, []).append(other)
     return out

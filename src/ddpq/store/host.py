@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from ddpq.core.states import ACTIVE
@@ -33,14 +33,18 @@ def slots_held(session: Session) -> int:
     )
 
 
+# Built once, the ids bound at each read (every page of a listing, every job's detail).
+_HELD = (
+    select(Attempt.job_id, Attempt.cores, Attempt.ram_bytes)
+    .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
+    .where(Job.id.in_(bindparam("ids", expanding=True)), Job.state.in_(list(ACTIVE)))
+)
+
+
 def held_by(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[list[int], int | None]]:
     """job id -> (the CPUs its current attempt is confined to, the memory it holds), for
     those of ``job_ids`` that hold leases now."""
     if not job_ids:
         return {}
-    rows = session.execute(
-        select(Attempt.job_id, Attempt.cores, Attempt.ram_bytes)
-        .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
-        .where(Job.id.in_(list(job_ids)), Job.state.in_(list(ACTIVE)))
-    )
+    rows = flushed(session).execute(_HELD, {"ids": list(job_ids)})
     return {job_id: (list(cores or []), ram) for job_id, cores, ram in rows}

@@ -88,11 +88,16 @@ def check_known(
     checked_standings(session, sorted({d["sweep_id"] for d in on_sweeps}))
 
 
-def get_job(session: Session, job_id: int) -> Job:
-    job = session.get(Job, job_id)
+def get_job(session: Session, job_id: int, *, env: bool = True) -> Job:
+    """``env=False``: without the environment (a CLI job carries its submitter's, up to 256
+    KiB), for a read that shows the job: reading ``job.env`` then raises."""
+    job = session.get(Job, job_id, options=() if env else _WITHOUT_ENV)
     if job is None:
         raise UnknownJob(job_id)
     return job
+
+
+_WITHOUT_ENV = (defer(Job.env, raiseload=True),)
 
 
 def spec_of(session: Session, job: Job) -> JobSpec:
@@ -256,16 +261,17 @@ _SET_REASON = (  # built once: every pass
 )
 
 
+# Built once, the job bound at each read: a job's detail reads both, and clients poll it.
+_EVENTS_OF = select(JobEvent).where(JobEvent.job_id == bindparam("job")).order_by(JobEvent.id)
+_ATTEMPTS_OF = select(Attempt).where(Attempt.job_id == bindparam("job")).order_by(Attempt.number)
+
+
 def events_of(session: Session, job_id: int) -> list[JobEvent]:
-    return list(
-        session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id))
-    )
+    return list(session.scalars(_EVENTS_OF, {"job": job_id}))
 
 
 def attempts_of(session: Session, job_id: int) -> list[Attempt]:
-    return list(
-        session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number))
-    )
+    return list(session.scalars(_ATTEMPTS_OF, {"job": job_id}))
 
 
 def end_attempt(

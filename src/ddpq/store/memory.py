@@ -17,6 +17,7 @@ from sqlalchemy import Table, and_, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from ddpq.core.states import JobState
+from ddpq.store.columns import flushed
 from ddpq.store.models import Attempt, Job
 
 _attempts = cast(Table, Attempt.__table__)
@@ -98,9 +99,15 @@ def latest_peaks(session: Session, job_ids: Iterable[int]) -> dict[int, int]:
     ids = list(job_ids)
     if not ids:
         return {}
-    rows = session.execute(
-        select(Attempt.job_id, Attempt.peak_mem_bytes)
-        .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
-        .where(Attempt.job_id.in_(ids), Attempt.peak_mem_bytes.is_not(None))
-    )
+    rows = flushed(session).execute(_LATEST_PEAKS, {"ids": ids})
     return {job_id: int(peak) for job_id, peak in rows if peak is not None}
+
+
+# Built once, the ids bound at each read (every page of a listing, every job's detail).
+_LATEST_PEAKS = (
+    select(Attempt.job_id, Attempt.peak_mem_bytes)
+    .join(Job, and_(Job.id == Attempt.job_id, Job.attempt == Attempt.number))
+    .where(
+        Attempt.job_id.in_(bindparam("ids", expanding=True)), Attempt.peak_mem_bytes.is_not(None)
+    )
+)

@@ -11,11 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Select, bindparam, func, insert, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from ddpq.core.notify import Ended, MemberEnded, SweepEnded
 from ddpq.core.states import TERMINAL
+from ddpq.store.columns import flushed
 from ddpq.store.models import Job, Notification, Sweep
 
 
@@ -178,23 +179,34 @@ class Attempt:
 
 def attempts_of(session: Session, job_ids: Iterable[int]) -> dict[int, list[Attempt]]:
     """Each job's attempts, in order."""
-    return _attempts(session, Notification.job_id, job_ids)
+    return _attempts(session, _ATTEMPTS_OF_JOBS, job_ids)
 
 
 def sweep_attempts_of(session: Session, sweep_ids: Iterable[int]) -> dict[int, list[Attempt]]:
     """Each sweep's attempts (of its one message), in order."""
-    return _attempts(session, Notification.sweep_id, sweep_ids)
+    return _attempts(session, _ATTEMPTS_OF_SWEEPS, sweep_ids)
+
+
+def _attempts_of(
+    whose: InstrumentedAttribute[int | None],
+) -> Select[int | None, int, float, int | None, str]:
+    """The attempts of the jobs or sweeps whose ids are bound as ``ids``, built once each."""
+    n = Notification
+    return (
+        select(whose, n.attempt, n.at, n.status, n.error)
+        .where(whose.in_(bindparam("ids", expanding=True)))
+        .order_by(whose, n.attempt)
+    )
+
+
+_ATTEMPTS_OF_JOBS = _attempts_of(Notification.job_id)
+_ATTEMPTS_OF_SWEEPS = _attempts_of(Notification.sweep_id)
 
 
 def _attempts(
-    session: Session, whose: InstrumentedAttribute[int | None], ids: Iterable[int]
+    session: Session, statement: Select[int | None, int, float, int | None, str], ids: Iterable[int]
 ) -> dict[int, list[Attempt]]:
-    n = Notification
-    rows = session.execute(
-        select(whose, n.attempt, n.at, n.status, n.error)
-        .where(whose.in_(list(ids)))
-        .order_by(whose, Notification.attempt)
-    )
+    rows = flushed(session).execute(statement, {"ids": list(ids)})
     out: dict[int, list[Attempt]] = {}
     for key, attempt, at, status, error in rows:
         if key is not None:  # never: the WHERE asked for these ids

@@ -187,18 +187,21 @@ def list_jobs(
     user: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Offset = 0,
-) -> JobList:
+) -> Response:
+    # Answered as a submission is (views.answer): what a client polls, a page at a time.
     with db.read() as s:
         rows, total = job_store.list_jobs(
             s, states=state or [], owner=user, limit=limit, offset=offset
         )
-        return JobList(items=views.jobs_out(s, rows), total=total, offset=offset, limit=limit)
+        page = JobList(items=views.jobs_out(s, rows), total=total, offset=offset, limit=limit)
+    return views.answer(page, 200)
 
 
 @router.get("/{job_id}", response_model=JobDetail)
-def show(job_id: JobId, _who: Auth, db: DatabaseDep) -> JobDetail:
+def show(job_id: JobId, _who: Auth, db: DatabaseDep) -> Response:
     with db.read() as s:
-        return views.job_detail(s, job_store.get_job(s, job_id))
+        detail = views.job_detail(s, job_store.get_job(s, job_id, env=False))
+    return views.answer(detail, 200)
 
 
 @router.get("/{job_id}/env", response_model=JobEnvOut)
