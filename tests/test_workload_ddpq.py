@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,56 @@ pytest.importorskip("torch")
 # tests are about ddpq (progress, retries, preemption), not the model.
 TINY = ["--synthetic", "192", "--batch-size", "16", "--stem", "imagenet"]
 TINY += ["--max-steps-per-epoch", "3"]
-# The progress test runs the published network, and so do the tests whose signal must land
-# while the job trains (a narrow run of as many seconds costs as much); the retry test the
-# narrow one (tests/workload/runs.NARROW).
+# The progress test runs the published network; the others the narrow one
+# (tests/workload/runs.NARROW). Where a preemption must land while the job trains, the test
+# holds the ranks still (SIGSTOP) until the daemon's signal waits at each of them: the run
+# need not last long enough for the signal on any machine, and costs what it trains.
+
+
+def ranks_of(job_dir: Path) -> list[int]:
+    """The job's training ranks (not torchrun's agent), found by its environment."""
+    marker = f"DDPQ_JOB_DIR={job_dir}".encode()
+    cmdlines = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.marked_with(marker, 0)}
+    return [
+        p
+        for p, cmd in cmdlines.items()
+        if b"ddpq.workloads.resnet18" in cmd and b"torch.distributed.run" not in cmd
+    ]
+
+
+def waiting_signal(pid: int, number: signal.Signals) -> bool:
+    """Whether ``number`` was sent to ``pid`` and waits there (a stopped process takes it
+    once it continues): /proc's pending masks, the thread's and the process's."""
+    bit = 1 << (number - 1)
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    masks = [line.split()[1] for line in lines if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(int(mask, 16) & bit for mask in masks)
+
+
+@contextlib.contextmanager
+def held_still(pids: list[int]) -> Iterator[list[int]]:
+    """``pids`` stopped for the block, continued after it whatever happens in it."""
+    assert pids, "no training rank found"
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def preempted_while_held(job_dir: Path, preempt: Callable[[], object]) -> None:
+    """``preempt()`` (what makes the daemon preempt the job) with the ranks held still until
+    its signal waits at each: they take it at their next meeting, within the epoch."""
+    with held_still(ranks_of(job_dir)) as ranks:
+        preempt()
+        wait_for(
+            lambda: all(waiting_signal(p, signal.SIGUSR1) for p in ranks),
+            timeout=120,
+            what="the preemption signal at each rank",
+        )
 
 
 def step_after(saved: dict[str, int]) -> tuple[int, int]:
@@ -70,13 +118,7 @@ def test_killed_job_is_retried_and_resumes_from_its_checkpoint(
     checkpoint = job_dir / "checkpoint.pt"
     wait_for(checkpoint.exists, timeout=240, what="the first checkpoint")
     # Kill one rank: torchrun fails the job, and ddpq retries it.
-    marker = f"DDPQ_JOB_DIR={job_dir}".encode()
-    ranks = [
-        p
-        for p in procs.marked_with(marker, 0)
-        if b"ddpq.workloads.resnet18" in Path(f"/proc/{p}/cmdline").read_bytes()
-        and b"torch.distributed.run" not in Path(f"/proc/{p}/cmdline").read_bytes()
-    ]
+    ranks = ranks_of(job_dir)
     assert ranks, "no training rank found"
     os.kill(ranks[0], signal.SIGKILL)
     done = wait_done(c, job.id, timeout=400)
@@ -104,12 +146,10 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_finishes(
     d = make_daemon("--fake-gpus", "2", "--preempt-grace", "30s", "--preempt-min-run", "0s")
     c = d.client()
     # Three epochs of twelve steps (384 images, 16 a rank): the urgent job, submitted at the
-    # first epoch's first record (after its first step), lands mid-epoch or at an epoch's
-    # end (both are checked below), never after the end: the ranks hear the preemption at
-    # their next meeting, at most 2 s later, and the run has 35 steps left. (Waiting for a
-    # later record failed where an epoch is quicker than those 2 s: no record came in it.)
-    # The published width, so that a step takes a while on any machine.
-    args = [*TINY, "--synthetic", "384", "--max-steps-per-epoch", "12", "--epochs", "3"]
+    # first epoch's first record (after its first step) with the ranks held still, lands
+    # mid-epoch or at the first epoch's end (both are checked below): the ranks meet at the
+    # latest at an epoch's end, and hear the preemption there.
+    args = [*TINY, *NARROW, "--synthetic", "384", "--max-steps-per-epoch", "12", "--epochs", "3"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=2, preemptible=True))
     running = wait_state(c, job.id, "running", timeout=60)
     metrics = Path(str(running.job_dir)) / "metrics.jsonl"
@@ -120,7 +160,13 @@ def test_a_preempted_resnet18_resumes_at_its_step_and_finishes(
         return any(r.get("epoch") == 1 for r in steps)
 
     wait_for(first_epoch_begun, timeout=240, what="the first epoch's first record")
-    urgent = int(d.cli("submit", "--priority", "5", "--gpus", "2", "--", "true").stdout)
+    urgent = 0
+
+    def submit_urgent() -> None:
+        nonlocal urgent
+        urgent = int(d.cli("submit", "--priority", "5", "--gpus", "2", "--", "true").stdout)
+
+    preempted_while_held(Path(str(running.job_dir)), submit_urgent)
     assert wait_done(c, urgent, timeout=120).state == "succeeded"
     done = wait_done(c, job.id, timeout=400)
     assert done.preemptions == 1 and done.attempts[0].reason.startswith(
@@ -153,10 +199,9 @@ def test_an_elastic_resnet18_grows_from_1_to_2_gpus_and_resumes_at_the_next_step
     wait_file = f"while [ ! -e {flag} ]; do sleep 0.1; done"
     blocker = c.submit(JobSubmit(command=["sh", "-c", wait_file], gpus=1))
     wait_state(c, blocker.id, "running", timeout=60)
-    # The published width, for the same reason as above: the grow must land mid-run. (The
-    # narrow network run as long costs as much CPU: the ranks compute for as many seconds.)
+    # The grow lands mid-run: the rank is held still until the daemon's signal waits at it.
     recipe = ["--synthetic", "400", "--stem", "imagenet", "--max-steps-per-epoch", "12"]
-    args = [*recipe, "--epochs", "3", "--batch-size", "8"]
+    args = [*recipe, *NARROW, "--epochs", "3", "--batch-size", "8"]
     job = c.submit(JobSubmit(workload="resnet18", args=args, gpus=1, gpus_max=2))
     running = wait_state(c, job.id, "running", timeout=60)
     assert len(running.attempts[0].gpus) == 1
@@ -166,7 +211,8 @@ def test_an_elastic_resnet18_grows_from_1_to_2_gpus_and_resumes_at_the_next_step
         return metrics.exists() and '"phase": "train"' in metrics.read_text()
 
     wait_for(stepped, timeout=240, what="the first steps on 1 GPU")
-    flag.touch()  # the blocker ends: a GPU free, nobody waits for it
+    # The blocker ends: a GPU free, nobody waits for it.
+    preempted_while_held(Path(str(running.job_dir)), flag.touch)
     done = wait_done(c, job.id, timeout=600)
     assert done.state == "succeeded", c.log_tail(job.id).decode()
     assert [len(a.gpus) for a in done.attempts] == [1, 2]
