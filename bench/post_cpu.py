@@ -10,8 +10,7 @@ CPU job (the server alone knows no GPUs), then as many ``GET``s of one queued jo
 ``ddpq show`` and a waiting script poll), of the queue's first page (``ddpq ls``, the web
 page) and of a path no route has (a 404: the framework's work and the middleware's, none of
 ddpq's). For each, per request: the server's CPU (``/proc/PID/stat``, all its threads), the
-client's, and the round trip's
-wall time. Run two trees alternately and compare within a run.
+client's, and the round trip's wall time. Run two trees alternately and compare within a run.
 """
 
 from __future__ import annotations
