@@ -14,7 +14,7 @@ sort and a few queries over the live jobs.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ddpq.core import scheduler
@@ -67,7 +67,11 @@ class Foresight:
     """The worker's state for the estimates between passes: the history, the last
     forecast written."""
 
-    def __init__(self) -> None:
+    def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
+        """``timer``: what measures the work (seconds); tests on a hand-moved clock give
+        that clock, so that the work takes none of it and every pass is decided alike,
+        however loaded the machine."""
+        self._timer = timer
         self._history: tuple[float, History] = (float("-inf"), History())
         self._written: dict[int, float | None] = {}
         self._forecast_at = float("-inf")
@@ -105,14 +109,14 @@ class Foresight:
         ranked_at, remaining, band = self._ranked
         if now - ranked_at < max(FORECAST_EVERY_S, self._ranked_for):
             return replace(order, remaining=remaining, over_band=band)
-        t0 = time.perf_counter()
+        t0 = self._timer()
         known = Known.read(s, [q.id for q in queued] + [r.id for r, _ in running], now)
         # ``estimates`` ranks each (owner, workload, service) without records once.
         jobs = [(q.id, q.owner, q.gpus, False) for q in queued]
         jobs += [(r.id, r.owner, gpus, True) for r, gpus in running]
         guesses = estimates((known.seen(*job) for job in jobs), self.history(s, now), now)
         band = over_band(order.usage, {owner for _, owner, _, _ in jobs})
-        self._ranked_for = COST_FACTOR * (time.perf_counter() - t0)
+        self._ranked_for = COST_FACTOR * (self._timer() - t0)
         self._ranked = (now, guesses, band)
         return replace(order, remaining=guesses, over_band=band)
 
@@ -132,7 +136,7 @@ class Foresight:
         ``unknown`` (held back by what the forecast does not model) have none."""
         if now - self._forecast_at < max(FORECAST_EVERY_S, self._forecast_for):
             return
-        self._forecast_at, t0 = now, time.perf_counter()
+        self._forecast_at, t0 = now, self._timer()
         placed = {p.job_id: len(p.gpus) for p in placements}
         starting = [
             (RunningView(q.id, q.owner, now, q.time_limit_s, None, None), placed[q.id])
@@ -171,7 +175,7 @@ class Foresight:
         # Only the jobs still waiting are remembered: one that left the queue (its start
         # cleared by the move, ``store.transitions``) is new again when it comes back.
         self._written, self._first = dict(starts), False
-        self._forecast_for = COST_FACTOR * (time.perf_counter() - t0)
+        self._forecast_for = COST_FACTOR * (self._timer() - t0)
 
 
 def _moved(before: float | None, after: float | None) -> bool:
