@@ -19,7 +19,6 @@ from ddpq.executors.fake import FakeExecutor, FakeHost
 from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store.db import Database
-from ddpq.worker.forecast import Foresight
 from ddpq.worker.idle import Sampler
 from ddpq.worker.loop import Worker
 from tests.template_db import migrated
@@ -133,10 +132,6 @@ def new_worker(
         settings, FakeExecutor(host), clock=clock, listen=False, look=look, gpu_use=gpu_use
     )
     worker.scheduler.ports.port_free = lambda port: True  # no real sockets: a pure pass
-    # The forecast's work measured on the rig's clock, not the machine's: each forecast is
-    # made again FORECAST_EVERY_S later on that clock, never later because the machine was
-    # slow (two rigs run alike compared their rows, and once differed under CI's load).
-    worker.scheduler.foresight = Foresight(timer=clock)
     worker.reconcile()
     return worker
 

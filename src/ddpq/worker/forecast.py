@@ -67,11 +67,10 @@ class Foresight:
     """The worker's state for the estimates between passes: the history, the last
     forecast written."""
 
-    def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
-        """``timer``: what measures the work (seconds); tests on a hand-moved clock give
-        that clock, so that the work takes none of it and every pass is decided alike,
-        however loaded the machine."""
-        self._timer = timer
+    def __init__(self, timer: Callable[[], float] | None = None) -> None:
+        """``timer``: what measures the work (seconds): a worker's clock of its own
+        (``worker.loop.Worker``), else the machine's."""
+        self._timer = timer or time.perf_counter
         self._history: tuple[float, History] = (float("-inf"), History())
         self._written: dict[int, float | None] = {}
         self._forecast_at = float("-inf")

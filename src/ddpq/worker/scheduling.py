@@ -12,7 +12,7 @@ leases the chosen jobs their resources.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ddpq.config import Settings
@@ -149,15 +149,20 @@ class Scheduler:
     """The worker's planning state between passes: port rotation, cool-downs, usage."""
 
     def __init__(
-        self, settings: Settings, ports: PortGate | None = None, host: HostSetup | None = None
+        self,
+        settings: Settings,
+        ports: PortGate | None = None,
+        host: HostSetup | None = None,
+        timer: Callable[[], float] | None = None,
     ) -> None:
+        """``timer`` measures the forecast's work (``Foresight``)."""
         self.settings = settings
         self.host = host or host_setup(settings, 0)
         self.ports = ports or PortGate()
         self.last_port: int | None = None
         self.usage = RecentUsage(settings)
         self.window = PLAN_WINDOW if settings.policy in WINDOWED else None
-        self.foresight = Foresight()  # srpt-progress's estimates, the predicted starts
+        self.foresight = Foresight(timer)  # srpt-progress's estimates, the predicted starts
 
     def lease_next(
         self,
