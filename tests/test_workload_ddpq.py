@@ -14,7 +14,7 @@ import pytest
 from ddpq.executors.local import procs
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, wait_done, wait_for, wait_state
-from tests.workload.runs import NARROW
+from tests.workload.runs import NARROW, signal_mask
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
@@ -42,11 +42,8 @@ def ranks_of(job_dir: Path) -> list[int]:
 
 def waiting_signal(pid: int, number: signal.Signals) -> bool:
     """Whether ``number`` was sent to ``pid`` and waits there (a stopped process takes it
-    once it continues): /proc's pending masks, the thread's and the process's."""
-    bit = 1 << (number - 1)
-    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    masks = [line.split()[1] for line in lines if line.startswith(("SigPnd:", "ShdPnd:"))]
-    return any(int(mask, 16) & bit for mask in masks)
+    once it continues)."""
+    return bool(signal_mask(pid, "SigPnd", "ShdPnd") & 1 << (number - 1))
 
 
 @contextlib.contextmanager

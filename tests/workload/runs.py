@@ -220,6 +220,18 @@ def wait_for(
         time.sleep(0.02)
 
 
+def signal_mask(pid: int, *fields: str) -> int:
+    """The union of the process's signal masks ``fields`` of /proc/PID/status (``SigCgt``:
+    the signals it has a handler for; ``SigPnd``, ``ShdPnd``: those sent and not yet taken,
+    the thread's and the process's); bit ``n - 1`` is signal ``n``."""
+    mask = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in fields:
+            mask |= int(value, 16)
+    return mask
+
+
 def records(job_dir: Path) -> list[dict[str, Any]]:
     path = job_dir / "metrics.jsonl"
     if not path.exists():

@@ -32,6 +32,7 @@ from tests.workload.runs import (  # noqa: E402
     records,
     run,
     run_ranks,
+    signal_mask,
     signal_ranks,
     start,
     wait_for,
@@ -106,14 +107,6 @@ def test_preempted_mid_epoch_resumes_at_that_step_with_the_same_result(tmp_path:
         assert torch.equal(final["model"][name], tensor), name
 
 
-def caught_signals(pid: int) -> int:
-    """The process's SigCgt mask: the signals it has a handler for."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigCgt:"):
-            return int(line.split()[1], 16)
-    return 0
-
-
 def test_a_signal_during_set_up_requeues_without_saving(tmp_path: Path) -> None:
     """Sent as soon as the process catches it: while it still imports torch (the module
     catches it before that import) or builds the model; never lost, never a crash."""
@@ -123,7 +116,7 @@ def test_a_signal_during_set_up_requeues_without_saving(tmp_path: Path) -> None:
     proc = start(args, job, None, log, {**PREEMPTIBLE, "DDPQ_REQUEUE_EXIT": "76"})
     try:
         usr1 = 1 << (signal.SIGUSR1 - 1)
-        wait_for(lambda: bool(caught_signals(proc.pid) & usr1), RUN_TIMEOUT_S, proc)
+        wait_for(lambda: bool(signal_mask(proc.pid, "SigCgt") & usr1), RUN_TIMEOUT_S, proc)
         proc.send_signal(signal.SIGUSR1)
         code = finish(proc, timeout=60)
     finally:
