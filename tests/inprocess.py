@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -21,6 +22,7 @@ from ddpq.core.gpus import Gpu
 from ddpq.server.app import create_app, guard_names, serve_anew
 from ddpq.store import devices as device_store
 from ddpq.store.db import Database
+from tests.asgi_transport import OneCrossingTransport
 from tests.template_db import migrated
 
 BASE = "http://127.0.0.1:8765"
@@ -34,7 +36,20 @@ _IDLE_APPS: dict[frozenset[str], list[FastAPI]] = {}
 _NAMES_OF: dict[FastAPI, frozenset[str]] = {}
 
 
-class _LentClient(TestClient):
+class InProcessClient(TestClient):
+    """A TestClient whose requests cross to the app's thread once (``tests/asgi_transport``)
+    and whose server errors are answers (500s), not exceptions: several tests assert that
+    there is none."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(app, base_url=BASE, raise_server_exceptions=False)
+        starlettes: httpx.BaseTransport = self._transport  # type: ignore[has-type]
+        self._transport = OneCrossingTransport(
+            self, self.app, starlettes, raise_server_exceptions=False
+        )
+
+
+class _LentClient(InProcessClient):
     """A TestClient on a lent app, which goes back to the idle ones when the client's
     ``with`` block ends (a client never entered keeps its app)."""
 
@@ -78,8 +93,7 @@ def make_client(home: Path, **settings: Any) -> TestClient:
     """A client on a new app (``lent_client``: a lent one)."""
     config = Settings(home=home, **settings)
     migrated(config.db_path)
-    # 500s as answers, not exceptions: several tests assert that there is none.
-    return TestClient(create_app(config), base_url=BASE, raise_server_exceptions=False)
+    return InProcessClient(create_app(config))
 
 
 def lent_client(home: Path, **settings: Any) -> TestClient:
@@ -87,7 +101,7 @@ def lent_client(home: Path, **settings: Any) -> TestClient:
     but the settings (not, say, a monkeypatched ``apidocs.assets_folder``)."""
     config = Settings(home=home, **settings)
     migrated(config.db_path)
-    return _LentClient(lend(config), base_url=BASE, raise_server_exceptions=False)
+    return _LentClient(lend(config))
 
 
 def client_with_gpus(
