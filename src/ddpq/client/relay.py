@@ -168,7 +168,11 @@ def _loop(sock: socket.socket, stdin: int, stdout: int, detach: int | None, wake
             ready, _, _ = select.select(fds, [], [])
         except InterruptedError:
             continue
-        if wake in ready:
+        if wake in ready or stdin in ready:
+            # Before the keys: a window resized, then typed into, sends its size first.
+            # Not only on the wake: select can return the keys ready while the SIGWINCH
+            # that came before them is handled only after it returned (its byte on the
+            # wake pipe then unseen until the next turn); the size is there already.
             with contextlib.suppress(BlockingIOError):
                 os.read(wake, 512)
             now = window_size(stdin)
