@@ -95,7 +95,10 @@ class OneCrossingTransport(httpx.BaseTransport):
     ) -> None:
         self.client, self.app, self.fallback = client, app, fallback
         self.raise_errors, self.peer = raise_server_exceptions, peer
-        self._loops: dict[int, asyncio.AbstractEventLoop] = {}
+        # The portal whose loop was looked up last, held: a portal's id could be a new
+        # one's after it was freed, and a loop of a client's earlier ``with`` is closed.
+        self._portal: object = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def close(self) -> None:
         self.fallback.close()
@@ -104,9 +107,9 @@ class OneCrossingTransport(httpx.BaseTransport):
         portal = self.client.portal
         if portal is None or request.url.scheme not in DEFAULT_PORTS:
             return self.fallback.handle_request(request)
-        loop = self._loops.get(id(portal))
-        if loop is None:  # once per portal: a client entered again has a new one
-            self._loops = {id(portal): (loop := portal.call(asyncio.get_running_loop))}
+        if portal is not self._portal or self._loop is None:  # a client entered anew
+            self._portal, self._loop = portal, portal.call(asyncio.get_running_loop)
+        loop = self._loop
         exchange = _Exchange(loop, self.raise_errors)
         exchange.task = asyncio.run_coroutine_threadsafe(
             self._serve(self._scope(request), request.read(), exchange), loop

@@ -28,11 +28,13 @@ class Seen:
         self.stream_ended = threading.Event()
         self.background_done = False
         self.loop_threads: set[int] = set()
+        self.loops: list[asyncio.AbstractEventLoop] = []  # held: no id of one reused
 
 
 def make_app(seen: Seen) -> Starlette:
     async def echo(request: Request) -> Response:
         seen.loop_threads.add(threading.get_ident())
+        seen.loops.append(asyncio.get_running_loop())
         body = await request.body()
         return JSONResponse(
             {
@@ -156,6 +158,15 @@ def test_work_after_the_answer_is_done_before_the_client_returns() -> None:
     with Client(make_app(seen), raise_errors=True) as c:
         r = c.get("/later")
         assert r.text == "answered" and seen.background_done
+
+
+def test_a_client_entered_again_is_served_on_its_new_loop() -> None:
+    seen = Seen()
+    c = Client(make_app(seen), raise_errors=True)
+    for _ in range(3):  # a new portal, a new loop, each time
+        with c:
+            assert c.get("/echo/again").status_code == 200
+    assert len({id(loop) for loop in seen.loops}) == 3
 
 
 def test_a_client_not_entered_is_served_by_starlettes_transport() -> None:
