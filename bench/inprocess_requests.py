@@ -22,13 +22,10 @@ from machine import ROOT, machine_line, python_c_pass_ms
 sys.path.insert(0, str(ROOT))
 
 from fastapi.testclient import TestClient
-from tests.inprocess import BASE, lend, lent_client
+from tests.inprocess import BASE, lend, lent_client, publish_fake_gpus
 from tests.template_db import migrated
 
 from ddpq.config import Settings
-from ddpq.core.gpus import Gpu
-from ddpq.store import devices as device_store
-from ddpq.store.db import Database
 
 KINDS = ("healthz", "submission", "a job's detail")
 
@@ -42,9 +39,7 @@ def starlettes_client(home: Path) -> TestClient:
 
 def measure(client: TestClient, home: Path, requests: int) -> list[float]:
     with client as c:
-        with Database(home / "ddpq.db").write() as s:
-            rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
-            device_store.replace_all(s, rows, time.time())
+        publish_fake_gpus(home / "ddpq.db", 2, memory_mb=1000)
         job = {"command": ["true"], "gpus": 1}
         for _ in range(10):  # the app's first requests build its routes' validators
             c.get("/healthz")

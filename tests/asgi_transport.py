@@ -22,9 +22,10 @@ from typing import Any
 from urllib.parse import unquote
 
 import httpx
-from starlette.types import ASGIApp, Message
+from starlette.types import Message
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+PEER = ("testclient", 50000)  # the client's address the app sees, as Starlette's client says
 
 
 # Put on the queue when the app's task has returned or raised (its future says which).
@@ -61,12 +62,12 @@ class _Exchange:
 
 
 class _Body(httpx.SyncByteStream):
-    def __init__(self, exchange: _Exchange, first: bytes, more: bool) -> None:
-        self.exchange, self.first, self.more = exchange, first, more
+    """The answer's body as the app sends it, piece by piece."""
+
+    def __init__(self, exchange: _Exchange) -> None:
+        self.exchange, self.more = exchange, True
 
     def __iter__(self) -> Iterator[bytes]:
-        if self.first:
-            yield self.first
         while self.more:
             part = self.exchange.parts.get()
             if part is _ENDED:
@@ -86,15 +87,12 @@ class OneCrossingTransport(httpx.BaseTransport):
 
     def __init__(
         self,
-        client: Any,  # a TestClient: its portal, while entered, and its app's state
-        app: ASGIApp,
+        client: Any,  # a TestClient: its app, its portal while entered, its app's state
         fallback: httpx.BaseTransport,
         *,
         raise_server_exceptions: bool,
-        peer: tuple[str, int] = ("testclient", 50000),
     ) -> None:
-        self.client, self.app, self.fallback = client, app, fallback
-        self.raise_errors, self.peer = raise_server_exceptions, peer
+        self.client, self.fallback, self.raise_errors = client, fallback, raise_server_exceptions
         # The portal whose loop was looked up last, held: a portal's id could be a new
         # one's after it was freed, and a loop of a client's earlier ``with`` is closed.
         self._portal: object = None
@@ -129,7 +127,7 @@ class OneCrossingTransport(httpx.BaseTransport):
             "root_path": "",
             "query_string": url.query,
             "headers": [(name.lower(), value) for name, value in request.headers.raw],
-            "client": self.peer,
+            "client": PEER,
             "server": [url.host, url.port or DEFAULT_PORTS[url.scheme]],
             "state": dict(self.client.app_state),
         }
@@ -151,7 +149,7 @@ class OneCrossingTransport(httpx.BaseTransport):
             exchange.parts.put(message)
 
         try:
-            await self.app(scope, receive, send)
+            await self.client.app(scope, receive, send)
         finally:  # wakes the caller, whatever the app did; its future says what that was
             exchange.parts.put(_ENDED)
 
@@ -165,9 +163,4 @@ class OneCrossingTransport(httpx.BaseTransport):
                 raise AssertionError("the app ended without an answer")
             return httpx.Response(500, request=request)
         status, headers = part["status"], part.get("headers", [])
-        first, more = b"", False
-        body = exchange.parts.get()
-        if body is not _ENDED and body["type"] == "http.response.body":
-            first, more = bytes(body.get("body", b"")), body.get("more_body", False)
-        stream = _Body(exchange, first, more)
-        return httpx.Response(status, headers=headers, stream=stream, request=request)
+        return httpx.Response(status, headers=headers, stream=_Body(exchange), request=request)

@@ -44,9 +44,7 @@ class InProcessClient(TestClient):
     def __init__(self, app: FastAPI) -> None:
         super().__init__(app, base_url=BASE, raise_server_exceptions=False)
         starlettes: httpx.BaseTransport = self._transport  # type: ignore[has-type]
-        self._transport = OneCrossingTransport(
-            self, self.app, starlettes, raise_server_exceptions=False
-        )
+        self._transport = OneCrossingTransport(self, starlettes, raise_server_exceptions=False)
 
 
 class _LentClient(InProcessClient):
@@ -110,7 +108,13 @@ def client_with_gpus(
     """An in-process API whose store shows ``gpus`` fake GPUs, as a worker would have
     published them (submissions are checked against what exists)."""
     with make_client(home, **settings) as c:
-        with Database(home / "ddpq.db").write() as s:
-            rows = [Gpu(i, f"GPU-{i}", "fake", memory_mb, 0, (), True) for i in range(gpus)]
-            device_store.replace_all(s, rows, time.time())
+        publish_fake_gpus(home / "ddpq.db", gpus, memory_mb)
         yield c
+
+
+def publish_fake_gpus(db_path: Path, gpus: int, memory_mb: int = 16384) -> None:
+    """``gpus`` idle fake GPUs in the store, as a worker publishes what it found:
+    submissions are checked against what exists."""
+    with Database(db_path).write() as s:
+        rows = [Gpu(i, f"GPU-{i}", "fake", memory_mb, 0, (), True) for i in range(gpus)]
+        device_store.replace_all(s, rows, time.time())

@@ -22,16 +22,14 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from ddpq.core.gpus import Gpu
 from ddpq.core.spec import JobSpec
 from ddpq.schemas import CWD_PATTERN, NAME_PATTERN, NAME_RE, JobSubmit, derive_name
 from ddpq.server import guard, paths
-from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database
 from tests.helpers import Daemon, wait_done, wait_state
-from tests.inprocess import BASE, lent_client
+from tests.inprocess import BASE, lent_client, publish_fake_gpus
 
 INT64_MAX = 2**63 - 1
 
@@ -45,9 +43,7 @@ def home(tmp_path: Path) -> Path:
 def api(home: Path) -> Iterator[TestClient]:
     with lent_client(home, fake_gpus=2) as c:
         assert (home / "ddpq.db").exists()  # lent_client migrated a real database
-        with Database(home / "ddpq.db").write() as s:  # what the worker would report
-            rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
-            device_store.replace_all(s, rows, time.time())
+        publish_fake_gpus(home / "ddpq.db", 2, memory_mb=1000)
         yield c
 
 

@@ -19,13 +19,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from ddpq.core.gpus import Gpu
-from ddpq.store import devices as device_store
 from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database
 from ddpq.store.models import Sweep
-from tests.inprocess import lent_client
+from tests.inprocess import lent_client, publish_fake_gpus
 
 
 @pytest.fixture
@@ -36,9 +34,7 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def api(home: Path) -> Iterator[TestClient]:
     with lent_client(home, fake_gpus=2) as c:
-        with Database(home / "ddpq.db").write() as s:  # what the worker would report
-            rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
-            device_store.replace_all(s, rows, time.time())
+        publish_fake_gpus(home / "ddpq.db", 2, memory_mb=1000)
         yield c
 
 

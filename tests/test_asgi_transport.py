@@ -83,7 +83,7 @@ class Client(TestClient):
         super().__init__(app, raise_server_exceptions=raise_errors)
         starlettes: httpx.BaseTransport = self._transport  # type: ignore[has-type]
         self._transport = OneCrossingTransport(
-            self, self.app, starlettes, raise_server_exceptions=raise_errors
+            self, starlettes, raise_server_exceptions=raise_errors
         )
 
 

@@ -27,13 +27,11 @@ from fastapi.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ddpq.config import Settings
-from ddpq.core.gpus import Gpu
 from ddpq.server.peer import PeerCredentials, peer_of, read_peer_credentials, with_peer
-from ddpq.store import devices as device_store
 from ddpq.store import tokens as token_store
 from ddpq.store.db import Database
 from tests.helpers import wait_for
-from tests.inprocess import BASE, lent_app
+from tests.inprocess import BASE, lent_app, publish_fake_gpus
 from tests.template_db import migrated
 
 PEER_UID = b"x-test-peer-uid"  # this test's own marker, turned into credentials below
@@ -74,9 +72,7 @@ def make(tmp_path: Path) -> Iterator[Make]:
         def build(**settings: Any) -> TestClient:
             config = Settings(home=tmp_path / "home", fake_gpus=2, **settings)
             migrated(config.db_path)
-            with Database(config.db_path).write() as s:
-                rows = [Gpu(i, f"GPU-{i}", "fake", 1000, 0, (), True) for i in range(2)]
-                device_store.replace_all(s, rows, time.time())
+            publish_fake_gpus(config.db_path, 2, memory_mb=1000)
             app = on_socket(opened.enter_context(lent_app(config)))
             client = TestClient(app, base_url=BASE, raise_server_exceptions=False)
             return opened.enter_context(client)
