@@ -2,12 +2,12 @@
 
 ``python -S forkserver.py --socket-fd N``, started once by the local executor (standard
 library only, like the shim it imports). For each request on its socket it forks a child
-that joins the attempt's cgroup, becomes the job's account in a session of its own, and
-runs ``shim.main`` there: the same shim as ``python -S shim.py`` runs, without paying for
-an interpreter's start (~10 ms of CPU) and an exec in the worker (~6 ms, with the worker
-waiting), nor the worker's write into ``cgroup.procs`` (~7 ms: the kernel's cgroup
-migration waits for an RCU grace period; ``join_cgroups`` says how the shim avoids
-most). The worker's part is one message each way.
+that is born in the attempt's v2 cgroup (``clone_into``) or joins it, becomes the job's
+account in a session of its own, and runs ``shim.main`` there: the same shim as ``python
+-S shim.py`` runs, without paying for an interpreter's start (~10 ms of CPU) and an exec in
+the worker (~6 ms, with the worker waiting), nor a move into ``cgroup.procs`` (~8 ms: the
+kernel's cgroup migration waits for an RCU grace period; ``join_cgroups`` says how the
+shim avoids it). The worker's part is one message each way.
 
 Requests arrive as one datagram each on a SOCK_SEQPACKET socket: a JSON object
 ``{"argv", "env", "uid", "gid", "groups", "umask", "cgroup", "limits"}`` with two
@@ -28,7 +28,8 @@ import socket
 import sys
 import time
 
-import shim  # type: ignore[import-not-found]  # beside this file (python -S puts it first)
+import clone_into  # type: ignore[import-not-found]  # beside this file (python -S puts it first)
+import shim  # type: ignore[import-not-found]
 
 MAX_REQUEST = 1 << 20  # inline, in the datagram
 MAX_REQUEST_FILE = 16 << 20  # in a memory file passed along ({"request_fd": true})
@@ -63,8 +64,11 @@ def retitle(words: list[str]) -> None:
         ctypes.memmove(start, title.ljust(end - start, b"\0"), end - start)
 
 
-def child(request: dict[str, object], gate: int, err: int, server: socket.socket) -> None:
-    """The forked child: become the attempt's shim. Never returns."""
+def child(
+    request: dict[str, object], gate: int, err: int, server: socket.socket, born_in: bool
+) -> None:
+    """The forked child: become the attempt's shim (``born_in``: already in its v2
+    cgroup, ``clone_into``). Never returns."""
     code = 1
     try:
         server.close()
@@ -83,7 +87,7 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
         retitle([SHIM_TITLE, "--job-dir", opts.job_dir])
         os.environ.clear()
         os.environ.update(env)
-        refused = join_cgroups(request)
+        refused = join_cgroups(request, born_in)
         os.umask(int(request["umask"]))  # type: ignore[call-overload]
         become(request)
         if refused is not None:
@@ -112,21 +116,24 @@ def child(request: dict[str, object], gate: int, err: int, server: socket.socket
         os._exit(code)
 
 
-def join_cgroups(request: dict[str, object]) -> str | None:
-    """Join the attempt's cgroups: those of its limits (v1 hierarchies), then its own (v2);
-    None, or why one could not be joined. Still as the daemon's account: the job's may not
-    write cgroup.procs. A job that cannot be confined does not run, and its record says why.
+def join_cgroups(request: dict[str, object], born_in: bool = False) -> str | None:
+    """Join the attempt's cgroups: those of its limits (v1 hierarchies), then its own (v2)
+    unless it was born there; None, or why one could not be joined. Still as the daemon's
+    account: the job's may not write cgroup.procs. A job that cannot be confined does not
+    run, and its record says why.
 
     A v1 cgroup is joined through its ``tasks`` file, which moves one thread: this child
     has one (a fork copies only the thread that forked), so the whole process moves. The
     kernel lets a thread that moves itself skip the global lock a ``cgroup.procs`` write
     takes, whose every taking waits for an RCU grace period (bench/cgroup_join.py: ~8 ms
     a write through ``cgroup.procs`` on this project's AMD machine, 0.5 ms through
-    ``tasks``). v2 has no such file for a process that is not threaded: one wait is left.
+    ``tasks``). v2 has no such file for a process that is not threaded: a child born in
+    its v2 cgroup (``clone_into``) skips that wait; one forked where the kernel cannot
+    still writes ``cgroup.procs``.
     """
     limits, cgroup = request.get("limits"), request.get("cgroup")
     joins = [(p, "tasks") for p in limits if isinstance(p, str)] if isinstance(limits, list) else []
-    if isinstance(cgroup, str):
+    if isinstance(cgroup, str) and not born_in:
         joins.append((cgroup, "cgroup.procs"))
     for path, name in joins:
         try:
@@ -175,9 +182,9 @@ def serve(server: socket.socket) -> None:
                 request = json.loads(read_request_file(received.pop()))
             if len(received) != 2 or not isinstance(request, dict):
                 raise ValueError("a request is a JSON object and two descriptors")
-            pid = os.fork()
+            pid, born_in = fork_for(request)
             if pid == 0:
-                child(request, received[0], received[1], server)
+                child(request, received[0], received[1], server, born_in)
             answer = {"pid": pid}
         except (OSError, ValueError) as exc:
             answer = {"error": f"{type(exc).__name__}: {exc}"}
@@ -185,6 +192,16 @@ def serve(server: socket.socket) -> None:
             for fd in received:
                 os.close(fd)
         server.sendall(json.dumps(answer).encode())
+
+
+def fork_for(request: dict[str, object]) -> tuple[int, bool]:
+    """Fork the request's child: born in its v2 cgroup where the kernel can, else forked
+    here to join it by writing. The PID (0 in the child), and whether it was born there."""
+    cgroup = request.get("cgroup")
+    pid = clone_into.fork_into(cgroup) if isinstance(cgroup, str) else None
+    if pid is not None:
+        return pid, True
+    return os.fork(), False
 
 
 def read_request_file(fd: int) -> bytes:
