@@ -39,6 +39,7 @@ class Rule:
 
 # The shim and the modules beside it (executors/local/shim*.py).
 SHIM_PARTS = (
+    "clone_into",
     "shim",
     "shim_batch",
     "shim_libc",
