@@ -77,6 +77,7 @@ def run(target: Path, case: str) -> dict[str, object]:
         check=True,
     )
     said: dict[str, object] = json.loads(done.stdout)
+    said["stderr"] = done.stderr
     return said
 
 
@@ -94,6 +95,7 @@ def test_a_child_is_born_in_its_cgroup_with_pythons_fork_hooks_run(target: Path,
     assert child["hooks"] == ["child"]  # as os.fork runs them: the child's in the child,
     assert said["parent_hooks"] == ["parent"]  # the parent's in the parent
     assert said["status"] == 0 and said["born_in"] is True and said["unavailable"] is None
+    assert said["stderr"] == ""
 
 
 def test_without_the_kernels_call_the_server_forks_and_joins_by_writing(target: Path) -> None:
@@ -104,6 +106,11 @@ def test_without_the_kernels_call_the_server_forks_and_joins_by_writing(target: 
     assert child["refused"] is None and v2_line(child["after"]).endswith("/" + target.name)
     assert said["born_in"] is False and said["status"] == 0
     assert said["unavailable"] == "clone3 into a cgroup: Function not implemented"
+    # Said once in the daemon's log, with why.
+    assert said["stderr"] == (
+        "ddpq fork server: shims move into their cgroups by writing "
+        "(clone3 into a cgroup: Function not implemented)\n"
+    )
 
 
 def test_a_cgroup_that_cannot_be_opened_forks_nothing_and_the_write_says_why(
