@@ -86,6 +86,10 @@ def serve(control: socket.socket, preload: list[str]) -> None:
     for name in preload:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    if "ddpq.server.app" in preload:  # the daemons' zygote: what each daemon builds alike
+        from tests import prepared_daemon
+
+        prepared_daemon.prepare()
     import gc
 
     # What the imports made lives as long as any child: frozen, a child's collections
