@@ -106,8 +106,8 @@ def client_with_gpus(
     home: Path, gpus: int = 8, memory_mb: int = 16384, **settings: Any
 ) -> Iterator[TestClient]:
     """An in-process API whose store shows ``gpus`` fake GPUs, as a worker would have
-    published them (submissions are checked against what exists)."""
-    with make_client(home, **settings) as c:
+    published them (submissions are checked against what exists); on a lent app."""
+    with lent_client(home, **settings) as c:
         publish_fake_gpus(home / "ddpq.db", gpus, memory_mb)
         yield c
 
