@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
-from tests.helpers import ZYGOTE, Daemon, free_port, remove_reachable_folders
+from tests.helpers import SHARED_ZYGOTES, ZYGOTE, Daemon, free_port, remove_reachable_folders
 from tests.shared_install import remove_shared_install
 from tests.template_db import remove_template
 
@@ -102,6 +102,8 @@ def _shared_install_removed() -> Iterator[None]:
     daemons are forked from (``tests/zygote.py``)."""
     yield
     ZYGOTE.close()
+    for zygote in SHARED_ZYGOTES.values():
+        zygote.close()
     remove_shared_install()
     remove_template()
     remove_reachable_folders()

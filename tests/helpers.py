@@ -29,6 +29,17 @@ from tests.zygote import DAEMON, Forked, Zygote
 T = TypeVar("T")
 # This pytest process's daemons, forked with their imports done (``tests/zygote.py``).
 ZYGOTE = Zygote(DAEMON, start_env=dict(os.environ))
+# Those that run jobs as other accounts, on the shared install's interpreter: one zygote of
+# its own each (``shared_zygote``), closed with ZYGOTE.
+SHARED_ZYGOTES: dict[str, Zygote] = {}
+
+
+def shared_zygote(python: str, env: dict[str, str]) -> Zygote:
+    """The zygote for daemons on the interpreter ``python`` (the shared install's), started
+    with the first such daemon's environment."""
+    if python not in SHARED_ZYGOTES:
+        SHARED_ZYGOTES[python] = Zygote(DAEMON, start_env=dict(env), python=python)
+    return SHARED_ZYGOTES[python]
 
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
@@ -172,8 +183,9 @@ class Daemon:
             *port_range_flags(self.args, env),
             *cpu_flags(self.args, env),
         ]
-        if python == sys.executable and ZYGOTE.accepts(env):
-            self.proc = ZYGOTE.spawn("ddpq", argv, env, self.log.fileno())
+        zygote = ZYGOTE if python == sys.executable else shared_zygote(python, env)
+        if zygote.accepts(env):
+            self.proc = zygote.spawn("ddpq", argv, env, self.log.fileno())
         else:
             self.proc = subprocess.Popen(
                 [python, "-m", "ddpq", *argv],

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +17,18 @@ import pytest
 
 from ddpq.executors.local import procs
 from tests.helpers import ZYGOTE, Daemon, free_port, root_flags, wait_for
+from tests.shared_install import shared_install
 from tests.template_db import migrated
-from tests.zygote import DAEMON, READ_AS_TORCH_LOADS, TRAINING, Answer, Forked, Zygote, ZygoteGone
+from tests.zygote import (
+    DAEMON,
+    READ_AS_TORCH_LOADS,
+    ROOT,
+    TRAINING,
+    Answer,
+    Forked,
+    Zygote,
+    ZygoteGone,
+)
 
 
 @pytest.fixture
@@ -204,3 +215,22 @@ def test_a_status_not_yet_sent_is_no_answer_and_no_wait() -> None:
         theirs.sendall(b"\n")
         assert answer.line(0, "a status") == b"0"
     answer.close()
+
+
+def test_a_zygote_on_another_interpreter_forks_children_that_import_its_install(
+    tmp_path: Path,
+) -> None:
+    # The daemons that run jobs as other accounts start from the shared install
+    # (helpers.shared_zygote): their children must import its ddpq, not the checkout's.
+    shared = shared_install()
+    env = shared.env(dict(os.environ))
+    other = Zygote(("ddpq",), start_env=env, python=shared.python)
+    try:
+        log = tmp_path / "log"
+        with log.open("ab") as out:
+            assert other.spawn("site", [], env, out.fileno()).wait(30) == 0
+    finally:
+        other.close()
+    said = log.read_text()  # `python -m site`: the child's sys.path, one entry a line
+    assert f"'{shared.site_packages}'," in said, said
+    assert str(ROOT / "src") not in said and sys.prefix not in said, said

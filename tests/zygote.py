@@ -297,8 +297,10 @@ class Zygote:
         preload: tuple[str, ...],
         start_env: dict[str, str] | None = None,
         read_first: tuple[str, ...] = READ_AT_START,
+        python: str = sys.executable,
     ):
         self.preload = preload
+        self.python = python  # its interpreter, and every child's: the install it imports
         self.read_first = read_first
         self._start_env = start_env
         self._control: socket.socket | None = None
@@ -366,8 +368,10 @@ class Zygote:
                 self._start_env = dict(env)
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.zygote", str(theirs.fileno()), *self.preload],
-                cwd=ROOT,  # where ``-m tests.zygote`` is found, whatever a test's folder
+                [self.python, "-m", "tests.zygote", str(theirs.fileno()), *self.preload],
+                # Where ``-m tests.zygote`` is found, whatever a test's folder. Not ddpq: it
+                # lies in src/, so each interpreter imports its own install's.
+                cwd=ROOT,
                 env=self._start_env,
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
