@@ -57,6 +57,20 @@ DAEMON = (
     "uvicorn.protocols.http.h11_impl",
     "uvicorn.lifespan.on",
     "uvicorn.loops.asyncio",
+    # What a forked daemon still imported after the fork (its sys.modules, before and
+    # after a start, a request and a stop): its options and settings, and what uvicorn,
+    # anyio and Typer import as they run.
+    "ddpq.client.quick",
+    "ddpq.daemon.options",
+    "ddpq.daemon.settings",
+    "anyio._backends._asyncio",
+    "anyio.streams.stapled",
+    "anyio.streams.tls",
+    "fastapi.telemetry._runtime",
+    "typer._adapters",
+    "typer._click.decorators",
+    "uvicorn.loops.auto",
+    "uvicorn.protocols.websockets.auto",
 )
 # What a rank of the built-in workload imports before it trains: torch, and the
 # ``torch._dynamo`` that a ``torch.optim`` optimiser imports at its first step.
