@@ -31,8 +31,11 @@ from tests.zygote import (
 )
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def zygote() -> Iterator[Zygote]:
+    """One daemons' zygote for the tests that only ask it for children (each start imports
+    what a daemon imports and builds its app: ~1.5 s of CPU); one that kills it leaves the
+    next request to start another, as it would for any test."""
     z = Zygote(DAEMON, start_env=dict(os.environ))
     yield z
     z.close()
@@ -76,14 +79,18 @@ def test_a_command_ends_with_its_status_and_output_in_the_log(
 
 
 def test_a_command_has_the_environment_asked_for_not_the_zygotes(
-    zygote: Zygote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DDPQ_URL", "http://127.0.0.1:2")  # the zygote's, at its start
-    log = tmp_path / "log"
-    assert spawn(zygote, log, "ls", DDPQ_URL="http://127.0.0.1:1").wait(30) == 3
-    no_url = {k: v for k, v in os.environ.items() if k != "DDPQ_URL"}
-    with log.open("ab") as out:
-        assert zygote.spawn("ddpq", ["ls"], no_url, out.fileno()).wait(30) == 3
+    zygote = Zygote(DAEMON, start_env=dict(os.environ))
+    try:
+        log = tmp_path / "log"
+        assert spawn(zygote, log, "ls", DDPQ_URL="http://127.0.0.1:1").wait(30) == 3
+        no_url = {k: v for k, v in os.environ.items() if k != "DDPQ_URL"}
+        with log.open("ab") as out:
+            assert zygote.spawn("ddpq", ["ls"], no_url, out.fileno()).wait(30) == 3
+    finally:
+        zygote.close()
     said = log.read_text().splitlines()
     assert "http://127.0.0.1:1 " in said[0], said
     assert "127.0.0.1:2" not in log.read_text()  # removed, not inherited
