@@ -84,6 +84,8 @@ said = {}
 for line in os.fdopen(read).read().splitlines():
     said.update(json.loads(line))
 remove_template()
+import shutil
+shutil.rmtree(home, ignore_errors=True)
 print(json.dumps(said))
 """
 

@@ -12,6 +12,7 @@ the app's) per request of each kind.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -23,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from fastapi.testclient import TestClient
 from tests.inprocess import BASE, lend, lent_client, publish_fake_gpus
-from tests.template_db import migrated
+from tests.template_db import migrated, remove_template
 
 from ddpq.config import Settings
 
@@ -77,8 +78,12 @@ def main() -> None:
                 client = starlettes_client(home)
             else:
                 client = lent_client(home, fake_gpus=2)
-            costs = measure(client, home, args.requests)
+            try:
+                costs = measure(client, home, args.requests)
+            finally:
+                shutil.rmtree(home, ignore_errors=True)
             print(f"| {round_} | {name} | " + " | ".join(f"{ms:.2f}" for ms in costs) + " |")
+    remove_template()
 
 
 if __name__ == "__main__":

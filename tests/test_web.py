@@ -150,7 +150,7 @@ def test_page_shows_queue_gpus_progress_and_log(daemon: Daemon, page: Page, tmp_
     expect(page.locator("#log-meta")).to_contain_text("<img src=x onerror=boom()>")
     expect(page.locator("#log-meta img")).to_have_count(0)
     expect(page.locator("#log-state")).to_have_text("running")
-    page.screenshot(path="/tmp/ddpq-page.png", full_page=True)
+    page.screenshot(path=tmp_path / "page.png", full_page=True)  # for a look: pytest keeps it
 
     go.touch()
     expect(row).to_have_attribute("data-state", "succeeded")
@@ -267,7 +267,7 @@ def test_page_shows_a_sweep_as_a_table_and_a_plot_that_follows_its_members(
     expect(page.locator('#sweep-plot path.series[data-points="3"]')).to_have_count(3)
     expect(page.locator('#sweep-body tr[data-state="succeeded"]')).to_have_count(3)
     expect(folded).to_have_attribute("data-state", "succeeded")
-    page.screenshot(path="/tmp/ddpq-sweep.png", full_page=True)
+    page.screenshot(path=tmp_path / "sweep.png", full_page=True)  # for a look: pytest keeps it
 
 
 def test_page_names_whose_outside_processes_they_are(
