@@ -40,7 +40,12 @@ if pid == 0:
     first = open("/proc/self/cgroup").read()
     refused = forkserver.join_cgroups({"cgroup": target}, born_in)
     after = open("/proc/self/cgroup").read()
-    said = {"first": first, "after": after, "refused": refused, "hooks": hooks}
+    import ctypes  # the thread's id as glibc keeps it: the child's own, as fork() leaves it
+    where = ctypes.c_void_p()
+    clone_into.shim_libc.libc().prctl(clone_into.PR_GET_TID_ADDRESS, ctypes.byref(where), 0, 0, 0)
+    kept = ctypes.c_int.from_address(where.value).value
+    said = {"first": first, "after": after, "refused": refused, "hooks": hooks,
+            "kept_tid": kept, "pid": os.getpid()}
     os.write(write, json.dumps(said).encode())
     os._exit(0)
 os.close(write)
@@ -94,6 +99,7 @@ def test_a_child_is_born_in_its_cgroup_with_pythons_fork_hooks_run(target: Path,
     assert child["refused"] is None and child["first"] == child["after"]
     assert child["hooks"] == ["child"]  # as os.fork runs them: the child's in the child,
     assert said["parent_hooks"] == ["parent"]  # the parent's in the parent
+    assert child["kept_tid"] == child["pid"]  # not the parent's (pthread calls on itself)
     assert said["status"] == 0 and said["born_in"] is True and said["unavailable"] is None
     assert said["stderr"] == ""
 

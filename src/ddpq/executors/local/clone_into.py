@@ -9,13 +9,18 @@ creates inside the cgroup (Linux 5.7 and later) takes that lock only for reading
 the median forked then moved, 2.3 ms born in it.
 
 Python has no wrapper for ``clone3``. This calls it through ctypes the way ``os.fork``
-calls ``fork()``: ``PyOS_BeforeFork`` first, then ``PyOS_AfterFork_Child`` in the child and
-``PyOS_AfterFork_Parent`` in the parent, so the interpreter's locks and every
-``os.register_at_fork`` hook are handled as ``os.fork`` handles them. Without
-``CLONE_VM`` the child runs on a copy of the parent's memory and returns from the call as
-a forked child does. What glibc's own ``fork()`` adds (its locks taken across the fork, its
-record of the thread's id) matters only in a process with other threads: the fork server
-has none, and nothing else may call this.
+calls ``fork()``: with the interpreter lock held (a ``PyDLL`` function), ``PyOS_BeforeFork``
+first, then ``PyOS_AfterFork_Child`` in the child and ``PyOS_AfterFork_Parent`` in the
+parent, so the interpreter's locks and every ``os.register_at_fork`` hook are handled as
+``os.fork`` handles them. Without ``CLONE_VM`` the child runs on a copy of the parent's
+memory and returns from the call as a forked child does. Of what glibc's own ``fork()``
+does, the thread's id glibc keeps is done here too: the kernel writes the child's id where
+glibc keeps it (``CLONE_CHILD_SETTID``, at the address ``PR_GET_TID_ADDRESS`` gives),
+else the child would go on with the fork server's (``pthread_setaffinity_np`` on itself
+would pin the fork server, a review found). Not done: glibc's locks taken across the fork
+(with one thread there is nobody to hold them), its at-fork handlers (no library the fork
+server loads registers one) and its robust-mutex list (the shim uses no robust mutex).
+The fork server has one thread, and nothing else may call this.
 
 Where the kernel cannot (no ``clone3`` before Linux 5.3, no ``CLONE_INTO_CGROUP`` before
 5.7, a container's seccomp filter), or the cgroup cannot be opened, the answer is None and
@@ -40,9 +45,13 @@ else:
 TYPE_CHECKING = False  # typing would cost milliseconds in the fork server's start
 if TYPE_CHECKING:
     import ctypes
+    from typing import Any
 
 SYS_CLONE3 = 435  # the same number on every architecture Linux gives clone3
+CLONE_CHILD_CLEARTID = 0x00200000
+CLONE_CHILD_SETTID = 0x01000000
 CLONE_INTO_CGROUP = 0x200000000
+PR_GET_TID_ADDRESS = 40
 # The kernel's answers that say the call or the flag is not there (or not allowed):
 # whatever the cgroup, the next try would meet the same.
 NOT_HERE = frozenset({errno.ENOSYS, errno.E2BIG, errno.EINVAL, errno.EPERM})
@@ -79,19 +88,48 @@ def _clone_args() -> type[ctypes.Structure]:
     return type("CloneArgs", (ctypes.Structure,), {"_fields_": fields})
 
 
+@functools.cache
+def _calls() -> tuple[Any, int] | str:
+    """The C library's ``syscall`` with the interpreter lock held (as ``os.fork`` holds
+    it across ``fork()``), and where glibc keeps this thread's id; or why not."""
+    import ctypes
+
+    try:
+        held = ctypes.PyDLL(None, use_errno=True)
+        held.syscall.restype = ctypes.c_long
+        where = ctypes.c_void_p()
+        if shim_libc.libc().prctl(PR_GET_TID_ADDRESS, ctypes.byref(where), 0, 0, 0) != 0:
+            fault = ctypes.get_errno()
+            return f"the kernel does not say where the thread's id is kept: {os.strerror(fault)}"
+    except (OSError, AttributeError) as exc:
+        return f"no C library to call clone3 through: {exc}"
+    if not where.value:
+        return "the kernel does not say where the thread's id is kept"
+    return held.syscall, where.value
+
+
 def _clone3(folder: int) -> int | None:
     import ctypes  # loaded already: the fork server preloads the C library
 
-    try:
-        call = shim_libc.libc().syscall
-    except (OSError, AttributeError) as exc:
-        _unavailable.append(f"no C library to call clone3 through: {exc}")
+    calls = _calls()
+    if isinstance(calls, str):
+        _unavailable.append(calls)
         return None
-    call.restype = ctypes.c_long
-    args = _clone_args()(flags=CLONE_INTO_CGROUP, exit_signal=signal.SIGCHLD, cgroup=folder)
+    syscall, tid_address = calls
+    args = _clone_args()(
+        flags=CLONE_INTO_CGROUP | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID,
+        child_tid=tid_address,
+        exit_signal=signal.SIGCHLD,
+        cgroup=folder,
+    )
+    size = ctypes.c_size_t(ctypes.sizeof(args))
     python = ctypes.pythonapi
     python.PyOS_BeforeFork()
-    pid = call(SYS_CLONE3, ctypes.byref(args), ctypes.c_size_t(ctypes.sizeof(args)))
+    try:
+        pid = syscall(ctypes.c_long(SYS_CLONE3), ctypes.byref(args), size)
+    except BaseException:
+        python.PyOS_AfterFork_Parent()
+        raise
     if pid == 0:
         python.PyOS_AfterFork_Child()
         return 0
