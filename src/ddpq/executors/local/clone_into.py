@@ -23,7 +23,8 @@ server loads registers one) and its robust-mutex list (the shim uses no robust m
 The fork server has one thread, and nothing else may call this.
 
 Where the kernel cannot (no ``clone3`` before Linux 5.3, no ``CLONE_INTO_CGROUP`` before
-5.7, a container's seccomp filter), or the cgroup cannot be opened, the answer is None and
+5.7, no ``PR_GET_TID_ADDRESS`` in a kernel built without checkpoint/restore, a container's
+seccomp filter), or the cgroup cannot be opened, the answer is None and
 the caller forks and joins by writing, which reports any fault of the cgroup itself. A
 kernel without the call is remembered, so the next fork does not try again.
 """
