@@ -326,6 +326,10 @@ class _WorkerHalf:
         target = watched("worker", self.agent.run, shutdown)
         self.thread = threading.Thread(target=target, name="ddpq-worker", daemon=True)
         self.thread.start()
+        # The API answers only once the jobs of the last run are adopted or finalised: a
+        # restarted daemon never shows "running" for a job that ended while it was down.
+        while not self.agent.reconciled.wait(0.1) and self.thread.is_alive():
+            pass
         log.info(
             "worker: %d GPU(s)%s, ports %d-%d",
             len(self.agent.devices),

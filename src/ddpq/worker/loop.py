@@ -108,6 +108,9 @@ class Worker:
         self.scheduler = Scheduler(settings, host=host, timer=timer)
         self._sock = wake.listen(settings.wake_socket) if listen else None
         self._stop = threading.Event()
+        # Set once the jobs of the last run are adopted or finalised (or that failed): until
+        # then the store may still say "running" of a job that ended while we were down.
+        self.reconciled = threading.Event()
         self._running: dict[int, JobDir] = {}  # the jobs the executor runs for us
         # Attempts the executor reported ended, kept until their recording has committed.
         self._exits: list[Ended] = []
@@ -137,6 +140,8 @@ class Worker:
             self.reconcile()
         except Exception:
             log.exception("reconcile failed; serving on")
+        finally:
+            self.reconciled.set()
         while not self._stop.is_set():
             self.step()
             self._passed_at = time.monotonic()
