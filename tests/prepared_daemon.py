@@ -6,9 +6,10 @@ of CPU here, ``entry.command_line``); the zygote builds them once, and a forked 
 ``command_line`` is that group (any other command line builds its own, as before).
 
 FastAPI makes each included route's dependencies, validators and serializers the first time
-a request is matched against its router, once per app: a daemon's first requests spent
-~0.3 s of CPU on it here (cProfile of a forked ``ddpq serve``: ``_populate_api_route_state``
-under its first /healthz polls), and the suite starts hundreds of daemons. The zygote
+a request is matched against its router, once per app (``_populate_api_route_state``,
+under a forked ``ddpq serve``'s first /healthz polls), and the suite starts hundreds of
+daemons: with both built here, a forked daemon's API half takes 0.16 s of CPU, not 0.31
+(``bench/forked_daemon_cpu.py``). The zygote
 (``tests/zygote.py``) builds one app before it forks and sends it a request that matches no
 route, which walks every router and makes every route ready; each forked daemon's first
 ``create_app`` then serves that app made new (``serve_anew``, as ``tests/inprocess`` lends

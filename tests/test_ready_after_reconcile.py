@@ -6,7 +6,6 @@ test daemons started quickly)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,40 +17,23 @@ from ddpq.worker.loop import Worker
 from tests.template_db import migrated
 
 
-@pytest.fixture
-def held_reconcile(
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """The worker's reconcile, entered and then held until the test lets it go."""
+@pytest.mark.parametrize("fails", [False, True], ids=["reconciled", "reconcile failed"])
+def test_the_worker_half_is_ready_only_after_reconcile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool
+) -> None:
+    # The worker's reconcile, entered and then held until the test lets it go; one that
+    # fails is logged and the daemon serves on, as before.
     entered, go_on = threading.Event(), threading.Event()
     real = Worker.reconcile
 
     def held(self: Worker) -> None:
         entered.set()
         assert go_on.wait(60), "the test never let reconcile go on"
+        if fails:
+            raise RuntimeError("broken for the test")
         real(self)
 
     monkeypatch.setattr(Worker, "reconcile", held)
-    yield entered, go_on
-    go_on.set()
-
-
-@pytest.mark.parametrize("fails", [False, True], ids=["reconciled", "reconcile failed"])
-def test_the_worker_half_is_ready_only_after_reconcile(
-    tmp_path: Path,
-    held_reconcile: tuple[threading.Event, threading.Event],
-    monkeypatch: pytest.MonkeyPatch,
-    fails: bool,
-) -> None:
-    entered, go_on = held_reconcile
-    if fails:  # a reconcile that raises is logged and the daemon serves on, as before
-
-        def broken(self: Worker) -> None:
-            entered.set()
-            assert go_on.wait(60)
-            raise RuntimeError("broken for the test")
-
-        monkeypatch.setattr(Worker, "reconcile", broken)
     settings = Settings(home=tmp_path, fake_gpus=2, grace_s=0.5)
     migrated(settings.db_path)
     made: list[run._WorkerHalf] = []

@@ -26,7 +26,8 @@ Where the kernel cannot (no ``clone3`` before Linux 5.3, no ``CLONE_INTO_CGROUP`
 5.7, no ``PR_GET_TID_ADDRESS`` in a kernel built without checkpoint/restore, a container's
 seccomp filter), or the cgroup cannot be opened, the answer is None and
 the caller forks and joins by writing, which reports any fault of the cgroup itself. A
-kernel without the call is remembered, so the next fork does not try again.
+kernel without the call is remembered, so the next fork does not try again, and said once
+on stderr (the daemon's log).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import errno
 import functools
 import os
 import signal
+import sys
 
 # Beside it, as for the shim: first on sys.path in the fork server (python -S), ddpq's
 # module where tests import it.
@@ -64,6 +66,13 @@ def unavailable() -> str | None:
     return _unavailable[0] if _unavailable else None
 
 
+def _give_up(why: str) -> None:
+    """Born in their cgroups no more: remembered, and said once in the daemon's log."""
+    _unavailable.append(why)
+    sys.stderr.write(f"ddpq fork server: shims move into their cgroups by writing ({why})\n")
+    sys.stderr.flush()
+
+
 def fork_into(cgroup: str) -> int | None:
     """Fork a child that is born in the v2 cgroup ``cgroup`` (a folder's path): its PID
     in the parent, 0 in the child; None (nothing forked) where that cannot be done."""
@@ -84,8 +93,11 @@ def _clone_args() -> type[ctypes.Structure]:
     """``struct clone_args`` as far as ``cgroup`` (``CLONE_ARGS_SIZE_VER2``, 88 bytes)."""
     import ctypes
 
-    names = "flags pidfd child_tid parent_tid exit_signal stack stack_size tls set_tid"
-    fields = [(name, ctypes.c_uint64) for name in [*names.split(), "set_tid_size", "cgroup"]]
+    names = (
+        *("flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack", "stack_size"),
+        *("tls", "set_tid", "set_tid_size", "cgroup"),
+    )
+    fields = [(name, ctypes.c_uint64) for name in names]
     return type("CloneArgs", (ctypes.Structure,), {"_fields_": fields})
 
 
@@ -114,7 +126,7 @@ def _clone3(folder: int) -> int | None:
 
     calls = _calls()
     if isinstance(calls, str):
-        _unavailable.append(calls)
+        _give_up(calls)
         return None
     syscall, tid_address = calls
     args = _clone_args()(
@@ -139,5 +151,5 @@ def _clone3(folder: int) -> int | None:
     if pid > 0:
         return int(pid)
     if fault in NOT_HERE:
-        _unavailable.append(f"clone3 into a cgroup: {os.strerror(fault)}")
+        _give_up(f"clone3 into a cgroup: {os.strerror(fault)}")
     return None

@@ -201,15 +201,7 @@ def fork_for(request: dict[str, object]) -> tuple[int, bool]:
     pid = clone_into.fork_into(cgroup) if isinstance(cgroup, str) else None
     if pid is not None:
         return pid, True
-    why = clone_into.unavailable()
-    if why is not None and not _told_unavailable:
-        _told_unavailable.append(why)  # once, in the daemon's log (this process's stderr)
-        sys.stderr.write(f"ddpq fork server: shims move into their cgroups by writing ({why})\n")
-        sys.stderr.flush()
     return os.fork(), False
-
-
-_told_unavailable: list[str] = []
 
 
 def read_request_file(fd: int) -> bytes:
