@@ -1,0 +1,139 @@
+"""A durable write is on the disk before it returns, and is synced after the write lock is
+free (store.db.sync_log): the worker's writes do not wait behind the API's fsync."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from ddpq.store import db as db_module
+from ddpq.store.db import Database
+
+DEADLINE_S = 30.0
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Iterator[Path]:
+    db = Database(tmp_path / "ddpq.db")
+    with db.write() as s:
+        s.execute(text("CREATE TABLE t (n INTEGER)"))
+    db.dispose()
+    yield tmp_path / "ddpq.db"
+
+
+def synced_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every file fdatasync'ed from now on, by the path its descriptor names."""
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def noting(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", noting)
+    return synced
+
+
+def count(db: Database) -> int:
+    with db.read() as s:
+        return int(s.execute(text("SELECT count(*) FROM t")).scalar_one())
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_every_connection_commits_without_a_sync_under_the_lock(path: Path, durable: bool) -> None:
+    db = Database(path, durable=durable)
+    try:
+        with db.write() as s:
+            assert s.execute(text("PRAGMA synchronous")).scalar_one() == 1  # NORMAL
+        with db.read() as s:
+            assert s.execute(text("PRAGMA synchronous")).scalar_one() == 1
+    finally:
+        db.dispose()
+
+
+def test_a_durable_write_syncs_the_log_before_it_returns(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced = synced_files(monkeypatch)
+    db = Database(path)
+    try:
+        with db.write() as s:
+            s.execute(text("INSERT INTO t VALUES (1)"))
+            assert synced == []  # not while the lock is held
+        assert synced == [f"{path}-wal"]
+    finally:
+        db.dispose()
+
+
+def test_the_workers_writes_and_a_rolled_back_write_sync_nothing(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced = synced_files(monkeypatch)
+    worker, api = Database(path, durable=False), Database(path)
+    try:
+        with worker.write() as s:
+            s.execute(text("INSERT INTO t VALUES (1)"))
+        with pytest.raises(RuntimeError), api.write() as s:
+            s.execute(text("INSERT INTO t VALUES (2)"))
+            raise RuntimeError("refused half-way")
+        assert synced == []
+        assert count(api) == 1
+    finally:
+        worker.dispose()
+        api.dispose()
+
+
+def test_another_writer_goes_on_while_a_durable_write_syncs(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sync is held until another thread of this process has written: were it made
+    # under the lock (inside the gate, as SQLite's synchronous=FULL does), that thread
+    # would wait at the gate and the sync would never be let go.
+    api, worker = Database(path), Database(path, durable=False)
+    other_wrote = threading.Event()
+    real_sync = db_module.sync_log
+
+    def held_sync(log_of: Path) -> None:
+        def write() -> None:
+            with worker.write() as s:
+                s.execute(text("INSERT INTO t VALUES (2)"))
+            other_wrote.set()
+
+        threading.Thread(target=write, daemon=True).start()
+        assert other_wrote.wait(DEADLINE_S), "the other writer waited for the sync"
+        real_sync(log_of)
+
+    monkeypatch.setattr(db_module, "sync_log", held_sync)
+    try:
+        with api.write() as s:
+            s.execute(text("INSERT INTO t VALUES (1)"))
+        assert count(api) == 2
+    finally:
+        api.dispose()
+        worker.dispose()
+
+
+def test_a_failed_sync_is_raised_though_the_commit_stands(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(_fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    db = Database(path)
+    try:
+        with pytest.raises(OSError, match="Input/output"), db.write() as s:
+            s.execute(text("INSERT INTO t VALUES (1)"))
+        assert count(db) == 1  # made, but nobody was told it is on the disk
+    finally:
+        db.dispose()
+
+
+def test_no_log_left_is_nothing_to_sync(tmp_path: Path) -> None:
+    # The last connection to close checkpoints the log into the database and removes it.
+    db_module.sync_log(tmp_path / "absent.db")
