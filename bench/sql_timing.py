@@ -6,7 +6,9 @@ lock was then held, how long the ``COMMIT`` took, and whether it wrote anything.
 
 ``DDPQ_BENCH_FSYNC_MS=N`` also emulates a slow disk: each commit that writes on a
 ``synchronous=FULL`` connection (one fdatasync of the WAL on a real disk) waits N ms
-more before it commits, holding the write lock as the real fdatasync would. Each WAL
+more before it commits, holding the write lock as the real fdatasync would; where the
+durable writes sync the WAL after the lock (``ddpq.store.db.sync_log``), each of those
+syncs waits N ms more, and the lock is free meanwhile. Each WAL
 checkpoint (two more syncs, see ``PRAGMA wal_autocheckpoint``) is not emulated; count
 those with strace.
 
@@ -92,6 +94,17 @@ def install(path: str, fsync_ms: float) -> None:
             return
         gate_timed.append(True)
         held = gate.WriteGate.held
+        db = sys.modules.get("ddpq.store.db")
+        sync_log = getattr(db, "sync_log", None)
+        if sync_log is not None and fsync_ms:
+
+            def slow_sync(path):  # type: ignore[no-untyped-def]
+                time.sleep(fsync_ms / 1000)
+                t0 = time.perf_counter()
+                sync_log(path)
+                note("log sync ms", (time.perf_counter() - t0) * 1000)
+
+            db.sync_log = slow_sync  # type: ignore[union-attr]
 
         @contextlib.contextmanager
         def timed(self):  # type: ignore[no-untyped-def]
