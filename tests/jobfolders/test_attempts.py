@@ -12,6 +12,7 @@ content, owner and mode.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import stat
 from collections.abc import Callable, Iterator
@@ -98,6 +99,32 @@ def test_a_retry_writes_nothing_through_what_the_job_left_in_its_folder(
     is_fresh_and_the_jobs(folder.log, accounts)
     assert "second-output" in folder.log.read_text()
     assert not any(p.name.startswith(STALE) for p in folder.path.parent.iterdir())  # kept
+
+
+# What the job's own account can put in place of the record's reserved file while it runs.
+SWAPS = {
+    "symbolic link": "ln -s {victim} exit.json.tmp",
+    "hard link to another user's file": "ln {victim} exit.json.tmp",
+    "FIFO": "mkfifo exit.json.tmp",
+    "folder": "mkdir exit.json.tmp",
+    "nothing": ":",
+}
+
+
+@pytest.mark.parametrize("swap", SWAPS)
+def test_a_job_that_swaps_its_reserved_record_still_ends_with_its_exit_status(
+    swap: str, spawner: Spawner, home: Path, accounts: Accounts, victims: Victims
+) -> None:
+    # Not "lost": the shim writes its record to a fresh file when the reserved one is no
+    # longer at its name, and never through what the job put there.
+    planted = SWAPS[swap].format(victim=shlex.quote(str(victims.theirs)))
+    script = f'cd "$DDPQ_JOB_DIR" && rm -f exit.json.tmp && {planted} && exit 3'
+    launch = a_launch(home, accounts, 1, ["sh", "-c", script])
+    before = victims.snapshot()
+    record = _run(spawner, launch)
+    assert (record.exit_code, record.error) == (3, None)
+    assert victims.snapshot() == before
+    is_fresh_and_the_jobs(JobDir(launch.job_dir).path / "exit.json", accounts)
 
 
 def test_a_retry_appends_to_the_jobs_own_log(

@@ -48,6 +48,19 @@ def fresh_file(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
 
 
+def still_at(fd: int, path: str) -> bool:
+    """Whether the file open as ``fd`` is still the one at ``path``. The job ran in this
+    folder since the record's space was reserved, and may have put something else at its
+    name (a link, a FIFO, a folder) or taken it away: the record is then written to a fresh
+    file, so the attempt still ends with its exit status, not as lost. Its processes are all
+    gone by now (the record comes last), so nothing changes the name after this look."""
+    try:
+        here, mine = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+
 def reserve_record(path: str) -> None:
     tmp = path + ".tmp"
     try:
@@ -77,13 +90,14 @@ def write_record(path: str, record: dict[str, object]) -> None:
         record["error"] = str(record["error"])[:500]
         data = json.dumps(record).encode()
     tmp = path + ".tmp"
-    fd = RESERVED["fd"]
-    if fd >= 0 and len(data) <= RECORD_SPACE:
+    fd, RESERVED["fd"] = RESERVED["fd"], -1
+    if fd >= 0 and len(data) <= RECORD_SPACE and still_at(fd, tmp):
         # Trailing blanks are valid JSON whitespace: the reader ignores them.
         os.pwrite(fd, data.ljust(RECORD_SPACE), 0)
         os.close(fd)
-        RESERVED["fd"] = -1
     else:
+        if fd >= 0:
+            os.close(fd)
         with open(fresh_file(tmp), "wb") as f:
             f.write(data)
     try:
