@@ -127,9 +127,13 @@ def test_a_failed_sync_is_raised_though_the_commit_stands(
     monkeypatch.setattr(os, "fdatasync", failing)
     db = Database(path)
     try:
-        with pytest.raises(OSError, match="Input/output"), db.write() as s:
+        with pytest.raises(OSError, match="Input/output") as raised, db.write() as s:
             s.execute(text("INSERT INTO t VALUES (1)"))
         assert count(db) == 1  # made, but nobody was told it is on the disk
+        # The API answers it as SQLite's own I/O error: 503 and one line, no traceback.
+        assert db_module.storage_fault(raised.value) == (
+            "ddpq's database cannot be read or written (I/O error)"
+        )
     finally:
         db.dispose()
 
@@ -137,3 +141,18 @@ def test_a_failed_sync_is_raised_though_the_commit_stands(
 def test_no_log_left_is_nothing_to_sync(tmp_path: Path) -> None:
     # The last connection to close checkpoints the log into the database and removes it.
     db_module.sync_log(tmp_path / "absent.db")
+
+
+def test_a_submission_whose_sync_fails_is_a_503_naming_the_io_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.inprocess import lent_client
+
+    def failing(_fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    with lent_client(tmp_path / "home") as api:
+        monkeypatch.setattr(os, "fdatasync", failing)
+        r = api.post("/v1/jobs", json={"command": ["true"], "gpus": 0})
+    assert r.status_code == 503, r.text
+    assert r.json()["code"] == "unavailable" and "I/O error" in r.json()["detail"]

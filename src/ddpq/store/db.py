@@ -179,6 +179,8 @@ def storage_fault(exc: BaseException) -> str | None:
         text = str(exc).lower()
     elif isinstance(exc, OSError) and exc.errno == errno.EROFS:
         text = "readonly"
+    elif isinstance(exc, OSError) and exc.errno == errno.EIO:  # a sync of the log (sync_log)
+        text = "disk i/o error"
     else:
         return None
     if "readonly" in text or "read-only" in text:
