@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,17 +13,23 @@ from sqlalchemy import text
 
 from ddpq.store import db as db_module
 from ddpq.store.db import Database
+from tests.test_write_gate import DEADLINE_S, path  # noqa: F401 (path: a database, one table)
 
-DEADLINE_S = 30.0
+Opener = Callable[..., Database]
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Iterator[Path]:
-    db = Database(tmp_path / "ddpq.db")
-    with db.write() as s:
-        s.execute(text("CREATE TABLE t (n INTEGER)"))
-    db.dispose()
-    yield tmp_path / "ddpq.db"
+def opened(path: Path) -> Iterator[Opener]:  # noqa: F811
+    """Databases on ``path`` (durable, as the API's, unless told), closed after the test."""
+    made: list[Database] = []
+
+    def open_one(durable: bool = True) -> Database:
+        made.append(Database(path, durable=durable))
+        return made[-1]
+
+    yield open_one
+    for db in made:
+        db.dispose()
 
 
 def synced_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -44,57 +50,53 @@ def count(db: Database) -> int:
         return int(s.execute(text("SELECT count(*) FROM t")).scalar_one())
 
 
+def failing_sync(_fd: int) -> None:
+    raise OSError(5, "Input/output error")
+
+
 @pytest.mark.parametrize("durable", [True, False])
-def test_every_connection_commits_without_a_sync_under_the_lock(path: Path, durable: bool) -> None:
-    db = Database(path, durable=durable)
-    try:
-        with db.write() as s:
-            assert s.execute(text("PRAGMA synchronous")).scalar_one() == 1  # NORMAL
-        with db.read() as s:
-            assert s.execute(text("PRAGMA synchronous")).scalar_one() == 1
-    finally:
-        db.dispose()
+def test_every_connection_commits_without_a_sync_under_the_lock(
+    opened: Opener, durable: bool
+) -> None:
+    db = opened(durable=durable)
+    with db.write() as s:
+        assert s.execute(text("PRAGMA synchronous")).scalar_one() == 1  # NORMAL
+    with db.read() as s:
+        assert s.execute(text("PRAGMA synchronous")).scalar_one() == 1
 
 
 def test_a_durable_write_syncs_the_log_before_it_returns(
-    path: Path, monkeypatch: pytest.MonkeyPatch
+    opened: Opener, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced = synced_files(monkeypatch)
-    db = Database(path)
-    try:
-        with db.write() as s:
-            s.execute(text("INSERT INTO t VALUES (1)"))
-            assert synced == []  # not while the lock is held
-        assert synced == [f"{path}-wal"]
-    finally:
-        db.dispose()
+    db = opened()
+    with db.write() as s:
+        s.execute(text("INSERT INTO t VALUES (1)"))
+        assert synced == []  # not while the lock is held
+    assert synced == [f"{db.path}-wal"]
 
 
 def test_the_workers_writes_and_a_rolled_back_write_sync_nothing(
-    path: Path, monkeypatch: pytest.MonkeyPatch
+    opened: Opener, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced = synced_files(monkeypatch)
-    worker, api = Database(path, durable=False), Database(path)
-    try:
-        with worker.write() as s:
-            s.execute(text("INSERT INTO t VALUES (1)"))
-        with pytest.raises(RuntimeError), api.write() as s:
-            s.execute(text("INSERT INTO t VALUES (2)"))
-            raise RuntimeError("refused half-way")
-        assert synced == []
-        assert count(api) == 1
-    finally:
-        worker.dispose()
-        api.dispose()
+    worker, api = opened(durable=False), opened()
+    with worker.write() as s:
+        s.execute(text("INSERT INTO t VALUES (1)"))
+    with pytest.raises(RuntimeError), api.write() as s:
+        s.execute(text("INSERT INTO t VALUES (2)"))
+        raise RuntimeError("refused half-way")
+    assert synced == []
+    assert count(api) == 1
 
 
 def test_another_writer_goes_on_while_a_durable_write_syncs(
-    path: Path, monkeypatch: pytest.MonkeyPatch
+    opened: Opener, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The sync is held until another thread of this process has written: were it made
     # under the lock (inside the gate, as SQLite's synchronous=FULL does), that thread
     # would wait at the gate and the sync would never be let go.
-    api, worker = Database(path), Database(path, durable=False)
+    api, worker = opened(), opened(durable=False)
     other_wrote = threading.Event()
     real_sync = db_module.sync_log
 
@@ -109,33 +111,23 @@ def test_another_writer_goes_on_while_a_durable_write_syncs(
         real_sync(log_of)
 
     monkeypatch.setattr(db_module, "sync_log", held_sync)
-    try:
-        with api.write() as s:
-            s.execute(text("INSERT INTO t VALUES (1)"))
-        assert count(api) == 2
-    finally:
-        api.dispose()
-        worker.dispose()
+    with api.write() as s:
+        s.execute(text("INSERT INTO t VALUES (1)"))
+    assert count(api) == 2
 
 
 def test_a_failed_sync_is_raised_though_the_commit_stands(
-    path: Path, monkeypatch: pytest.MonkeyPatch
+    opened: Opener, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def failing(_fd: int) -> None:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(os, "fdatasync", failing)
-    db = Database(path)
-    try:
-        with pytest.raises(OSError, match="Input/output") as raised, db.write() as s:
-            s.execute(text("INSERT INTO t VALUES (1)"))
-        assert count(db) == 1  # made, but nobody was told it is on the disk
-        # The API answers it as SQLite's own I/O error: 503 and one line, no traceback.
-        assert db_module.storage_fault(raised.value) == (
-            "ddpq's database cannot be read or written (I/O error)"
-        )
-    finally:
-        db.dispose()
+    monkeypatch.setattr(os, "fdatasync", failing_sync)
+    db = opened()
+    with pytest.raises(OSError, match="Input/output") as raised, db.write() as s:
+        s.execute(text("INSERT INTO t VALUES (1)"))
+    assert count(db) == 1  # made, but nobody was told it is on the disk
+    # The API answers it as SQLite's own I/O error: 503 and one line, no traceback.
+    assert db_module.storage_fault(raised.value) == (
+        "ddpq's database cannot be read or written (I/O error)"
+    )
 
 
 def test_no_log_left_is_nothing_to_sync(tmp_path: Path) -> None:
@@ -148,11 +140,8 @@ def test_a_submission_whose_sync_fails_is_a_503_naming_the_io_error(
 ) -> None:
     from tests.inprocess import lent_client
 
-    def failing(_fd: int) -> None:
-        raise OSError(5, "Input/output error")
-
     with lent_client(tmp_path / "home") as api:
-        monkeypatch.setattr(os, "fdatasync", failing)
+        monkeypatch.setattr(os, "fdatasync", failing_sync)
         r = api.post("/v1/jobs", json={"command": ["true"], "gpus": 0})
     assert r.status_code == 503, r.text
     assert r.json()["code"] == "unavailable" and "I/O error" in r.json()["detail"]
