@@ -51,6 +51,7 @@ from ddpq.store.transitions import Change
 
 _jobs = cast(Table, Job.__table__)
 _attempts = cast(Table, Attempt.__table__)
+_OPEN_ATTEMPTS = insert(_attempts)  # built once: every pass that starts jobs opens attempts
 _deps = cast(Table, JobDependency.__table__)
 _sweep_deps = cast(Table, SweepDependency.__table__)
 
@@ -204,7 +205,7 @@ def _write_starts(session: Session, started: Sequence[tuple[Leased, Placed]], no
             }
         )
     transitions.move_many(session, moves, now, **_FRESH_ATTEMPT, started_at=now)
-    session.connection().execute(insert(_attempts), attempt_rows)
+    session.connection().execute(_OPEN_ATTEMPTS, attempt_rows)
 
 
 # ---- running: the executor took it ------------------------------------------------

@@ -46,6 +46,27 @@ _END_ATTEMPT = (
 )
 
 
+# Built once: read by every pass that records an ended attempt.
+_ENDINGS = (
+    select(
+        Job.id,
+        Job.state,
+        Job.attempt,
+        Job.max_retries,
+        Job.port_retries,
+        Job.relaunches,
+        Job.stop_request,
+        Job.stop_sent_at,
+        Job.stop_reason,
+        Job.job_dir,
+        Job.oom_requeues,
+        Attempt.gpu_mem_bytes,
+    )
+    .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.number == Job.attempt))
+    .where(Job.id.in_(bindparam("ids", expanding=True)))
+)
+
+
 @dataclass(frozen=True)
 class Ending:
     """What the store knows of a job whose attempt the executor reports ended."""
@@ -61,24 +82,7 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
     ids = list(job_ids)
     if not ids:
         return {}
-    found = flushed(session).execute(
-        select(
-            Job.id,
-            Job.state,
-            Job.attempt,
-            Job.max_retries,
-            Job.port_retries,
-            Job.relaunches,
-            Job.stop_request,
-            Job.stop_sent_at,
-            Job.stop_reason,
-            Job.job_dir,
-            Job.oom_requeues,
-            Attempt.gpu_mem_bytes,
-        )
-        .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.number == Job.attempt))
-        .where(Job.id.in_(ids))
-    )
+    found = flushed(session).execute(_ENDINGS, {"ids": ids})
     out = {}
     for row in found:
         stop = StopRequest(row.stop_request) if row.stop_request else None

@@ -22,6 +22,8 @@ CPU = "cpu"  # a CPU core slot (core.hostres); disjoint between live jobs, as GP
 
 _leases = cast(Table, Lease.__table__)
 _live = _leases.c
+# Built once, as the pass's other hot statements: every pass that starts jobs writes leases.
+_ACQUIRE = insert(_leases)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def acquire_many(session: Session, wanted: Sequence[Wanted], now: float) -> None
         for slot in w.cores
     ]
     if rows:
-        session.connection().execute(insert(cast(Table, Lease.__table__)), rows)
+        session.connection().execute(_ACQUIRE, rows)
 
 
 def release(session: Session, job_id: int, now: float) -> None:
