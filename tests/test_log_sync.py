@@ -32,16 +32,16 @@ def opened(path: Path) -> Iterator[Opener]:  # noqa: F811
         db.dispose()
 
 
-def synced_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every file fdatasync'ed from now on, by the path its descriptor names."""
+def synced_files(monkeypatch: pytest.MonkeyPatch, call: str = "fdatasync") -> list[str]:
+    """Every file synced from now on by ``os.<call>``, by the path its descriptor names."""
     synced: list[str] = []
-    real = os.fdatasync
+    real = getattr(os, call)
 
     def noting(fd: int) -> None:
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real(fd)
 
-    monkeypatch.setattr(os, "fdatasync", noting)
+    monkeypatch.setattr(os, call, noting)
     return synced
 
 
@@ -74,6 +74,24 @@ def test_a_durable_write_syncs_the_log_before_it_returns(
         s.execute(text("INSERT INTO t VALUES (1)"))
         assert synced == []  # not while the lock is held
     assert synced == [f"{db.path}-wal"]
+
+
+def test_a_new_log_files_folder_is_synced_once(
+    opened: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite removes the log when the last connection closes and makes a new one at the
+    # next open: the new file's name must reach the disk as well as its frames.
+    folders = synced_files(monkeypatch, "fsync")
+    db = opened()
+    for n in (1, 2):
+        with db.write() as s:
+            s.execute(text("INSERT INTO t VALUES (:n)"), {"n": n})
+    assert folders == [str(db.path.parent)]
+    db.dispose()  # the last connection: the log is checkpointed and removed
+    assert not db.path.with_name(db.path.name + "-wal").exists()
+    with opened().write() as s:
+        s.execute(text("INSERT INTO t VALUES (3)"))
+    assert folders == [str(db.path.parent)] * 2
 
 
 def test_the_workers_writes_and_a_rolled_back_write_sync_nothing(

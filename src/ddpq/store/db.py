@@ -143,13 +143,41 @@ def sync_log(path: Path) -> None:
     commit and every one before it survive a power cut. A checkpoint that moved them into
     the database meanwhile synced the log before it and the database after it; with no log
     left (the last connection closed it) they are in the database, synced. An error of the
-    sync is raised: the commit is made, but nobody may be told that it is on the disk."""
+    sync is raised: the commit is made, but nobody may be told that it is on the disk.
+
+    A log file new since the last look (SQLite makes one when the first connection opens
+    the database and removes it when the last closes) has its folder synced too, once, as
+    SQLite does for a log it created: its name must survive the power cut with it. A new
+    file is told by its header's salts, which SQLite draws anew for each log it begins
+    (the inode's number alone is not enough: a file made just after one was removed often
+    gets the same); a log begun again in the same file syncs the folder needlessly, once."""
     try:
         fd = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return
     try:
         os.fdatasync(fd)
+        info = os.fstat(fd)
+        header = os.pread(fd, WAL_SALTS[1], 0)
+    finally:
+        os.close(fd)
+    log_file = (info.st_dev, info.st_ino, header[WAL_SALTS[0] :])
+    if _named_logs.get(str(path)) != log_file:
+        sync_folder(path.parent)
+        _named_logs[str(path)] = log_file
+
+
+# Where a write-ahead log's header keeps its two salts (sqlite.org/fileformat2.html#walformat).
+WAL_SALTS = (16, 24)
+# The log file whose folder was synced last, by database: one entry per database file.
+_named_logs: dict[str, tuple[int, int, bytes]] = {}
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync a folder: the names made in it are on the disk."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
     finally:
         os.close(fd)
 
