@@ -32,16 +32,16 @@ def opened(path: Path) -> Iterator[Opener]:  # noqa: F811
         db.dispose()
 
 
-def synced_files(monkeypatch: pytest.MonkeyPatch, call: str = "fdatasync") -> list[str]:
-    """Every file synced from now on by ``os.<call>``, by the path its descriptor names."""
+def synced_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every file fdatasync'ed from now on, by the path its descriptor names."""
     synced: list[str] = []
-    real = getattr(os, call)
+    real = os.fdatasync
 
     def noting(fd: int) -> None:
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real(fd)
 
-    monkeypatch.setattr(os, call, noting)
+    monkeypatch.setattr(os, "fdatasync", noting)
     return synced
 
 
@@ -74,24 +74,6 @@ def test_a_durable_write_syncs_the_log_before_it_returns(
         s.execute(text("INSERT INTO t VALUES (1)"))
         assert synced == []  # not while the lock is held
     assert synced == [f"{db.path}-wal"]
-
-
-def test_a_new_log_files_folder_is_synced_once(
-    opened: Opener, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # SQLite removes the log when the last connection closes and makes a new one at the
-    # next open: the new file's name must reach the disk as well as its frames.
-    folders = synced_files(monkeypatch, "fsync")
-    db = opened()
-    for n in (1, 2):
-        with db.write() as s:
-            s.execute(text("INSERT INTO t VALUES (:n)"), {"n": n})
-    assert folders == [str(db.path.parent)]
-    db.dispose()  # the last connection: the log is checkpointed and removed
-    assert not db.path.with_name(db.path.name + "-wal").exists()
-    with opened().write() as s:
-        s.execute(text("INSERT INTO t VALUES (3)"))
-    assert folders == [str(db.path.parent)] * 2
 
 
 def test_the_workers_writes_and_a_rolled_back_write_sync_nothing(
@@ -148,9 +130,35 @@ def test_a_failed_sync_is_raised_though_the_commit_stands(
     )
 
 
-def test_no_log_left_is_nothing_to_sync(tmp_path: Path) -> None:
+def test_with_no_log_left_the_database_itself_is_synced(
+    path: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # The last connection to close checkpoints the log into the database and removes it.
-    db_module.sync_log(tmp_path / "absent.db")
+    assert not path.with_name(path.name + "-wal").exists()
+    synced = synced_files(monkeypatch)
+    db_module.sync_log(path)
+    assert synced == [str(path)]
+
+
+def test_a_database_reached_through_a_link_syncs_the_real_log(
+    path: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # SQLite names the log after the file the link leads to: a sync of "<link>-wal" would
+    # find no file, and sync nothing of the log.
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "state.db"
+    link.symlink_to(path)
+    synced = synced_files(monkeypatch)
+    db = Database(link)
+    try:
+        with db.write() as s:
+            s.execute(text("INSERT INTO t VALUES (1)"))
+    finally:
+        db.dispose()
+    assert synced == [f"{path}-wal"]
 
 
 def test_a_submission_whose_sync_fails_is_a_503_naming_the_io_error(

@@ -20,8 +20,6 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from ddpq.store.db import sync_folder
-
 
 class BackupFailed(Exception):
     """The copy could not be made; the message says why (the partial file is removed)."""
@@ -38,7 +36,7 @@ def backup_database(source: Path, dest: Path) -> int:
         _copy(source, dest)
         with open(dest, "rb") as f:
             os.fsync(f.fileno())
-        sync_folder(dest.parent)  # the new file's name on disk too
+        _fsync_folder(dest.parent)
         return dest.stat().st_size
     except BaseException:
         for leftover in (dest, dest.with_name(dest.name + "-journal")):
@@ -68,3 +66,12 @@ def _copy(source: Path, dest: Path) -> None:
         raise BackupFailed(f"cannot copy {source}: {exc}") from None
     finally:
         src.close()
+
+
+def _fsync_folder(folder: Path) -> None:
+    """The new file's name on disk too, not only its content."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

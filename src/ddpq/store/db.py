@@ -71,7 +71,10 @@ class Database:
     durable write syncs the write-ahead log once the lock is free (``sync_log``). SQLite's
     ``FULL`` syncs before it lets the lock go: under a burst of submissions that sync took
     ~2.5 ms a commit, and the worker's writes and the next submission's waited behind it
-    (bench/RESULTS.md, "The log synced after the lock").
+    (bench/RESULTS.md, "The log synced after the lock"). Unlike ``FULL``, another
+    connection can read a commit in the moment before its sync: the worker may lease a job
+    whose submission a power cut then takes back, with nothing of it left running (and its
+    folder's id never handed out again, ``daemon.job_ids``).
     """
 
     def __init__(self, path: Path, *, durable: bool = True, reserve: Reserve | None = None) -> None:
@@ -79,6 +82,9 @@ class Database:
         # Room kept on the database's disk for the writes that must happen (store.headroom).
         self.reserve = reserve
         self.durable = durable
+        # SQLite names the log after the database file with its links resolved (an absolute
+        # name): the file sync_log must reach, whatever link or folder ``path`` went through.
+        self._real_path = Path(os.path.realpath(path))
         self.write_engine = make_engine(path, immediate=True)
         self.read_engine = make_engine(path, immediate=False)
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
@@ -91,7 +97,7 @@ class Database:
         with self._gate.held(), self._write() as session, session.begin():
             yield session
         if self.durable:  # committed: on the disk before the caller is told so
-            sync_log(self.path)
+            sync_log(self._real_path)
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -142,42 +148,21 @@ def sync_log(path: Path) -> None:
     keeps the log's frames up to the first torn one, so once the file is synced, this
     commit and every one before it survive a power cut. A checkpoint that moved them into
     the database meanwhile synced the log before it and the database after it; with no log
-    left (the last connection closed it) they are in the database, synced. An error of the
-    sync is raised: the commit is made, but nobody may be told that it is on the disk.
+    left (the last connection closed it after a checkpoint, synced) they are in the
+    database, which is synced once more here all the same. A new log's name is on the disk
+    before its first frame: SQLite syncs its folder with its header, under ``NORMAL`` as
+    under ``FULL``. An error of the sync is raised: the commit is made, but nobody may be
+    told that it is on the disk.
 
-    A log file new since the last look (SQLite makes one when the first connection opens
-    the database and removes it when the last closes) has its folder synced too, once, as
-    SQLite does for a log it created: its name must survive the power cut with it. A new
-    file is told by its header's salts, which SQLite draws anew for each log it begins
-    (the inode's number alone is not enough: a file made just after one was removed often
-    gets the same); a log begun again in the same file syncs the folder needlessly, once."""
+    ``path`` is the database file with its links resolved, as SQLite names its log. This
+    holds only while no connection to the file runs with ``synchronous=OFF``, whose
+    checkpoints sync nothing (``make_engine`` sets ``NORMAL`` on every one)."""
     try:
         fd = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fdatasync(fd)
-        info = os.fstat(fd)
-        header = os.pread(fd, WAL_SALTS[1], 0)
-    finally:
-        os.close(fd)
-    log_file = (info.st_dev, info.st_ino, header[WAL_SALTS[0] :])
-    if _named_logs.get(str(path)) != log_file:
-        sync_folder(path.parent)
-        _named_logs[str(path)] = log_file
-
-
-# Where a write-ahead log's header keeps its two salts (sqlite.org/fileformat2.html#walformat).
-WAL_SALTS = (16, 24)
-# The log file whose folder was synced last, by database: one entry per database file.
-_named_logs: dict[str, tuple[int, int, bytes]] = {}
-
-
-def sync_folder(folder: Path) -> None:
-    """fsync a folder: the names made in it are on the disk."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
     finally:
         os.close(fd)
 
