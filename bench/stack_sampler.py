@@ -56,6 +56,7 @@ def start(path: str, interval_s: float = 0.002) -> None:
 
     def dump() -> None:
         stop.set()
+        sampler.join(1.0)  # its last sample done: the counters no longer change under us
         with open(f"{path}.{os.getpid()}", "w") as out:
             out.write(f"argv: {sys.orig_argv}\ninterval: {interval_s * 1000:.1f} ms\n")
             for thread, n in samples.most_common():
@@ -68,6 +69,7 @@ def start(path: str, interval_s: float = 0.002) -> None:
                 for key, c in sorted(mine, key=lambda kc: -kc[1])[:60]:
                     out.write(f"{c:7d} {100 * c / n:5.1f}%  {key}\n")
 
-    threading.Thread(target=sample, name="stack-sampler", daemon=True).start()
+    sampler = threading.Thread(target=sample, name="stack-sampler", daemon=True)
+    sampler.start()
     atexit.register(dump)
     _ = time

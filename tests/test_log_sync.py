@@ -121,13 +121,15 @@ def test_a_failed_sync_is_raised_though_the_commit_stands(
 ) -> None:
     monkeypatch.setattr(os, "fdatasync", failing_sync)
     db = opened()
-    with pytest.raises(OSError, match="Input/output") as raised, db.write() as s:
+    with pytest.raises(db_module.LogNotSynced, match="Input/output") as raised, db.write() as s:
         s.execute(text("INSERT INTO t VALUES (1)"))
     assert count(db) == 1  # made, but nobody was told it is on the disk
     # The API answers it as SQLite's own I/O error: 503 and one line, no traceback.
     assert db_module.storage_fault(raised.value) == (
         "ddpq's database cannot be read or written (I/O error)"
     )
+    # Not any I/O error: one reading a job's log, say, is no fault of the database.
+    assert db_module.storage_fault(OSError(5, "Input/output error")) is None
 
 
 def test_with_no_log_left_the_database_itself_is_synced(

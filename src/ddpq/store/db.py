@@ -158,13 +158,21 @@ def sync_log(path: Path) -> None:
     holds only while no connection to the file runs with ``synchronous=OFF``, whose
     checkpoints sync nothing (``make_engine`` sets ``NORMAL`` on every one)."""
     try:
-        fd = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
+        try:
+            fd = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise LogNotSynced(exc.errno, f"cannot sync {path}'s log: {exc.strerror}") from exc
+
+
+class LogNotSynced(OSError):
+    """``sync_log`` failed: the commit is made, but it is not known to be on the disk (a
+    storage fault, ``storage_fault``; its errno is the sync's own)."""
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -192,7 +200,7 @@ def storage_fault(exc: BaseException) -> str | None:
         text = str(exc).lower()
     elif isinstance(exc, OSError) and exc.errno == errno.EROFS:
         text = "readonly"
-    elif isinstance(exc, OSError) and exc.errno == errno.EIO:  # a sync of the log (sync_log)
+    elif isinstance(exc, LogNotSynced):
         text = "disk i/o error"
     else:
         return None
