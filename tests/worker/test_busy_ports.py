@@ -22,7 +22,7 @@ import pytest
 from ddpq.core.states import JobState
 from ddpq.portholders import Holder, holders
 from ddpq.procfs import process_name
-from ddpq.worker.ports import PORT_COOLDOWN_S, port_is_free
+from ddpq.worker.ports import PORT_COOLDOWN_S, RECHECK_PORTS, RECHECK_S, port_is_free
 from tests.helpers import free_block
 from tests.worker.rig import Rig, make_rig
 
@@ -148,6 +148,45 @@ def test_a_port_taken_between_the_plan_and_the_check_is_not_launched_with(
         rig.clock.advance(PORT_COOLDOWN_S + 1)
         rig.step()
         assert rig.job(job).state is R and rig.job(job).port == lo
+    finally:
+        rig.close()
+
+
+@pytest.mark.parametrize("size", [3, RECHECK_PORTS + 4])
+def test_a_port_let_go_while_no_other_is_left_is_used_after_a_recheck_not_the_cooldown(
+    tmp_path: Path, size: int
+) -> None:
+    """Every port of the range held: the cooling ones are bound again every RECHECK_S (not
+    each pass), and the first let go starts the job then, long before PORT_COOLDOWN_S. A
+    range larger than RECHECK_PORTS is bound at most that many ports a recheck."""
+    lo = 29600
+    rig = make_rig(tmp_path / "home", port_range=(lo, lo + size - 1), max_user_ports=size)
+    held = set(range(lo, lo + size))
+    tried: list[int] = []
+
+    def free(port: int) -> bool:
+        tried.append(port)
+        return port not in held
+
+    rig.worker.scheduler.ports.port_free = free
+    rig.worker.scheduler.ports.look = lambda ports: {}
+    try:
+        job = rig.submit(gpus=1)
+        rig.step()  # every port tried, each found busy: all cool down
+        assert sorted(tried) == sorted(held) and rig.job(job).state is Q
+        tried.clear()
+        rig.step()  # nothing left but cooling ports: a recheck
+        assert len(tried) == min(size, RECHECK_PORTS)
+        tried.clear()
+        last = lo + min(size, RECHECK_PORTS) - 1  # the last port a recheck binds
+        held.discard(last)
+        rig.step()  # the next recheck is RECHECK_S away: no bind, the job waits
+        assert tried == [] and rig.job(job).state is Q
+        rig.clock.advance(RECHECK_S)
+        rig.step()
+        view = rig.job(job)
+        assert view.state is R and view.port == last
+        assert RECHECK_S < PORT_COOLDOWN_S / 10
     finally:
         rig.close()
 

@@ -12,8 +12,13 @@ from ddpq.portholders import Holder, holders
 
 log = logging.getLogger("ddpq.worker")
 
-# A port an outside program holds is skipped this long before it is tried again.
+# A port an outside program holds is skipped this long before it is tried again...
 PORT_COOLDOWN_S = 30.0
+# ...unless no other port is left: then the cooling ones are test-bound again this often
+# (a bind each, no look at who holds them), so a job waits for a port at most about this
+# long after one is let go, not the cool-down's 30 s.
+RECHECK_S = 1.0
+RECHECK_PORTS = 16  # at most this many cooling ports test-bound a recheck
 # Busy ports a waiting reason names (the rest are counted).
 NAMED_HOLDERS = 3
 HOLDERS_PER_PORT = 2  # SO_REUSEPORT lets many sockets share one port
@@ -60,7 +65,9 @@ class PortGate:
     A port another program holds is never launched with: the placement gets the next
     spare port that passes instead, or is dropped from the pass (its job waits, and its
     reason names who holds the ports). A busy port is skipped for PORT_COOLDOWN_S, and who
-    holds it is looked up once for all the busy ports of a pass (``portholders``)."""
+    holds it is looked up once for all the busy ports of a pass (``portholders``); while
+    every port of the range is leased or cooling, the cooling ones are test-bound again
+    every RECHECK_S, and one that binds is offered at once."""
 
     def __init__(
         self,
@@ -71,12 +78,24 @@ class PortGate:
         self.look = look
         self.cooldown: dict[int, float] = {}  # port -> when it may be tried again
         self.held_by: dict[int, str] = {}  # a cooling port -> who holds it, in words
+        self.recheck_at = 0.0  # when cooling ports may next be test-bound early
 
     def candidates(
         self, lo: int, hi: int, after: int | None, leased: Set[int], now: float
     ) -> list[int]:
         """The ports the planner may use, in the order it should use them."""
-        return [p for p in rotation(lo, hi, after) if p not in leased and not self._cooling(p, now)]
+        spare = [p for p in rotation(lo, hi, after) if p not in leased]
+        offered = [p for p in spare if not self._cooling(p, now)]
+        if offered or not spare or now < self.recheck_at:
+            return offered
+        # Nothing left but cooling ports: those whose holder has let go since are offered
+        # now (``confirm`` binds each again before a job gets it).
+        self.recheck_at = now + RECHECK_S
+        freed = [p for p in spare[:RECHECK_PORTS] if self.port_free(p)]
+        for port in freed:
+            self.cooldown.pop(port, None)
+            self.held_by.pop(port, None)
+        return freed
 
     def confirm(
         self, placements: Sequence[Placement], offered: Sequence[int], now: float
