@@ -100,7 +100,7 @@ def test_another_writer_goes_on_while_a_durable_write_syncs(
     other_wrote = threading.Event()
     real_sync = db_module.sync_log
 
-    def held_sync(log_of: Path) -> None:
+    def held_sync(log_of: db_module.Log) -> None:
         def write() -> None:
             with worker.write() as s:
                 s.execute(text("INSERT INTO t VALUES (2)"))
@@ -139,8 +139,41 @@ def test_with_no_log_left_the_database_itself_is_synced(
     # The last connection to close checkpoints the log into the database and removes it.
     assert not path.with_name(path.name + "-wal").exists()
     synced = synced_files(monkeypatch)
-    db_module.sync_log(path)
+    db_module.sync_log(db_module.Log(path))
     assert synced == [str(path)]
+
+
+def test_the_log_is_kept_open_between_syncs_and_a_new_log_is_opened_anew(
+    opened: Opener,
+    path: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Kept open: Linux tells each open file of a failed write-back, so a descriptor open
+    # since the first sync hears of one a checkpoint's own sync was told of first.
+    wal = f"{path}-wal"
+    opens: list[str] = []
+    real_open = os.open
+
+    def noting(file: str, flags: int, *args: int) -> int:
+        opens.append(str(file))
+        return real_open(file, flags, *args)
+
+    monkeypatch.setattr(os, "open", noting)
+    synced = synced_files(monkeypatch)
+    api = opened()
+    for value in range(3):
+        with api.write() as s:
+            s.execute(text(f"INSERT INTO t VALUES ({value})"))
+    assert opens.count(wal) == 1 and synced == [wal] * 3
+    # Every connection closed: SQLite checkpoints the log and removes it; the next write
+    # starts a new one, and the sync reaches that one, not the removed file still open.
+    api.write_engine.dispose()
+    api.read_engine.dispose()
+    assert not Path(wal).exists()
+    with api.write() as s:
+        s.execute(text("INSERT INTO t VALUES (9)"))
+    assert opens.count(wal) == 2 and synced[-1] == wal  # not "<path>-wal (deleted)"
+    assert count(api) == 4
 
 
 def test_a_database_reached_through_a_link_syncs_the_real_log(

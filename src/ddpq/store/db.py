@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,7 +85,7 @@ class Database:
         self.durable = durable
         # SQLite names the log after the database file with its links resolved (an absolute
         # name): the file sync_log must reach, whatever link or folder ``path`` went through.
-        self._real_path = Path(os.path.realpath(path))
+        self._log = Log(Path(os.path.realpath(path)))
         self.write_engine = make_engine(path, immediate=True)
         self.read_engine = make_engine(path, immediate=False)
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
@@ -97,7 +98,7 @@ class Database:
         with self._gate.held(), self._write() as session, session.begin():
             yield session
         if self.durable:  # committed: on the disk before the caller is told so
-            sync_log(self._real_path)
+            sync_log(self._log)
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -136,38 +137,78 @@ class Database:
     def dispose(self) -> None:
         self.write_engine.dispose()
         self.read_engine.dispose()
+        self._log.close()
 
 
 SQLITE_FULL = 13
 
 
-def sync_log(path: Path) -> None:
-    """Put every commit made so far to the database at ``path`` on the disk: fsync its
-    write-ahead log, as ``synchronous=FULL`` does at each commit, but after the write lock
-    is free. A commit's frames are in the log before its lock is let go, and a recovery
-    keeps the log's frames up to the first torn one, so once the file is synced, this
-    commit and every one before it survive a power cut. A checkpoint that moved them into
-    the database meanwhile synced the log before it and the database after it; with no log
-    left (the last connection closed it after a checkpoint, synced) they are in the
-    database, which is synced once more here all the same. A new log's name is on the disk
-    before its first frame: SQLite syncs its folder with its header, under ``NORMAL`` as
-    under ``FULL``. An error of the sync is raised: the commit is made, but nobody may be
-    told that it is on the disk.
+class Log:
+    """The write-ahead log of the database file at ``path`` (its links resolved, as SQLite
+    names the log), kept open from one sync to the next.
 
-    ``path`` is the database file with its links resolved, as SQLite names its log. This
-    holds only while no connection to the file runs with ``synchronous=OFF``, whose
+    Kept open because Linux tells of a failed write-back of a file once to each open file
+    description that was open when it failed (and to one opened later only if nobody was
+    told yet). SQLite's checkpoints sync the log through their own descriptor: one opened
+    anew for each sync would miss a failure a checkpoint had already been told of, and the
+    API would acknowledge a commit that is not on the disk. A new log (SQLite removes it
+    when its last connection closes, and starts another) is opened anew."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._kept: int | None = None
+        self._lock = threading.Lock()  # the API's threads sync at the same time
+
+    def descriptor(self) -> int:
+        """A descriptor to sync, the caller's to close: the kept log's (a duplicate, which
+        shares what it has been told), or with no log left the database file's own."""
+        with self._lock:
+            try:
+                now = os.stat(f"{self.path}-wal")
+                if self._kept is not None:
+                    kept = os.fstat(self._kept)
+                    if (kept.st_dev, kept.st_ino) != (now.st_dev, now.st_ino):
+                        self._drop()
+                if self._kept is None:
+                    self._kept = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+                return os.dup(self._kept)
+            except FileNotFoundError:
+                self._drop()
+                return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._kept is not None:
+            os.close(self._kept)
+            self._kept = None
+
+
+def sync_log(log: Log) -> None:
+    """Put every commit made so far to the database on the disk: fsync its write-ahead
+    log, as ``synchronous=FULL`` does at each commit, but after the write lock is free. A
+    commit's frames are in the log before its lock is let go, and a recovery keeps the
+    log's frames up to the first torn one, so once the file is synced, this commit and
+    every one before it survive a power cut. A checkpoint that moved them into the
+    database meanwhile synced the log before it and the database after it; with no log
+    left (the last connection closed it after a checkpoint, synced) they are in the
+    database, which is synced once more here all the same. A new log's name is on the
+    disk before its first frame: SQLite syncs its folder with its header, under ``NORMAL``
+    as under ``FULL``. An error of the sync is raised: the commit is made, but nobody may
+    be told that it is on the disk.
+
+    This holds only while no connection to the file runs with ``synchronous=OFF``, whose
     checkpoints sync nothing (``make_engine`` sets ``NORMAL`` on every one)."""
     try:
-        try:
-            fd = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = log.descriptor()
         try:
             os.fdatasync(fd)
         finally:
             os.close(fd)
     except OSError as exc:
-        raise LogNotSynced(exc.errno, f"cannot sync {path}'s log: {exc.strerror}") from exc
+        raise LogNotSynced(exc.errno, f"cannot sync {log.path}'s log: {exc.strerror}") from exc
 
 
 class LogNotSynced(OSError):
