@@ -13,6 +13,12 @@ Measures
 Prints a markdown table to paste into bench/RESULTS.md, and above it this client's own CPU
 a POST of the burst: the same code each run, so a gauge of how fast the machine ran it (its
 cores change speed for seconds at a time; a throughput means something beside that).
+
+``--autogroup-nice N`` (root, a kernel with ``sched_autogroup_enabled``): the daemon's
+session is given the scheduling weight of nice N against other sessions
+(``/proc/PID/autogroup``). Each shim leads a session of its own, so by default the
+daemon's API and worker together weigh as much as one job: this asks what favouring
+them would change.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--latency-samples", type=int, default=50)
     ap.add_argument("--split", action="store_true", help="ddpq server + ddpq worker")
+    ap.add_argument("--autogroup-nice", type=int, default=None, help="the daemon's session's")
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="ddpq-bench-"))
@@ -73,6 +80,8 @@ def main() -> None:
     ]
     http = httpx.Client(base_url=url, headers={"X-Ddpq-User": os.environ.get("USER", "root")})
     try:
+        if args.autogroup_nice is not None:  # one session: `serve`'s worker half shares it
+            Path(f"/proc/{daemons[0].pid}/autogroup").write_text(str(args.autogroup_nice))
         wait_until(lambda: _ok(http), 60, "the daemon")
         wait_until(lambda: devices(http) == 8, 60, "the worker")
         # 1 + 2: one job at a time on idle GPUs.
@@ -107,6 +116,7 @@ def main() -> None:
         f"date: {time.strftime('%Y-%m-%d')}; command: python bench/scheduler_bench.py "
         f"--jobs {args.jobs} --latency-samples {args.latency_samples}"
         f"{' --split' if args.split else ''}"
+        + ("" if args.autogroup_nice is None else f" --autogroup-nice {args.autogroup_nice}")
     )
     print(
         f"disk: a job's folder beside the home, {folder_ms:.3f} ms of kernel CPU "
