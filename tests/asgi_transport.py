@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-import httpx
+import httpx2
 from starlette.types import Message
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -61,7 +61,7 @@ class _Exchange:
             self.gone.set_result(None)
 
 
-class _Body(httpx.SyncByteStream):
+class _Body(httpx2.SyncByteStream):
     """The answer's body as the app sends it, piece by piece."""
 
     def __init__(self, exchange: _Exchange) -> None:
@@ -81,14 +81,14 @@ class _Body(httpx.SyncByteStream):
         self.exchange.finish(complete=not self.more)
 
 
-class OneCrossingTransport(httpx.BaseTransport):
+class OneCrossingTransport(httpx2.BaseTransport):
     """``fallback`` (Starlette's transport) serves what this does not: a client not
     entered, so without a running portal, and websockets."""
 
     def __init__(
         self,
         client: Any,  # a TestClient: its app, its portal while entered, its app's state
-        fallback: httpx.BaseTransport,
+        fallback: httpx2.BaseTransport,
         *,
         raise_server_exceptions: bool,
     ) -> None:
@@ -101,7 +101,7 @@ class OneCrossingTransport(httpx.BaseTransport):
     def close(self) -> None:
         self.fallback.close()
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         portal = self.client.portal
         if portal is None or request.url.scheme not in DEFAULT_PORTS:
             return self.fallback.handle_request(request)
@@ -114,7 +114,7 @@ class OneCrossingTransport(httpx.BaseTransport):
         )
         return self._response(request, exchange)
 
-    def _scope(self, request: httpx.Request) -> dict[str, Any]:
+    def _scope(self, request: httpx2.Request) -> dict[str, Any]:
         url = request.url
         return {
             "type": "http",
@@ -153,7 +153,7 @@ class OneCrossingTransport(httpx.BaseTransport):
         finally:  # wakes the caller, whatever the app did; its future says what that was
             exchange.parts.put(_ENDED)
 
-    def _response(self, request: httpx.Request, exchange: _Exchange) -> httpx.Response:
+    def _response(self, request: httpx2.Request, exchange: _Exchange) -> httpx2.Response:
         part = exchange.parts.get()
         while part is not _ENDED and part["type"] != "http.response.start":
             part = exchange.parts.get()  # nothing else comes first from a sound app
@@ -161,6 +161,6 @@ class OneCrossingTransport(httpx.BaseTransport):
             exchange.finish(complete=True)
             if self.raise_errors:
                 raise AssertionError("the app ended without an answer")
-            return httpx.Response(500, request=request)
+            return httpx2.Response(500, request=request)
         status, headers = part["status"], part.get("headers", [])
-        return httpx.Response(status, headers=headers, stream=_Body(exchange), request=request)
+        return httpx2.Response(status, headers=headers, stream=_Body(exchange), request=request)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import httpx2
 
 from ddpq.client.api import DdpqClient
 from ddpq.executors.local import procs
@@ -25,6 +26,10 @@ from ddpq.schemas import JobDetail
 from tests.shared_install import shared_install
 from tests.template_db import migrated
 from tests.zygote import DAEMON, Forked, Zygote
+
+# What a test reads of an answer, from a live daemon (httpx: ddpq's own client) or from the
+# in-process app (httpx2: Starlette's TestClient, tests/inprocess.py).
+Answer = httpx.Response | httpx2.Response
 
 T = TypeVar("T")
 # This pytest process's daemons, forked with their imports done (``tests/zygote.py``).

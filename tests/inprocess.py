@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -43,7 +43,7 @@ class InProcessClient(TestClient):
 
     def __init__(self, app: FastAPI) -> None:
         super().__init__(app, base_url=BASE, raise_server_exceptions=False)
-        starlettes: httpx.BaseTransport = self._transport  # type: ignore[has-type]
+        starlettes: httpx2.BaseTransport = self._transport
         self._transport = OneCrossingTransport(self, starlettes, raise_server_exceptions=False)
 
 

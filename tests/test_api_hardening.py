@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
@@ -28,7 +29,7 @@ from ddpq.server import guard, paths
 from ddpq.store import jobs as job_store
 from ddpq.store import users as user_store
 from ddpq.store.db import Database
-from tests.helpers import Daemon, wait_done, wait_state
+from tests.helpers import Answer, Daemon, wait_done, wait_state
 from tests.inprocess import BASE, lent_client, publish_fake_gpus
 
 INT64_MAX = 2**63 - 1
@@ -47,16 +48,14 @@ def api(home: Path) -> Iterator[TestClient]:
         yield c
 
 
-def post_json(c: TestClient, path: str, body: Any, **headers: str) -> httpx.Response:
+def post_json(c: TestClient, path: str, body: Any, **headers: str) -> httpx2.Response:
     """POST ``body`` as JSON text exactly as given (json.dumps keeps "\\ud800" escapes)."""
-    # Typed here: this TestClient's methods are untyped where httpx2 is not installed.
-    response: httpx.Response = c.post(
+    return c.post(
         path, content=json.dumps(body), headers={"Content-Type": "application/json", **headers}
     )
-    return response
 
 
-def assert_error(r: httpx.Response, status: int, code: str, *words: str) -> None:
+def assert_error(r: Answer, status: int, code: str, *words: str) -> None:
     assert r.status_code == status, (r.status_code, r.text)
     body = r.json()
     assert set(body) == {"detail", "code"} and body["code"] == code, body
@@ -96,7 +95,7 @@ def test_unencodable_strings_are_refused_before_they_are_stored(
     "value", [b"\xed\xa0\x80", b"al\xffice", "ålice".encode("latin-1")], ids=repr
 )
 def test_a_user_header_that_is_not_utf8_is_refused(api: TestClient, value: bytes) -> None:
-    r = api.post("/v1/jobs", json={"command": ["true"]}, headers={"X-Ddpq-User": value})
+    r = api.post("/v1/jobs", json={"command": ["true"]}, headers={b"X-Ddpq-User": value})
     assert_error(r, 422, "invalid", "X-Ddpq-User")
     assert api.get("/v1/jobs").json()["total"] == 0
 
@@ -389,7 +388,7 @@ BAD_USERS = ["a" * 6000, "alice bob", " alice", "alice\t", "-alice", ".", "al/ic
 
 @pytest.mark.parametrize("user", BAD_USERS, ids=lambda u: ascii(u)[:16])
 def test_the_user_header_is_checked_like_a_user_name(api: TestClient, user: str) -> None:
-    headers = {"X-Ddpq-User": user.encode("latin-1")}
+    headers = {b"X-Ddpq-User": user.encode("latin-1")}
     r = api.post("/v1/jobs", json={"command": ["true"]}, headers=headers)
     assert_error(r, 422, "invalid", "X-Ddpq-User")
     assert api.get("/v1/jobs").json()["total"] == 0
@@ -574,10 +573,9 @@ def test_a_root_daemon_does_not_reveal_hidden_paths(home: Path, tree: Path) -> N
             )
         alice = {"Authorization": f"Bearer {token}"}
 
-        def submit(cwd: Path, headers: dict[str, str] = alice) -> httpx.Response:
+        def submit(cwd: Path, headers: dict[str, str] = alice) -> httpx2.Response:
             body = {"command": ["true"], "cwd": str(cwd)}
-            response: httpx.Response = c.post("/v1/jobs", json=body, headers=headers)
-            return response
+            return c.post("/v1/jobs", json=body, headers=headers)
 
         exists, missing = tree / "secret" / "inner", tree / "secret" / "nope"
         details = [submit(p).json()["detail"].replace(str(p), "P") for p in (exists, missing)]
@@ -637,13 +635,12 @@ def test_only_admins_may_set_a_high_priority(home: Path) -> None:
             _, user = user_store.add_user(s, "alice", admin=False, unix_user=me, now=time.time())
             _, admin = user_store.add_user(s, "boss", admin=True, unix_user=me, now=time.time())
 
-        def submit(token: str, priority: int) -> httpx.Response:
-            response: httpx.Response = c.post(
+        def submit(token: str, priority: int) -> httpx2.Response:
+            return c.post(
                 "/v1/jobs",
                 json={"command": ["true"], "priority": priority},
                 headers={"Authorization": f"Bearer {token}"},
             )
-            return response
 
         for priority in (101, 500, 1000):
             assert_error(submit(user, priority), 403, "forbidden", "priority", "admin")

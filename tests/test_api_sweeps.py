@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
@@ -38,20 +38,20 @@ def api(home: Path) -> Iterator[TestClient]:
         yield c
 
 
-def post(c: TestClient, path: str, body: Any = None, token: str | None = None) -> httpx.Response:
+def post(c: TestClient, path: str, body: Any = None, token: str | None = None) -> httpx2.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    response: httpx.Response = c.post(path, json=body, headers=headers)
+    response: httpx2.Response = c.post(path, json=body, headers=headers)
     return response
 
 
 def get(c: TestClient, path: str, token: str | None = None) -> Any:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    response: httpx.Response = c.get(path, headers=headers)
+    response: httpx2.Response = c.get(path, headers=headers)
     assert response.status_code == 200, response.text
     return response.json()
 
 
-def refused(r: httpx.Response, status: int, *words: str) -> None:
+def refused(r: httpx2.Response, status: int, *words: str) -> None:
     assert r.status_code == status, r.text
     detail = r.json()["detail"]
     for word in words:

@@ -8,7 +8,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 
-import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 from starlette.applications import Starlette
@@ -81,7 +81,7 @@ def make_app(seen: Seen) -> Starlette:
 class Client(TestClient):
     def __init__(self, app: Starlette, raise_errors: bool) -> None:
         super().__init__(app, raise_server_exceptions=raise_errors)
-        starlettes: httpx.BaseTransport = self._transport  # type: ignore[has-type]
+        starlettes: httpx2.BaseTransport = self._transport
         self._transport = OneCrossingTransport(
             self, starlettes, raise_server_exceptions=raise_errors
         )

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -84,8 +84,8 @@ def as_uid(uid: int, **headers: str) -> dict[str, str]:
     return {PEER_UID.decode(): str(uid), **headers}
 
 
-def submit(c: TestClient, headers: dict[str, str], **body: Any) -> httpx.Response:
-    response: httpx.Response = c.post(
+def submit(c: TestClient, headers: dict[str, str], **body: Any) -> httpx2.Response:
+    response: httpx2.Response = c.post(
         "/v1/jobs", json={"command": ["true"], "cwd": "/", **body}, headers=headers
     )
     return response
@@ -199,8 +199,8 @@ def test_the_socket_has_no_address_and_takes_any_host_name(make: Make) -> None:
 # ---- tokens an account makes for itself -----------------------------------------------------
 
 
-def make_token(c: TestClient, uid: int, **body: Any) -> httpx.Response:
-    response: httpx.Response = c.post("/v1/tokens", json=body, headers=as_uid(uid))
+def make_token(c: TestClient, uid: int, **body: Any) -> httpx2.Response:
+    response: httpx2.Response = c.post("/v1/tokens", json=body, headers=as_uid(uid))
     return response
 
 
@@ -241,8 +241,8 @@ def test_an_expired_token_stops_working(make: Make) -> None:
     token = make_token(c, NOBODY.pw_uid, expires_s=1).json()
     assert c.get("/v1/whoami", headers=bearer(token["token"])).status_code == 200
 
-    def refused() -> httpx.Response | None:
-        r: httpx.Response = c.get("/v1/whoami", headers=bearer(token["token"]))
+    def refused() -> httpx2.Response | None:
+        r: httpx2.Response = c.get("/v1/whoami", headers=bearer(token["token"]))
         return r if r.status_code == 401 else None
 
     r = wait_for(refused, 10, "the token to expire")

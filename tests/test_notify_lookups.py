@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
@@ -85,10 +85,10 @@ class Requests:
 
     def __init__(self) -> None:
         self.answered = threading.Condition()
-        self.answers: list[httpx.Response] = []
+        self.answers: list[httpx2.Response] = []
         self.threads: list[threading.Thread] = []
 
-    def send(self, call: Callable[[], httpx.Response]) -> None:
+    def send(self, call: Callable[[], httpx2.Response]) -> None:
         def run() -> None:
             answer = call()
             with self.answered:
@@ -98,7 +98,7 @@ class Requests:
         self.threads.append(threading.Thread(target=run, daemon=True))
         self.threads[-1].start()
 
-    def wait_for(self, answers: int) -> list[httpx.Response]:
+    def wait_for(self, answers: int) -> list[httpx2.Response]:
         with self.answered:
             assert self.answered.wait_for(lambda: len(self.answers) >= answers, DEADLINE_S), (
                 f"{len(self.answers)} answers, not {answers}"
@@ -110,7 +110,7 @@ class Requests:
             thread.join(DEADLINE_S)
 
 
-def submit_as(c: TestClient, who: str, url: str) -> Callable[[], httpx.Response]:
+def submit_as(c: TestClient, who: str, url: str) -> Callable[[], httpx2.Response]:
     return lambda: c.post("/v1/jobs", json=submission(url), headers={"X-Ddpq-User": who})
 
 

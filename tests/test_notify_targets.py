@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
@@ -255,7 +255,7 @@ def api(tmp_path: Path) -> Iterator[TestClient]:
     yield from client_with_gpus(tmp_path / "home", gpus=2)
 
 
-def refused_with(r: httpx.Response, *words: str) -> str:
+def refused_with(r: httpx2.Response, *words: str) -> str:
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
     assert detail.startswith("notify: ") and SECRET not in detail, detail

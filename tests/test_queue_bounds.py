@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
@@ -27,18 +27,18 @@ def api(tmp_path: Path) -> Iterator[TestClient]:
     yield from client_with_gpus(tmp_path / "home", gpus=2, max_queued_per_user=5)
 
 
-def job(c: TestClient, owner: str, hold: bool = True) -> httpx.Response:
+def job(c: TestClient, owner: str, hold: bool = True) -> httpx2.Response:
     body = {"command": ["true"], "gpus": 0, "hold": hold, "owner": owner}
-    r: httpx.Response = c.post("/v1/jobs", json=body)
+    r: httpx2.Response = c.post("/v1/jobs", json=body)
     return r
 
 
-def sweep(c: TestClient, owner: str, n: int) -> httpx.Response:
+def sweep(c: TestClient, owner: str, n: int) -> httpx2.Response:
     body = {
         "template": {"command": ["true"], "gpus": 0, "hold": True, "owner": owner},
         "array": f"0-{n - 1}",
     }
-    r: httpx.Response = c.post("/v1/sweeps", json=body)
+    r: httpx2.Response = c.post("/v1/sweeps", json=body)
     return r
 
 
