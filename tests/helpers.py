@@ -27,8 +27,8 @@ from tests.shared_install import shared_install
 from tests.template_db import migrated
 from tests.zygote import DAEMON, Forked, Zygote
 
-# What a test reads of an answer, from a live daemon (httpx: ddpq's own client) or from the
-# in-process app (httpx2: Starlette's TestClient, tests/inprocess.py).
+# What a test reads of an answer, from a live daemon (httpx) or from the in-process app
+# (httpx2: Starlette's TestClient, tests/inprocess.py).
 Answer = httpx.Response | httpx2.Response
 
 T = TypeVar("T")
