@@ -93,8 +93,7 @@ class PortGate:
         self.recheck_at = now + RECHECK_S
         freed = [p for p in spare[:RECHECK_PORTS] if self.port_free(p)]
         for port in freed:
-            self.cooldown.pop(port, None)
-            self.held_by.pop(port, None)
+            self._forget(port)
         return freed
 
     def confirm(
@@ -137,9 +136,13 @@ class PortGate:
             return False
         if until > now:
             return True
-        del self.cooldown[port]
-        self.held_by.pop(port, None)
+        self._forget(port)
         return False
+
+    def _forget(self, port: int) -> None:
+        """A port no longer cooling: offered again, its holder no longer named."""
+        self.cooldown.pop(port, None)
+        self.held_by.pop(port, None)
 
     def _cool(self, busy: Sequence[int], now: float) -> None:
         found = self.look(busy)
