@@ -204,6 +204,30 @@ def test_the_same_origin_passes(api: TestClient) -> None:
     assert api.post(f"/v1/jobs/{r.json()['id']}/cancel", headers={"Origin": BASE}).is_success
 
 
+# Bodies that are not JSON, each as a client could send it; and the words that say why.
+NOT_JSON = {
+    b'{"command": ["true"]': "not valid JSON",  # truncated
+    b'{"command": ["true"],}': "not valid JSON",
+    b'{"command": ["true"]} and more': "not valid JSON",
+    b"{'command': ['true']}": "not valid JSON",
+    b'{"command": ["\xff"]}': "not UTF-8 (byte 0xff at 14)",
+    b'\xfe\xff{"command": ["true"]}': "not UTF-8",
+    b'{"command": ["tr\xc3"]}': "not UTF-8",
+    b'{"command": ["\xed\xa0\x80"]}': "lone surrogate",  # a surrogate, encoded as UTF-8
+    b"": "Field required",
+}
+
+
+@pytest.mark.parametrize("route", ["/v1/jobs", "/v1/sweeps"])
+@pytest.mark.parametrize("body", list(NOT_JSON), ids=repr)
+def test_a_body_that_is_not_json_is_a_422_saying_why(
+    api: TestClient, body: bytes, route: str
+) -> None:
+    r = api.post(route, content=body, headers={"Content-Type": "application/json"})
+    assert_error(r, 422, "invalid", NOT_JSON[body] if route == "/v1/jobs" else "")
+    assert api.get("/v1/jobs").json()["total"] == 0
+
+
 FORM_TYPES = [
     "application/x-www-form-urlencoded",
     "multipart/form-data; boundary=x",

@@ -82,6 +82,11 @@ def error_response(
 def validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors():
+        if err.get("type") == "json_invalid":  # FastAPI's: where json.loads stopped
+            why = (err.get("ctx") or {}).get("error", "JSON decode error")
+            at = err.get("loc", ("body", "?"))[-1]
+            parts.append(f"the body is not valid JSON: {why} (at character {at})")
+            continue
         loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body",))
         msg = str(err.get("msg", "invalid"))
         msg = msg.removeprefix("Value error, ")
@@ -102,6 +107,13 @@ async def _invalid(_r: Request, exc: RequestValidationError) -> Response:
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+    bad = exc.__cause__
+    if exc.status_code == 400 and isinstance(bad, UnicodeDecodeError):
+        # FastAPI's "error parsing the body", from json.loads: the same refusal as any
+        # other body that is not JSON, and where it went wrong.
+        byte = bad.object[bad.start : bad.start + 1].hex()
+        detail = f"the body is not valid JSON: not UTF-8 (byte 0x{byte} at {bad.start})"
+        return error_response(422, "invalid", detail)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error")
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
