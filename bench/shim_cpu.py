@@ -6,7 +6,8 @@ This process imports the shim as the fork server does (``python -S``, the shim's
 first on the path, ``json`` and ``ctypes`` loaded before any fork) and then, ``--jobs``
 times, forks a child that becomes a session leader and runs ``shim.main`` for a fresh job
 folder, one at a time. It prints the children's CPU per shim (the shim and the job it ran,
-from their rusage) and the wall time per shim. No daemon, no worker, no cgroup: the shim
+from their rusage), their minor page faults (pages copied on write) and the wall time per
+shim. No daemon, no worker, no cgroup: the shim
 finds its job's processes by their session (as a daemon with ``--tracking session`` does),
 so the figure is the shim's own part of ``burst_cpu.py``'s "shims" line, without the
 cgroup joins. ``--src`` is the ``src`` folder of a tree to measure (this checkout's by
@@ -40,6 +41,12 @@ def children_cpu_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
+def children_faults() -> int:
+    """Minor page faults of the reaped children: a forked shim's pages copied on write (and
+    its job's, mapped at exec)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=200)
@@ -66,10 +73,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ddpq-shim-cpu-"))
     tree = Path(tempfile.mkdtemp(prefix="ddpq-shim-cpu-", dir=CGROUP_V2)) if args.cgroup else None
     try:
-        before, began = children_cpu_s(), time.perf_counter()
+        before, faults, began = children_cpu_s(), children_faults(), time.perf_counter()
         for i in range(args.jobs):
             run_one(shim, work, i, args.command, tree)
         cpu_ms = (children_cpu_s() - before) / args.jobs * 1000
+        faults_each = (children_faults() - faults) / args.jobs
         wall_ms = (time.perf_counter() - began) / args.jobs * 1000
         steps = read_steps(work, args.jobs) if args.steps else {}
     finally:
@@ -81,6 +89,7 @@ def main() -> None:
     print(machine_line())
     print(f"src: {args.src}; {args.jobs} shims running {args.command!r}")
     print(f"CPU per shim with its job: {cpu_ms:.2f} ms; wall {wall_ms:.2f} ms")
+    print(f"minor page faults per shim with its job: {faults_each:.0f}")
     if args.cgroup:
         print("each shim in a cgroup v2 of its own")
     for step, ms in sorted(steps.items(), key=lambda kv: -kv[1]):
