@@ -24,15 +24,37 @@ if [ -d "$cifar/cifar-10-batches-py" ]; then
 fi
 
 echo "== ddpq serve --home $home --port $port ${gpu_flags[*]}"
-ddpq serve --home "$home" --port "$port" "${gpu_flags[@]}" "${root_flags[@]}" --grace 5s \
+# In a session of its own: a Ctrl-C at the terminal reaches this script, whose cleanup
+# then ends the demo's jobs through the daemon and stops it, not the daemon first.
+setsid ddpq serve --home "$home" --port "$port" "${gpu_flags[@]}" "${root_flags[@]}" --grace 5s \
   >"$home/daemon.log" 2>&1 &
 daemon=$!
+# The home is temporary: removed once the demo has succeeded (its database keeps a 64 MiB
+# reserve for a full disk, left in /tmp by every run otherwise). Kept when asked
+# (DDPQ_DEMO_KEEP=1) or when the demo failed, for its daemon.log.
 cleanup() {
+  local status=$?
+  if [ "$status" != 0 ]; then
+    # Jobs outlive their daemon (a restart adopts them again): a demo that failed or was
+    # interrupted ends its own first, so that no training goes on behind it.
+    ddpq cancel --mine >/dev/null 2>&1 || true
+    local until=$((SECONDS + 30))
+    while [ $SECONDS -lt $until ] && [ "$(ddpq ls --json 2>/dev/null || echo '[]')" != "[]" ]; do
+      sleep 0.5
+    done
+  fi
   kill -TERM "$daemon" 2>/dev/null || true
   wait "$daemon" 2>/dev/null || true
-  echo "== daemon stopped; its state folder was $home"
+  if [ "$status" = 0 ] && [ -z "${DDPQ_DEMO_KEEP:-}" ]; then
+    rm -rf "$home"
+    echo "== daemon stopped; its temporary home removed (DDPQ_DEMO_KEEP=1 keeps it)"
+  else
+    echo "== daemon stopped; its state folder is $home (its log: $home/daemon.log)"
+  fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 deadline=$((SECONDS + 60))
 until ddpq ls >/dev/null 2>&1; do
