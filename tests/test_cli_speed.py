@@ -106,9 +106,15 @@ def test_bad_option_values_are_still_usage_errors(shared_daemon: Daemon) -> None
         (["cancel", "1", "x"], "'x' is not a job id (12) or a sweep (s3)"),
         (["preempt", "x"], "'x' is not a whole number"),
         (["watch", "--interval", "nan"], "'nan' is not a finite number"),
+        # Declared bounds (typer.Option(min=...)), checked by the client's own converter.
+        (["watch", "--interval", "0"], "0.0 is not 0.1 or more"),
+        (["ls", "--limit", "-2"], "-2 is not 0 or more"),
+        (["history", "--limit", "-1"], "-1 is not 0 or more"),
     ):
         r = shared_daemon.cli(*args, check=False)
         assert r.returncode == 2 and shown in r.stderr and "Traceback" not in r.stderr, r
+        # One line, whether the command's own check or the option's reading refused it.
+        assert r.stderr.startswith("ddpq: ") and r.stderr.count("\n") == 1, r.stderr
     assert shared_daemon.client().list().total == queued  # nothing queued
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import httpx
 
 from ddpq.schemas import JobSubmit
 from tests.cli_inprocess import run_in_process
-from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_state
+from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_for, wait_state
 
 
 def test_cli_submit_show_true_false_and_cancelled(shared_daemon: Daemon) -> None:
@@ -61,6 +62,34 @@ def test_logs_follow_ends_with_the_job(shared_daemon: Daemon) -> None:
         "tick 3",
     ]
     assert c.show(job.id).state == "succeeded"
+
+
+def test_watch_into_a_pipe_prints_each_view_as_it_comes(
+    shared_daemon: Daemon, tmp_path: Path
+) -> None:
+    """Not only at its end, as a live view would there (Rich keeps its last frame only):
+    `ddpq watch | tee` or into a file shows every refresh while it runs."""
+    c = shared_daemon.client()
+    job = c.submit(JobSubmit(command=["true"], name="seen-in-a-pipe", hold=True)).id
+    out = tmp_path / "watch.out"
+    with out.open("wb") as o:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "ddpq", "watch", "--interval", "0.2"],
+            stdout=o,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "DDPQ_URL": shared_daemon.url},
+        )
+    try:
+        wait_for(lambda: out.read_text().count("seen-in-a-pipe") >= 2, 60, "two views")
+        assert p.poll() is None  # still watching
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+        c.cancel(job)
+    views = out.read_text().split("\n\n")
+    assert "queue" in views[0] and "GPUs" in views[0], views[0]
+    assert "\x1b[" not in out.read_text()  # plain text: no terminal's escapes
+    assert b"Traceback" not in err
 
 
 def test_bad_input_gets_clear_answers(shared_daemon: Daemon) -> None:

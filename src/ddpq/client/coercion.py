@@ -78,8 +78,8 @@ class StdlibCoercion:
             raise BadParameter("Value must be an iterable.", ctx=ctx, param=param)
         try:
             if multi:
-                return [self._one(item) for item in value]
-            return self._one(value)
+                return [in_range(self._one(item), param) for item in value]
+            return in_range(self._one(value), param)
         except ValueError as exc:
             raise BadParameter(str(exc), ctx=ctx, param=param) from None
 
@@ -91,6 +91,21 @@ class StdlibCoercion:
         if not isinstance(value, str):
             raise ValueError(f"{value!r} is not a valid {self.kind.__name__}")
         return self.convert(value)
+
+
+def in_range(value: Any, param: Any) -> Any:
+    """``value`` if it is within the option's declared bounds (``typer.Option(min=, max=)``,
+    which Typer's adapter checks and this converter, standing in for it, must too)."""
+    low, high = getattr(param, "min", None), getattr(param, "max", None)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if low is not None and high is not None and not low <= value <= high:
+        raise ValueError(f"{value} is not between {low} and {high}")
+    if low is not None and value < low:
+        raise ValueError(f"{value} is not {low} or more")
+    if high is not None and value > high:
+        raise ValueError(f"{value} is not {high} or less")
+    return value
 
 
 def converter_for(annotation: Any) -> StdlibCoercion | None:
@@ -114,12 +129,24 @@ def use_stdlib_coercion(params: Iterable[Any]) -> None:
 
 
 class QuickCommand(TyperCommand):
-    """A Typer command whose plain options are read by ``StdlibCoercion``."""
+    """A Typer command whose plain options are read by ``StdlibCoercion``, and whose
+    command line's unreadable or missing values are one line on stderr and exit 2, as the
+    client's own checks say theirs (``runtime.fail``), not click's usage block."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         params: list[Any] = super().get_params(ctx)
         use_stdlib_coercion(params)
         return params
+
+    def make_context(self, info_name: str | None, args: list[str], *a: Any, **k: Any) -> Any:
+        from typer import BadParameter
+
+        try:
+            return super().make_context(info_name, args, *a, **k)
+        except BadParameter as exc:  # a value (or a missing one) of this command's
+            from ddpq.client.runtime import fail
+
+            fail(exc.format_message(), 2)
 
 
 class QuickGroup(TyperGroup):

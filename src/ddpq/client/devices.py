@@ -4,7 +4,7 @@ live view of the queue and the GPU map). Rich is imported when they draw."""
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -49,11 +49,15 @@ def gpus(
 
 
 def watch(
-    interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
+    # At least a tenth of a second: each refresh is two requests to the daemon.
+    interval: Annotated[
+        float, typer.Option(min=0.1, help="seconds between refreshes (0.1 or more)")
+    ] = 1.0,
     all_: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
 ) -> None:
     """A live view of the queue and the GPU map, with progress bars. Ctrl-C to leave."""
     import signal
+    import sys
 
     from rich.live import Live
 
@@ -65,19 +69,31 @@ def watch(
     # "Ctrl-C to leave" even when started with SIGINT ignored (a parent that ignores it, as
     # a test runner's worker may): Python keeps an inherited SIG_IGN.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    with client() as c, Live(console=console(), auto_refresh=False, screen=False) as live:
+    con = console()
+    states = None if all_ else ACTIVE_STATES
+    with client() as c:
 
-        def say(line: str) -> None:  # above the live view, which stays as it was
-            live.console.print(plain(f"ddpq: {line}"))
+        def view(staying: Staying) -> Any:
+            jobs = staying.call(c.list_all, states=states)
+            return render(jobs, staying.call(c.devices))
 
-        # A restart of the daemon is waited for (the view stays; one line says so).
-        staying = Staying(say)
         try:
-            while True:
-                states = None if all_ else ACTIVE_STATES
-                jobs = staying.call(c.list_all, states=states)
-                live.update(render(jobs, staying.call(c.devices)), refresh=True)
-                time.sleep(interval)
+            if not con.is_terminal:
+                # Into a pipe or a file a live view shows nothing until it ends (Rich keeps
+                # its last frame only): each view is printed whole instead, as `top -b` does,
+                # and what the client says goes to stderr, as `logs -f` says it.
+                staying = Staying(lambda line: print(f"ddpq: {line}", file=sys.stderr))
+                while True:
+                    con.print(view(staying))
+                    con.print()
+                    time.sleep(interval)
+            with Live(console=con, auto_refresh=False, screen=False) as live:
+                # A restart of the daemon is waited for (the view stays; one line above it
+                # says so).
+                staying = Staying(lambda line: live.console.print(plain(f"ddpq: {line}")))
+                while True:
+                    live.update(view(staying), refresh=True)
+                    time.sleep(interval)
         except KeyboardInterrupt:
             return
 

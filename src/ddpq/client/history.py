@@ -61,8 +61,6 @@ def history(
         fail(f"--output: {sanitize(repr(output))} is not one of {', '.join(OUTPUTS)}", 2)
     if user is not None and all_:
         fail("--user and --all: choose one", 2)
-    if limit < 0:
-        fail(f"--limit: {limit} is not 0 or more", 2)
     try:
         states = hq.finished_states(state or [])
         params = hq.query(since, until, user, all_, states, name, time.time())
