@@ -21,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # What ends one command on a shell line (the rest is another program's).
 SHELL_ENDS = {"|", "||", "&&", ";", ">", ">>", "<", "&"}
 # What a command line refused before any command runs raises: Click's errors (Typer's own
-# copy of Click: its usage errors and bad values) and the values the checks below read.
-REFUSED = (typer.TyperException, ValueError)
+# copy of Click: its usage errors and bad values), the exit a client command makes of a
+# value it cannot read (one line, status 2: ``client.coercion.QuickCommand``) and the
+# values the checks below read.
+REFUSED = (typer.TyperException, SystemExit, ValueError)
 
 
 def command_lines(text: str) -> list[list[str]]:
