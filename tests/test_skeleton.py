@@ -123,12 +123,26 @@ def test_cli_without_daemon_prints_one_line(tmp_path: object) -> None:
     assert r.stderr.count("\n") == 1 and url in r.stderr and "Traceback" not in r.stderr
 
 
-def test_missing_program_fails_with_reason(shared_daemon: Daemon) -> None:
+def test_a_program_that_cannot_run_fails_saying_why(shared_daemon: Daemon, tmp_path: Path) -> None:
+    """Missing, not executable, a folder, not on PATH: the job's reason says why, as its
+    log does, not only "exit code 127"."""
+    not_executable = tmp_path / "train.sh"
+    not_executable.write_text("#!/bin/sh\necho hi\n")
+    tmp_path.chmod(0o755)  # the job's account may enter it (a root daemon's jobs may not be root's)
     c = shared_daemon.client()
-    job = c.submit(JobSubmit(command=["/nonexistent/prog"]))
-    done = wait_done(c, job.id)
-    assert done.state == "failed" and done.exit_code == 127
-    assert "cannot run" in c.log_tail(job.id).decode()
+    programs = {
+        "/nonexistent/prog": "No such file or directory",
+        str(not_executable): "Permission denied",
+        str(tmp_path): "Permission denied",
+        "resnet19-no-such-command": "No such file or directory",
+    }
+    jobs = {program: c.submit(JobSubmit(command=[program, "--x"])).id for program in programs}
+    for program, why in programs.items():
+        done = wait_done(c, jobs[program])
+        said = f"cannot run {program!r}: {why}"
+        assert done.state == "failed" and done.exit_code == 127, done
+        assert done.reason == said, done.reason
+        assert said in c.log_tail(jobs[program]).decode()
 
 
 def test_serve_without_gpus_or_with_bad_flags_says_why(tmp_path: Path) -> None:

@@ -311,7 +311,7 @@ def run_batch(
         getattr(signal, f"SIG{opts.preempt_signal}", None) if opts.preempt_signal else None
     )
     out_r, out_w = os.pipe()
-    pid = shim_batch.fork_job(opts.cmd, out_w, preempt_with, opts.preempt_shield)
+    pid, cannot_run = shim_batch.fork_job(opts.cmd, out_w, preempt_with, opts.preempt_shield)
     shim_procs.MAIN["pid"] = pid
     # Only now, off the job's start path (ctypes costs milliseconds to import). An
     # orphan made in the job's first instant still stays in our session unless it
@@ -328,7 +328,11 @@ def run_batch(
     )
     status = relay.run()
     shim_procs.kill_everything(*job)
-    return shim_record.finish(opts.record, log, status, started_at, relay.error)
+    # A command that could not be run: the record says why, as the log does, so that the
+    # job's reason names it rather than a bare "exit code 127".
+    not_run = os.WIFEXITED(status) and os.WEXITSTATUS(status) == shim_batch.NOT_RUN_EXIT
+    error = relay.error or (cannot_run if not_run else None)
+    return shim_record.finish(opts.record, log, status, started_at, error)
 
 
 # What a session's job gets back to their defaults: a batch job's, and SIGUSR2 (the

@@ -33,13 +33,18 @@ RESET_IN_JOB = (
     *sorted(shim_signals.PYTHON_IGNORES),
 )
 STARTED: list[subprocess.Popen[bytes]] = []  # the job started, kept (fork_job says why)
+NOT_RUN_EXIT = 127  # a command that could not be run, as a shell says it
 POLL_S = 0.5  # the longest the relay sleeps without looking at its signals and children
 
 
-def fork_job(cmd: list[str], out_w: int, preempt_with: int | None, shield: bool) -> int:
+def fork_job(
+    cmd: list[str], out_w: int, preempt_with: int | None, shield: bool
+) -> tuple[int, str | None]:
     """Start ``cmd`` as the leader of its own process group, its stdout and stderr on
-    ``out_w``, stdin from /dev/null; the child's pid. ``shield``: the job's first process
-    is a launcher (torchrun) that ignores ``preempt_with`` and lets its ranks handle it.
+    ``out_w``, stdin from /dev/null; the child's pid, and why the command could not be
+    run where ``subprocess`` found it so (the fork's child then says it again, into the
+    log, and exits 127). ``shield``: the job's first process is a launcher (torchrun) that
+    ignores ``preempt_with`` and lets its ranks handle it.
 
     Started by ``subprocess`` where it can be: its child shares this process's memory
     until it has exec'd (vfork), where a fork copies the shim's page tables and then
@@ -48,6 +53,7 @@ def fork_job(cmd: list[str], out_w: int, preempt_with: int | None, shield: bool)
     its own two real-time signals ignored in the job. Forked where neither can say it: a
     signal to ignore in the job, or a command that cannot start (the fork's child writes
     why into the log, exit 127)."""
+    cannot_run = None
     if not (preempt_with is not None and shield):
         try:
             job = subprocess.Popen(
@@ -59,16 +65,19 @@ def fork_job(cmd: list[str], out_w: int, preempt_with: int | None, shield: bool)
                 process_group=0,
                 restore_signals=True,  # SIGPIPE and SIGXFSZ back to their defaults
             )
-        except OSError:
-            pass  # said by the fork below, as for any command that cannot start
+        except OSError as exc:
+            # Said by the fork below, as for any command that cannot start. Only the
+            # exec's own failure names the program (a fork that failed names none).
+            if exc.filename is not None:
+                cannot_run = f"cannot run {cmd[0]!r}: {exc.strerror}"
         else:
             # Kept for the shim's life: a Popen collected would wait for the job itself
             # and take the exit status the relay reaps (shim_procs.reap_children).
             STARTED.append(job)
-            return job.pid
+            return job.pid, None
     pid = os.fork()
     if pid:
-        return pid
+        return pid, cannot_run
     try:  # the job
         os.setpgid(0, 0)
         for s in RESET_IN_JOB:
@@ -85,7 +94,7 @@ def fork_job(cmd: list[str], out_w: int, preempt_with: int | None, shield: bool)
         os.execvp(cmd[0], cmd)
     except OSError as exc:
         os.write(2, f"ddpq: cannot run {cmd[0]!r}: {exc.strerror}\n".encode())
-    os._exit(127)
+    os._exit(NOT_RUN_EXIT)
 
 
 class Relay:
