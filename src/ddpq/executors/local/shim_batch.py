@@ -69,7 +69,7 @@ def fork_job(
             # Said by the fork below, as for any command that cannot start. Only the
             # exec's own failure names the program (a fork that failed names none).
             if exc.filename is not None:
-                cannot_run = f"cannot run {cmd[0]!r}: {exc.strerror}"
+                cannot_run = not_run(cmd[0], exc)
         else:
             # Kept for the shim's life: a Popen collected would wait for the job itself
             # and take the exit status the relay reaps (shim_procs.reap_children).
@@ -93,8 +93,13 @@ def fork_job(
         os.dup2(out_w, 2)
         os.execvp(cmd[0], cmd)
     except OSError as exc:
-        os.write(2, f"ddpq: cannot run {cmd[0]!r}: {exc.strerror}\n".encode())
+        os.write(2, f"ddpq: {not_run(cmd[0], exc)}\n".encode())
     os._exit(NOT_RUN_EXIT)
+
+
+def not_run(program: str, exc: OSError) -> str:
+    """Why ``program`` could not be run: the job's log and its reason say the same."""
+    return f"cannot run {program!r}: {exc.strerror}"
 
 
 class Relay:
