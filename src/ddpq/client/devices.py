@@ -3,7 +3,10 @@ live view of the queue and the GPU map). Rich is imported when they draw."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -57,45 +60,56 @@ def watch(
 ) -> None:
     """A live view of the queue and the GPU map, with progress bars. Ctrl-C to leave."""
     import signal
-    import sys
-
-    from rich.live import Live
 
     from ddpq.client.draw import console
-    from ddpq.client.format import plain
     from ddpq.client.reconnect import Staying
     from ddpq.client.watchview import render
 
     # "Ctrl-C to leave" even when started with SIGINT ignored (a parent that ignores it, as
     # a test runner's worker may): Python keeps an inherited SIG_IGN.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    con = console()
-    states = None if all_ else ACTIVE_STATES
-    with client() as c:
-
-        def view(staying: Staying) -> Any:
-            jobs = staying.call(c.list_all, states=states)
-            return render(jobs, staying.call(c.devices))
-
+    with client() as c, contextlib.ExitStack() as stack:
+        say, show = _watch_outputs(console(), stack)
+        staying = Staying(say)  # a restart of the daemon is waited for, one line saying so
         try:
-            if not con.is_terminal:
-                # Into a pipe or a file a live view shows nothing until it ends (Rich keeps
-                # its last frame only): each view is printed whole instead, as `top -b` does,
-                # and what the client says goes to stderr, as `logs -f` says it.
-                staying = Staying(lambda line: print(f"ddpq: {line}", file=sys.stderr))
-                while True:
-                    con.print(view(staying))
-                    con.print()
-                    time.sleep(interval)
-            with Live(console=con, auto_refresh=False, screen=False) as live:
-                # A restart of the daemon is waited for (the view stays; one line above it
-                # says so).
-                staying = Staying(lambda line: live.console.print(plain(f"ddpq: {line}")))
-                while True:
-                    live.update(view(staying), refresh=True)
-                    time.sleep(interval)
+            while True:
+                jobs = staying.call(c.list_all, states=None if all_ else ACTIVE_STATES)
+                show(render(jobs, staying.call(c.devices)))
+                time.sleep(interval)
         except KeyboardInterrupt:
             return
+
+
+def _watch_outputs(
+    con: Any, stack: contextlib.ExitStack[Any]
+) -> tuple[Callable[[str], None], Callable[[Any], None]]:
+    """Where `watch` says a line and shows a view. On a terminal, a live view redrawn in
+    place, each line said above it. Into a pipe or a file a live view would show nothing
+    until it ended (Rich keeps its last frame only there): each view is printed whole, as
+    `top -b` does, and the lines go to stderr, as `logs -f` says them."""
+    from rich.live import Live
+
+    from ddpq.client.format import plain
+
+    if con.is_terminal:
+        live = stack.enter_context(Live(console=con, auto_refresh=False, screen=False))
+
+        def above(line: str) -> None:
+            live.console.print(plain(f"ddpq: {line}"))
+
+        def redraw(view: Any) -> None:
+            live.update(view, refresh=True)
+
+        return above, redraw
+
+    def to_stderr(line: str) -> None:
+        print(f"ddpq: {line}", file=sys.stderr)
+
+    def whole(view: Any) -> None:
+        con.print(view)
+        con.print()
+
+    return to_stderr, whole
 
 
 def register(app: typer.Typer) -> None:
