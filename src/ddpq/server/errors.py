@@ -84,8 +84,10 @@ def validation_message(exc: RequestValidationError) -> str:
     for err in exc.errors():
         if err.get("type") == "json_invalid":  # FastAPI's: where json.loads stopped
             why = (err.get("ctx") or {}).get("error", "JSON decode error")
-            at = err.get("loc", ("body", "?"))[-1]
-            parts.append(f"the body is not valid JSON: {why} (at character {at})")
+            at = f"character {err.get('loc', ('body', '?'))[-1]}"
+            # json names a place in some of its reasons ("Unterminated string starting at")
+            where = f"{why} {at}" if why.endswith(" at") else f"{why} (at {at})"
+            parts.append(f"the body is not valid JSON: {where}")
             continue
         loc = ".".join(str(x) for x in err.get("loc", ()) if x not in ("body",))
         msg = str(err.get("msg", "invalid"))
