@@ -67,7 +67,8 @@ class PortGate:
     reason names who holds the ports). A busy port is skipped for PORT_COOLDOWN_S, and who
     holds it is looked up once for all the busy ports of a pass (``portholders``); while
     every port of the range is leased or cooling, the cooling ones are test-bound again
-    every RECHECK_S, and one that binds is offered at once."""
+    every RECHECK_S (RECHECK_PORTS of them, the next ones in the range each time), and one
+    that binds is offered at once."""
 
     def __init__(
         self,
@@ -79,6 +80,7 @@ class PortGate:
         self.cooldown: dict[int, float] = {}  # port -> when it may be tried again
         self.held_by: dict[int, str] = {}  # a cooling port -> who holds it, in words
         self.recheck_at = 0.0  # when cooling ports may next be test-bound early
+        self.recheck_next = 0  # where in the range the next recheck begins: each port in turn
 
     def candidates(
         self, lo: int, hi: int, after: int | None, leased: Set[int], now: float
@@ -91,7 +93,10 @@ class PortGate:
         # Nothing left but cooling ports: those whose holder has let go since are offered
         # now (``confirm`` binds each again before a job gets it).
         self.recheck_at = now + RECHECK_S
-        freed = [p for p in spare[:RECHECK_PORTS] if self.port_free(p)]
+        start = self.recheck_next % len(spare)
+        batch = (spare[start:] + spare[:start])[:RECHECK_PORTS]
+        self.recheck_next = start + len(batch)
+        freed = [p for p in batch if self.port_free(p)]
         for port in freed:
             self._forget(port)
         return freed
