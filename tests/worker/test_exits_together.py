@@ -150,3 +150,30 @@ def differences(
         if x != y
     ]
     return "\n".join([f"{len(first)} rows {one}, {len(second)} {other}", *cells])
+
+
+def test_an_end_is_said_in_the_log_once_its_record_has_committed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pass whose transaction rolls back (a full disk, say) records nothing, so it says
+    nothing: the end is recorded, and said once, by the pass after it."""
+    rig = make_rig(tmp_path, fake_gpus=2, max_user_ports=2)
+    try:
+        job = rig.submit()
+        rig.step()
+        rig.host.finish(job, 0)
+        ended = rig.worker.executor.ended()
+        said = f"job {job}: exit code 0"
+        caplog.set_level("INFO", logger="ddpq.worker")
+        with pytest.raises(OSError), rig.worker.db.write() as s:
+            exits.record_exits(s, ended, rig.settings, rig.clock())
+            raise OSError(28, "No space left on device")  # the commit never comes
+        assert rig.job(job).state is JobState.RUNNING
+        assert said not in caplog.messages
+        with rig.worker.db.write() as s:
+            exits.record_exits(s, ended, rig.settings, rig.clock())
+            assert said not in caplog.messages  # recorded, not yet committed
+        assert rig.job(job).state is JobState.SUCCEEDED
+        assert caplog.messages.count(said) == 1
+    finally:
+        rig.close()

@@ -141,6 +141,25 @@ class Database:
 
 
 SQLITE_FULL = 13
+_WHEN_COMMITTED = "ddpq.when_committed"
+
+
+def when_committed(session: Session, then: Callable[[], None]) -> None:
+    """Call ``then`` once ``session``'s transaction has committed (not at a savepoint's
+    release), never if it rolls back: for what may be said only of a write that stays. For
+    a session of one transaction, as ``Database.write`` gives."""
+    pending = session.info.get(_WHEN_COMMITTED)
+    if pending is None:
+        pending = session.info[_WHEN_COMMITTED] = []
+        event.listen(session, "after_commit", _committed)
+    pending.append(then)
+
+
+def _committed(session: Session) -> None:
+    if session.in_nested_transaction():  # a savepoint released: its transaction goes on
+        return
+    for then in session.info.pop(_WHEN_COMMITTED, []):
+        then()
 
 
 class Log:

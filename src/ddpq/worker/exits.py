@@ -7,11 +7,13 @@ for submissions), together in a few statements (``store.endings.record_exits_man
 one savepoint. If that fails, or for an end that adds to a count on its job's row, each
 is recorded in a savepoint of its own: one bad exit must not undo the others, and one
 whose recording fails is recorded again as failed without reading anything the job
-wrote, since that may be what failed.
+wrote, since that may be what failed. Each end is said in the log once its transaction has
+committed (``store.db.when_committed``): a pass that rolls back said ends it never recorded.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +25,7 @@ from ddpq.core.states import ACTIVE
 from ddpq.executors.base import Ended
 from ddpq.jobdir import JobDir
 from ddpq.store import endings as ending_store
-from ddpq.store.db import Session
+from ddpq.store.db import Session, when_committed
 
 log = logging.getLogger("ddpq.worker")
 
@@ -58,7 +60,7 @@ def record_exits(s: Session, ended: Sequence[Ended], settings: Settings, now: fl
             alone += [(d.ending, e) for d in together for e in ended if e.job_id == d.ending.job_id]
         else:
             for d in together:
-                log.info("job %s: %s", d.ending.job_id, d.disposition.attempt_reason)
+                _say_when_committed(s, d.ending.job_id, d.disposition.attempt_reason)
     for ending, e in alone:
         _record_alone(s, ending, e, settings, now)
 
@@ -116,4 +118,10 @@ def _record(
 ) -> None:
     d = _decide(ending, record, settings, now, read_files=read_files)
     ending_store.record_exit(s, ending, record, d.disposition, d.progress, now)
-    log.info("job %s: %s", ending.job_id, d.disposition.attempt_reason)
+    _say_when_committed(s, ending.job_id, d.disposition.attempt_reason)
+
+
+def _say_when_committed(s: Session, job_id: int, reason: str) -> None:
+    """Log a job's end once the transaction that records it has committed: one that rolls
+    back (a full disk, say) leaves the end to be recorded, and said, by a later pass."""
+    when_committed(s, functools.partial(log.info, "job %s: %s", job_id, reason))
