@@ -64,6 +64,8 @@ def main() -> None:
 
     import shim  # type: ignore[import-not-found]
 
+    with_tmp = hasattr(shim, "shim_tmp")  # a tree from before stop 50 makes no TMPDIR
+
     with contextlib.suppress(ImportError):  # a tree from before stop 40 has none
         import shim_libc  # type: ignore[import-not-found]
 
@@ -75,7 +77,7 @@ def main() -> None:
     try:
         before, faults, began = children_cpu_s(), children_faults(), time.perf_counter()
         for i in range(args.jobs):
-            run_one(shim, work, i, args.command, tree)
+            run_one(shim, work, i, args.command, tree, with_tmp)
         cpu_ms = (children_cpu_s() - before) / args.jobs * 1000
         faults_each = (children_faults() - faults) / args.jobs
         wall_ms = (time.perf_counter() - began) / args.jobs * 1000
@@ -112,6 +114,8 @@ STEPS = [
     ("shim_batch", "fork_job"),
     ("shim_procs", "kill_everything"),
     ("shim_log", "CappedLog"),
+    ("shim_tmp", "fresh"),
+    ("shim_tmp", "remove"),
 ]
 SPENT: dict[str, float] = {}
 
@@ -119,7 +123,9 @@ SPENT: dict[str, float] = {}
 def time_steps(shim: Any) -> None:
     """Wrap the shim's steps so that each shim adds up its own CPU in each (in SPENT)."""
     for module_name, name in STEPS:
-        module = shim if module_name == "shim" else sys.modules[module_name]
+        module = shim if module_name == "shim" else sys.modules.get(module_name)
+        if module is None:  # a step of another tree's shim
+            continue
         original = getattr(module, name)
 
         def wrapper(*a: Any, _f: Any = original, _n: str = name, **k: Any) -> Any:
@@ -132,13 +138,16 @@ def time_steps(shim: Any) -> None:
         setattr(module, name, wrapper)
 
 
-def run_one(shim: Any, work: Path, i: int, command: str, tree: Path | None) -> None:
+def run_one(shim: Any, work: Path, i: int, command: str, tree: Path | None, with_tmp: bool) -> None:
     """Fork one shim for a fresh job folder, as the fork server does; wait for it."""
     folder = work / str(i)
     folder.mkdir()
     argv = ["--job-dir", str(folder), "--log", str(folder / "output.log")]
     argv += ["--record", str(folder / "exit.json"), "--cwd", str(work)]
-    argv += ["--grace", "5", "--log-cap", "1000000", "--", command]
+    argv += ["--grace", "5", "--log-cap", "1000000"]
+    if with_tmp:  # as the daemon starts it: the job's TMPDIR made and removed
+        argv += ["--tmp", str(folder / "tmp")]
+    argv += ["--", command]
     cgroup = None
     if tree is not None:
         cgroup = tree / f"job-{i}"

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddpq.executors.local.spawn import shim_argv
+from ddpq.executors.local.shim_command import shim_argv
 from ddpq.jobdir import JobDir
 
 
@@ -29,7 +29,12 @@ def main() -> None:
         folder = JobDir(Path(tempfile.mkdtemp(prefix="ddpq-shim-")))
         t0 = time.time()
         subprocess.run(
-            [*shim_argv(sys.executable, folder, "/", 10.0, 1 << 20), "sh", "-c", "date +%s.%N"],
+            [
+                *shim_argv(sys.executable, folder, "/", 10.0, 1 << 20, None),
+                "sh",
+                "-c",
+                "date +%s.%N",
+            ],
             start_new_session=True,
             check=True,
         )

@@ -39,7 +39,7 @@ class ShimSession:
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.dir = JobDir(folder)
-        argv = shim_argv(sys.executable, self.dir, str(cwd or folder), grace, 1 << 20)
+        argv = shim_argv(sys.executable, self.dir, str(cwd or folder), grace, 1 << 20, None)
         at = argv.index("--")
         pty = ["--pty", "1", "--socket", str(self.dir.tty_socket), "--notice"]
         argv[at:at] = [*pty, str(self.dir.notice)]

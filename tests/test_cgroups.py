@@ -599,7 +599,7 @@ def test_a_shim_whose_worker_dies_before_its_word_never_starts_the_job(tmp_path:
     ran = tmp_path / "ran"
     gate_r, gate_w = os.pipe()
     folder = JobDir(tmp_path)
-    argv = [*shim_argv(sys.executable, folder, "/", 1.0, 1 << 20), "touch", str(ran)]
+    argv = [*shim_argv(sys.executable, folder, "/", 1.0, 1 << 20, None), "touch", str(ran)]
     proc = subprocess.Popen(
         gated(argv, gate_r, None),
         pass_fds=(gate_r,),

@@ -42,7 +42,7 @@ def ask(server: ForkServer, folder: JobDir, command: list[str], **kw: object) ->
     gate_r, gate_w = os.pipe()
     with open(folder.log, "ab") as err:  # the shim's stderr is its log, as spawn gives it
         ticket = server.send(
-            [*shim_args(folder, "/", 1.0, 1 << 20), *command],
+            [*shim_args(folder, "/", 1.0, 1 << 20, None), *command],
             {**os.environ, "DDPQ_ATTEMPT": "1", "DDPQ_JOB_DIR": str(folder.path)},
             uid=None,
             gid=None,

@@ -48,6 +48,7 @@ SHIM_PARTS = (
     "shim_pty",
     "shim_record",
     "shim_signals",
+    "shim_tmp",
     "shim_wire",
 )
 

@@ -33,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,7 @@ def _become(spec: dict[str, Any], log_fd: int) -> None:
         os.chdir(spec["cwd"])
         os.environ.clear()
         os.environ.update(spec["env"])
+        tempfile.tempdir = None  # read from TMPDIR again, as a new process would
         for number in spec["ignore"]:  # as a preexec_fn would, and exec keeps
             signal.signal(number, signal.SIG_IGN)
         sys.argv = [spec["module"], *spec["argv"]]  # runpy puts the file first

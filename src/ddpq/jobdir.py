@@ -53,6 +53,10 @@ SBATCH_SCRIPT = "job.sbatch"
 # job's output goes to LOG through the shim, which rewrites LOG under its cap.
 SLURM_OUTPUT = "slurm.out"
 
+# The attempt's own temporary folder, the job's TMPDIR (executors.contract.own_tmp): made
+# empty by the shim before the job starts and removed after it (executors.local.shim_tmp).
+TMP = "tmp"
+
 # Where the shim writes the record and a log over its cap before renaming them in place.
 SHIM_SCRATCH = (f"{EXIT_RECORD}.tmp", f"{LOG}.tmp")
 
@@ -88,6 +92,10 @@ class JobDir:
     @property
     def metrics(self) -> Path:
         return self.path / METRICS
+
+    @property
+    def tmp(self) -> Path:
+        return self.path / TMP
 
     @property
     def tty_socket(self) -> Path:

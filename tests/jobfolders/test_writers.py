@@ -117,7 +117,7 @@ def test_the_fork_servers_record_of_a_failed_start_is_written_as_the_jobs_accoun
     try:
         with open_for_append(folder.log, accounts.ids(accounts.job)) as err:
             asked = server.send(
-                [*shim_args(folder, "/", 1.0, 1 << 20), "true"],
+                [*shim_args(folder, "/", 1.0, 1 << 20, None), "true"],
                 {"DDPQ_ATTEMPT": "1", "PATH": os.environ["PATH"]},
                 uid=accounts.ids(accounts.job)[0],
                 gid=accounts.ids(accounts.job)[1],

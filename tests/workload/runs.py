@@ -49,6 +49,10 @@ def job_env(job_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, 
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env["DDPQ_JOB_DIR"] = str(job_dir)
+    # As ddpq gives it (executors.contract.own_tmp): torchrun's log folder, which it never
+    # removes, goes into the test's folder rather than the host's /tmp.
+    env["TMPDIR"] = str(job_dir / "tmp")
+    (job_dir / "tmp").mkdir(parents=True, exist_ok=True)
     env.pop("DDPQ_CIFAR_DIR", None)
     env.update(extra or {})
     return env

@@ -14,7 +14,8 @@ A job's environment, from first to last (a later one wins):
 4. the contract itself: ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``MASTER_ADDR``,
    ``MASTER_PORT``, ``DDPQ_JOB_ID``, ``DDPQ_JOB_DIR``, ``DDPQ_ATTEMPT``,
    ``PYTHONUNBUFFERED``; ``DDPQ_GPU_MEM`` for a job that shares its GPUs; for a session,
-   ``TERM`` (the one it was given, or a common one).
+   ``TERM`` (the one it was given, or a common one); ``TMPDIR``, the attempt's own
+   temporary folder in the job's folder (``own_tmp``), unless the submission set one.
 
 A session's command (``Launch.spec.interactive``) has ``{port}`` replaced by its leased port.
 
@@ -26,12 +27,14 @@ from __future__ import annotations
 import os
 import pwd
 from collections.abc import Mapping
+from pathlib import Path
 
 from ddpq.core import hostres, jobenv
 from ddpq.core.disposition import REQUEUE_EXIT
 from ddpq.core.interactive import fill_port
 from ddpq.core.sweeps import MEMBER_ENV_NAMES
 from ddpq.executors.base import Launch
+from ddpq.jobdir import JobDir
 
 SESSION_TERM = "xterm-256color"
 # The thread pools sized to the job's cores (OpenMP, and MKL where it does not read OMP's).
@@ -96,6 +99,9 @@ def job_env(
     )
     if launch.port is not None:
         env["MASTER_PORT"] = str(launch.port)
+    tmp = own_tmp(launch)
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     if launch.reserved_mem_bytes is not None:
         # Its share of each GPU (bytes): e.g. for torch.cuda.set_per_process_memory_fraction.
         env["DDPQ_GPU_MEM"] = str(launch.reserved_mem_bytes)
@@ -109,6 +115,18 @@ def job_env(
         env["DDPQ_PREEMPT_GRACE"] = f"{preempt_grace_s:g}"
         env["DDPQ_REQUEUE_EXIT"] = str(REQUEUE_EXIT)
     return env
+
+
+def own_tmp(launch: Launch) -> Path | None:
+    """The attempt's own temporary folder, its ``TMPDIR``: in the job's folder, so that
+    what the job leaves there (torchrun's log folder on every run, whatever a killed job
+    had open) is bounded with the folder and removed when the attempt ends (the shim makes
+    and removes it, ``executors.local.shim_tmp``), not left in the host's shared /tmp.
+    None where the submission chose a ``TMPDIR`` of its own (``--env``, or exported from
+    the submitter's shell): that one is the job's to keep. The daemon's own never counts."""
+    if "TMPDIR" in jobenv.unpack(launch.spec.env)[1]:
+        return None
+    return JobDir(launch.job_dir).tmp
 
 
 def ranks(launch: Launch) -> int:

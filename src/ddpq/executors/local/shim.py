@@ -18,7 +18,9 @@ worker starts it as the leader of a new session; it then
 * when CMD exits, kills whatever of the job is left, waits until it is all
   gone, and only then writes the exit record R atomically (temp file and
   rename). The record does not depend on the worker being alive or being the
-  parent, so a restarted worker can finalise jobs that ended while it was down.
+  parent, so a restarted worker can finalise jobs that ended while it was down;
+* with ``--tmp T`` (the job's ``TMPDIR``), makes T an empty folder before the job
+  starts and removes it after the record is written (``shim_tmp``).
 
 With ``--pty 1 --socket S --notice N`` it runs an interactive session instead: CMD on
 a pseudo-terminal whose output is the log, relayed to its owner over the Unix socket S
@@ -43,6 +45,7 @@ if __package__:
         shim_procs,
         shim_record,
         shim_signals,
+        shim_tmp,
     )
 else:
     import shim_batch  # type: ignore[import-not-found,no-redef]
@@ -51,6 +54,7 @@ else:
     import shim_procs  # type: ignore[import-not-found,no-redef]
     import shim_record  # type: ignore[import-not-found,no-redef]
     import shim_signals  # type: ignore[import-not-found,no-redef]
+    import shim_tmp  # type: ignore[import-not-found,no-redef]
 # A session's terminal (shim_pty) is imported by the sessions alone: its modules (socket,
 # termios, json) would cost every batch job's start milliseconds.
 TYPE_CHECKING = False
@@ -71,6 +75,9 @@ class Options:
         self.cwd = ""
         self.grace = -1.0
         self.cap = -1
+        # The attempt's own temporary folder (the job's TMPDIR), made empty for the job
+        # and removed after it; "": the job chose its own TMPDIR (shim_tmp).
+        self.tmp = ""
         self.cmd: list[str] = []
         # A preemptible job: the signal it is told to checkpoint with, and how long it has.
         self.preempt_signal = ""
@@ -103,6 +110,8 @@ def parse_args(argv: list[str]) -> Options:
             opts.grace = float(value)
         elif flag == "--log-cap":
             opts.cap = int(value)
+        elif flag == "--tmp":
+            opts.tmp = value
         elif flag == "--preempt-signal":
             opts.preempt_signal = value
         elif flag == "--preempt-grace":
@@ -213,22 +222,33 @@ def main(argv: list[str]) -> int:
         if isinstance(opened, str):
             return shim_record.failed_to_start(opts.record, started_at, opened)
         term = opened
-    try:
-        # Here, not in the worker: the shim already runs as the job's account, so a
-        # folder that account may not enter stays closed to it (a root worker's chdir
-        # would have let the job in).
-        os.chdir(opts.cwd)
-    except OSError as exc:
+    refused = prepare(opts)
+    if refused is not None:
         if term is not None:
             term.abandon()
-        return shim_record.failed_to_start(
-            opts.record,
-            started_at,
-            f"cannot enter its working directory {opts.cwd}: {exc.strerror}",
-        )
+        return shim_record.failed_to_start(opts.record, started_at, refused)
     if term is not None:
-        return run_session(opts, term, job, started_at)
-    return run_batch(opts, stop_requested, wake_r, log, job, started_at)
+        code = run_session(opts, term, job, started_at)
+    else:
+        code = run_batch(opts, stop_requested, wake_r, log, job, started_at)
+    if opts.tmp:
+        # After the record: a shim stopped while it removes has already said how the job
+        # ended, and what it had no time for goes with the next attempt or the folder.
+        shim_tmp.remove(opts.tmp)
+    return code
+
+
+def prepare(opts: Options) -> str | None:
+    """Enter the job's working directory and make its temporary folder; why not, if not.
+
+    Here, not in the worker: the shim already runs as the job's account, so a folder that
+    account may not enter stays closed to it (a root worker's chdir would have let the
+    job in), and the temporary folder is the account's own."""
+    try:
+        os.chdir(opts.cwd)
+    except OSError as exc:
+        return f"cannot enter its working directory {opts.cwd}: {exc.strerror}"
+    return shim_tmp.fresh(opts.tmp) if opts.tmp else None
 
 
 def handle_signals(opts: Options) -> dict[str, float]:

@@ -10,15 +10,18 @@ from pathlib import Path
 
 from ddpq.config import Settings
 from ddpq.executors.base import Launch
-from ddpq.executors.contract import job_argv
+from ddpq.executors.contract import job_argv, own_tmp
 from ddpq.jobdir import JobDir
 
 SHIM = Path(__file__).with_name("shim.py")
 
 
-def shim_args(folder: JobDir, cwd: str, grace_s: float, log_cap: int) -> list[str]:
+def shim_args(
+    folder: JobDir, cwd: str, grace_s: float, log_cap: int, tmp: Path | None
+) -> list[str]:
     """The shim's flags, up to and with ``--``; every one is required (the daemon's settings
-    are the one place their values come from)."""
+    are the one place their values come from). ``tmp``: the attempt's own temporary folder
+    (``contract.own_tmp``), None where the job chose its TMPDIR."""
     return [
         "--job-dir",
         str(folder.path),
@@ -32,14 +35,18 @@ def shim_args(folder: JobDir, cwd: str, grace_s: float, log_cap: int) -> list[st
         repr(grace_s),
         "--log-cap",
         str(log_cap),
+        "--tmp",
+        "" if tmp is None else str(tmp),
         "--",
     ]
 
 
-def shim_argv(python: str, folder: JobDir, cwd: str, grace_s: float, log_cap: int) -> list[str]:
+def shim_argv(
+    python: str, folder: JobDir, cwd: str, grace_s: float, log_cap: int, tmp: Path | None
+) -> list[str]:
     """``python -S shim.py`` and its flags: -S, no site-packages, so the shim starts in
     ~10 ms (it needs only the standard library)."""
-    return [python, "-S", str(SHIM), *shim_args(folder, cwd, grace_s, log_cap)]
+    return [python, "-S", str(SHIM), *shim_args(folder, cwd, grace_s, log_cap, tmp)]
 
 
 def gated(shim: list[str], gate: int, cgroup: Path | None) -> list[str]:
@@ -53,7 +60,7 @@ def gated(shim: list[str], gate: int, cgroup: Path | None) -> list[str]:
 def attempt_args(launch: Launch, folder: JobDir, cfg: Settings) -> list[str]:
     """The shim's flags for ``launch`` in ``folder`` and, after ``--``, the job's own
     command: with the preemption it may get and, for a session, its terminal."""
-    args = shim_args(folder, launch.spec.cwd, cfg.grace_s, cfg.log_cap_bytes)
+    args = shim_args(folder, launch.spec.cwd, cfg.grace_s, cfg.log_cap_bytes, own_tmp(launch))
     if launch.preempt_with is not None:
         at = args.index("--")
         shield = "1" if launch.spec.launcher == "torchrun" else "0"

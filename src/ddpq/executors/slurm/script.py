@@ -26,6 +26,7 @@ from pathlib import Path
 from ddpq.config import Settings
 from ddpq.core import slurm
 from ddpq.executors.base import Launch, LaunchFailed
+from ddpq.executors.contract import own_tmp
 from ddpq.executors.local.shim_command import SHIM, shim_args
 from ddpq.jobdir import JobDir
 
@@ -56,6 +57,7 @@ class BatchJob:
     partition: str | None = None
     account: str | None = None
     options: tuple[str, ...] = ()  # the daemon's extra #SBATCH options, then the job's
+    tmp: Path | None = None  # the attempt's own TMPDIR, which the shim makes and removes
 
 
 def daemon_tag(home: Path) -> str:
@@ -98,6 +100,7 @@ def batch_job(launch: Launch, settings: Settings) -> BatchJob:
         partition=launch.spec.partition or settings.slurm_partition,
         account=settings.slurm_account,
         options=(*settings.slurm_options, *job_options(launch, settings)),
+        tmp=own_tmp(launch),
     )
 
 
@@ -198,7 +201,7 @@ def render(job: BatchJob) -> str:
     folder = job.folder
     ranks = max(1, job.gpus_per_node)
     shim = [shlex.quote(job.python), "-S", shlex.quote(str(SHIM))]
-    shim += [shlex.quote(a) for a in shim_args(folder, job.cwd, job.grace_s, job.log_cap)]
+    shim += [shlex.quote(a) for a in shim_args(folder, job.cwd, job.grace_s, job.log_cap, job.tmp)]
     lines = [
         "#!/bin/bash",
         f"# ddpq job {job.job_id}, attempt {job.attempt}, as ddpq rendered it: submitted held,",
