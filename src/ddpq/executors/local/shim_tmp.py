@@ -34,12 +34,12 @@ def fresh(path: str, within_s: float = REMOVE_WITHIN_S) -> str | None:
     Whatever is there already (an earlier attempt's files, a link, a file) is removed
     first. A folder of this account's that could not be emptied in time is used as it is:
     what is left in it is the same job's."""
-    for attempt in range(2):
+    for first_try in (True, False):
         try:
             os.mkdir(path, 0o700)  # a first attempt's folder is new: nothing to remove
             return None
         except FileExistsError:
-            if attempt == 0:
+            if first_try:
                 remove(path, within_s)
         except OSError as exc:
             return f"cannot make its temporary folder {path}: {exc.strerror or exc}"
