@@ -47,6 +47,7 @@ SHIM_PARTS = (
     "shim_procs",
     "shim_pty",
     "shim_record",
+    "shim_shm",
     "shim_signals",
     "shim_tmp",
     "shim_wire",

@@ -90,8 +90,8 @@ def written(info: FieldInfo) -> Written | None:
 def example(public: Public, info: FieldInfo) -> tuple[str | bool, object]:
     """(the value as written, the value it means) for one setting: never the default."""
     kind = options.option_type(info)
-    if kind is bool:
-        return True, True
+    if kind is bool:  # a switch: the other way from its default
+        return (False, False) if info.default is True else (True, True)
     if (unit := written(info)) is not None:
         return BY_UNIT[unit.unit]
     if kind is int:
@@ -166,7 +166,7 @@ def ddpq(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) ->
 
 
 def as_toml(text: str | bool) -> str:
-    return "true" if text is True else json.dumps(text)
+    return json.dumps(text)  # a switch: true or false
 
 
 @pytest.mark.parametrize("field", list(DECLARED))
@@ -181,8 +181,9 @@ def test_each_setting_means_the_same_by_flag_variable_and_key(
     config.write_text(f"{public.name} = {as_toml(text)}\n")
     empty = tmp_path / "empty.toml"
     empty.write_text("")
-    by_flag = [flag] if text is True else [flag, str(text)]
-    variable = {f"DDPQ_{public.name.upper()}": "true" if text is True else str(text)}
+    switched = {True: [flag], False: [f"--no-{flag.removeprefix('--')}"]}
+    by_flag = switched[text] if isinstance(text, bool) else [flag, str(text)]
+    variable = {f"DDPQ_{public.name.upper()}": as_toml(text) if isinstance(text, bool) else text}
     for args, env in (
         (["serve", "--config", str(empty), *by_flag], None),
         (["serve", "--config", str(empty)], variable),

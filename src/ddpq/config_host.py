@@ -1,6 +1,6 @@
-"""The host's CPU cores and memory as jobs' resources (``core.hostres``), and the fake
-hardware a test host shows (``core.topology``): one group of ``ddpq.config_decl.Declared``'s
-settings, declared as every other is."""
+"""The host's CPU cores and memory as jobs' resources (``core.hostres``), its /dev/shm
+(``executors.local.shim_shm``), and the fake hardware a test host shows (``core.topology``):
+one group of ``ddpq.config_decl.Declared``'s settings, declared as every other is."""
 
 from __future__ import annotations
 
@@ -43,6 +43,15 @@ class HostSettings(BaseSettings):
             "host memory running jobs may hold in all (64G, 90% of the host's, or 'unlimited')",
         ),
     ] = 0.9
+    private_shm: Annotated[
+        bool,
+        Public(
+            "private_shm",
+            "give each job a /dev/shm of its own, freed with all in it when the job ends "
+            "(a root daemon; off: jobs share the host's)",
+            only="worker",
+        ),
+    ] = True
     default_mem: Annotated[
         OptionalSize,
         Public(

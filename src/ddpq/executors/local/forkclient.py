@@ -87,11 +87,15 @@ class ForkServer:
         gate: int,
         stderr: int,
         limits: Sequence[Path] = (),
+        private_shm: bool = False,
+        shm_size: int | None = None,
     ) -> Ticket:
         """Ask for a shim that waits on ``gate``, without waiting for the answer: the
         server forks while the caller prepares the next. Answers come in the order of
         the requests (``answer``: its PID). Raises ForkServerUnavailable. The descriptors
-        travel with the request: the caller may close its own as soon as this returns."""
+        travel with the request: the caller may close its own as soon as this returns.
+        ``private_shm``: the shim and its job get a /dev/shm of their own (``shim_shm``),
+        of ``shm_size`` bytes."""
         request = {
             "argv": list(argv),
             "env": dict(env),
@@ -102,6 +106,8 @@ class ForkServer:
             "cgroup": str(cgroup) if cgroup is not None else None,
             "limits": [str(path) for path in limits],
         }
+        if private_shm:  # a /dev/shm of its own, of that size (None: tmpfs's default)
+            request["shm"] = shm_size
         data = json.dumps(request).encode()
         passed = [gate, stderr]
         body_fd = None

@@ -10,7 +10,8 @@ kernel's cgroup migration waits for an RCU grace period; ``join_cgroups`` says h
 shim avoids it). The worker's part is one message each way.
 
 Requests arrive as one datagram each on a SOCK_SEQPACKET socket: a JSON object
-``{"argv", "env", "uid", "gid", "groups", "umask", "cgroup", "limits"}`` with two
+``{"argv", "env", "uid", "gid", "groups", "umask", "cgroup", "limits"}`` (and ``"shm"``
+where the attempt gets a /dev/shm of its own: its size or null, ``shim_shm``) with two
 descriptors passed along (SCM_RIGHTS): the read end of the shim's gate pipe, and its stderr
 file. A request too large for one datagram is ``{"request_fd": true}`` with a third
 descriptor, a memory file holding the object. The answer is ``{"pid": N}`` or
@@ -30,6 +31,7 @@ import time
 
 import clone_into  # type: ignore[import-not-found]  # beside this file (python -S puts it first)
 import shim  # type: ignore[import-not-found]
+import shim_shm  # type: ignore[import-not-found]
 
 MAX_REQUEST = 1 << 20  # inline, in the datagram
 MAX_REQUEST_FILE = 16 << 20  # in a memory file passed along ({"request_fd": true})
@@ -88,6 +90,8 @@ def child(
         os.environ.clear()
         os.environ.update(env)
         refused = join_cgroups(request, born_in)
+        if refused is None:
+            private_shm(request)
         os.umask(int(request["umask"]))  # type: ignore[call-overload]
         become(request)
         if refused is not None:
@@ -142,6 +146,18 @@ def join_cgroups(request: dict[str, object], born_in: bool = False) -> str | Non
         except OSError as exc:
             return f"cannot join its cgroup {path}: {exc.strerror or exc}"
     return None
+
+
+def private_shm(request: dict[str, object]) -> None:
+    """A /dev/shm of the attempt's own (``"shm"``: asked for, with its size in bytes or
+    null), made while still root (``shim_shm``). One that cannot be made leaves the job
+    the host's, and its log says why: the job still runs."""
+    if "shm" not in request:
+        return
+    size = request["shm"]
+    why = shim_shm.make_private(size if isinstance(size, int) else None)
+    if why is not None:
+        os.write(2, f"ddpq: {why}; /dev/shm is the host's\n".encode())
 
 
 def become(request: dict[str, object]) -> None:

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     import ctypes
 
 # What a forked shim calls: its title (prctl), a subreaper (prctl), a reserved signal's
-# action (syscall).
-SHIMS_CALL = ("prctl", "syscall")
+# action (syscall), its own /dev/shm (unshare, mount: shim_shm).
+SHIMS_CALL = ("prctl", "syscall", "unshare", "mount")
 
 
 @functools.cache

@@ -119,6 +119,10 @@ class Spawner:
         self.forkserver: ForkServer | None = (
             ForkServer(settings.python, settings.jobs_dir) if wanted != "exec" else None
         )
+        # A /dev/shm of each job's own (shim_shm): mounting one needs root, and the fork
+        # server's child is root until it becomes the job's account. A shim started by
+        # exec (the fork server gone) runs as the account from its start: the host's.
+        self.private_shm = settings.private_shm and os.geteuid() == 0
 
     def describe(self) -> str:
         return "shims forked by a fork server" if self.forkserver else "shims started by exec"
@@ -209,9 +213,9 @@ class Spawner:
         # fenced to its GPUs (so nothing of the job starts outside).
         gate_r, gate_w = os.pipe()
         try:
-            how = self._send(args, env, ids, (cgroup, joins), gate_r, log.fileno()) or self._exec(
-                args, env, ids, (cgroup, joins), gate_r, log
-            )
+            how = self._send(
+                args, env, ids, (cgroup, joins), (gate_r, log.fileno()), launch.ram_bytes
+            ) or self._exec(args, env, ids, (cgroup, joins), gate_r, log)
         except BaseException:
             self._undo(launch, gate_w, cgroup)
             raise
@@ -255,12 +259,15 @@ class Spawner:
         env: dict[str, str],
         ids: Credentials | None,
         where: tuple[Path | None, list[Path]],
-        gate: int,
-        stderr: int,
+        fds: tuple[int, int],
+        ram_bytes: int | None,
     ) -> Ticket | None:
         """The request to the fork server; None if there is none (then the exec path is
-        taken). ``where``: the attempt's cgroup (v2) and the cgroups of its limits (v1)."""
+        taken). ``where``: the attempt's cgroup (v2) and the cgroups of its limits (v1);
+        ``fds``: the shim's gate and stderr; ``ram_bytes``: the job's memory limit, the size
+        of its own /dev/shm."""
         cgroup, joins = where
+        gate, stderr = fds
         if self.forkserver is None:
             return None
         argv = args if cgroup is None else ["--cgroup", str(cgroup), *args]
@@ -276,6 +283,8 @@ class Spawner:
                 gate=gate,
                 stderr=stderr,
                 limits=joins,
+                private_shm=self.private_shm,
+                shm_size=ram_bytes,
             )
         except ForkServerUnavailable as exc:
             self.warn("forkserver", f"{exc}; starting shims by exec until it is back")

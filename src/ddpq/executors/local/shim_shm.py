@@ -1,0 +1,53 @@
+"""A /dev/shm of the attempt's own: a fresh tmpfs in a mount namespace of its own.
+
+The host's /dev/shm is memory every user shares, and what a job leaves there stays until
+someone removes it: NCCL's segments and Python's shared memory of a job killed mid-run,
+a data loader's files. Under ddpq a job's processes are the shim's descendants, so a mount
+namespace made by the shim's fork before it runs anything holds every process of the job
+and nothing else. A tmpfs mounted on /dev/shm there is the job's alone: its ranks share
+it, no other job sees it, and the kernel frees it with the namespace when the job's last
+process is gone, whatever it left. Its pages are the job's memory (its cgroup's limit
+counts them), and its size is that limit where the job has one.
+
+Made by the fork server's child while it is still root (mounting needs CAP_SYS_ADMIN),
+before it becomes the job's account. Standard library only, imported by the fork server.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Beside it, as for the shim: first on sys.path in the fork server (python -S), ddpq's
+# module where tests import it.
+if __package__:
+    from ddpq.executors.local import shim_libc
+else:
+    import shim_libc  # type: ignore[import-not-found,no-redef]
+
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_REC, MS_SLAVE = 0x2, 0x4, 0x4000, 0x80000
+SHM = b"/dev/shm"
+
+
+def make_private(size: int | None) -> str | None:
+    """Give this process (and all it starts) a new mount namespace with an empty tmpfs on
+    /dev/shm of ``size`` bytes (None: tmpfs's own default, half the host's memory). None,
+    or why not: the job then runs with the host's."""
+    libc = shim_libc.libc()
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return failed("a mount namespace of its own")
+    # Nothing mounted here may reach the host's namespace: the root's mounts, shared with
+    # the host's where systemd made them so, become slaves (the host's still reach us).
+    if libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None) != 0:
+        return failed("its mounts kept from the host's")
+    options = b"mode=1777" + (b",size=%d" % size if size else b"")
+    if libc.mount(b"tmpfs", SHM, b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        return failed("a tmpfs on /dev/shm")
+    return None
+
+
+def failed(what: str) -> str:
+    import ctypes
+
+    code = ctypes.get_errno()
+    return f"cannot give the job {what}: {os.strerror(code)}"

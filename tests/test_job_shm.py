@@ -1,0 +1,120 @@
+"""A job's /dev/shm is its own (``executors.local.shim_shm``): empty when it starts, shared by
+its processes, unseen by the host and other jobs, freed with what it left when it ends, as
+large as the job's memory limit; ``--no-private-shm`` gives jobs the host's."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ddpq.executors.local import shim_shm
+from ddpq.schemas import JobSubmit
+from tests.helpers import Daemon, wait_done
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.isdir("/dev/shm"),
+    reason="a private /dev/shm is made by a root daemon, on a host that has one",
+)
+
+# The job: what it sees in /dev/shm, and what it leaves there (a file, and a file its
+# child process writes: the job's processes share it).
+USES_SHM = """
+import json, os, subprocess, sys
+name = sys.argv[1]
+with open(f"/dev/shm/{name}", "w") as f:
+    f.write("left behind")
+subprocess.run(["sh", "-c", f"echo child > /dev/shm/{name}-child"], check=True)
+shm = os.statvfs("/dev/shm")
+print("SAW=" + json.dumps({"listed": sorted(os.listdir("/dev/shm")),
+      "size": shm.f_blocks * shm.f_frsize}))
+"""
+
+
+@pytest.fixture
+def host_marker() -> Iterator[Path]:
+    """A file in the host's /dev/shm, which a job with its own must not see."""
+    marker = Path(f"/dev/shm/ddpq-test-host-{os.getpid()}")
+    marker.write_text("the host's")
+    yield marker
+    marker.unlink()
+
+
+def run(d: Daemon, name: str, mem: str | None = None) -> dict[str, object]:
+    c = d.client()
+    job = c.submit(JobSubmit(command=[sys.executable, "-c", USES_SHM, name], mem=mem))
+    done = wait_done(c, job.id, timeout=120)
+    log = c.log_tail(job.id, 1 << 20).decode()
+    assert done.state == "succeeded", (done.reason, log)
+    line = next(ln for ln in log.splitlines() if ln.startswith("SAW="))
+    seen: dict[str, object] = json.loads(line.removeprefix("SAW="))
+    return seen
+
+
+def test_a_jobs_shm_is_its_own_and_freed_when_it_ends(
+    shared_daemon: Daemon, host_marker: Path
+) -> None:
+    name = f"ddpq-test-job-{os.getpid()}"
+    seen = run(shared_daemon, name, mem="64M")
+    assert seen["listed"] == [name, f"{name}-child"]  # nothing of the host's, both its own
+    assert seen["size"] == 64 << 20  # its memory limit
+    assert not Path(f"/dev/shm/{name}").exists()  # freed with the job
+    assert not Path(f"/dev/shm/{name}-child").exists()
+    assert host_marker.read_text() == "the host's"
+
+
+def test_no_private_shm_gives_jobs_the_hosts(
+    make_daemon: Callable[..., Daemon], host_marker: Path
+) -> None:
+    d = make_daemon("--fake-gpus", "1", "--no-private-shm")
+    name = f"ddpq-test-shared-{os.getpid()}"
+    try:
+        seen = run(d, name)
+        listed = seen["listed"]
+        assert isinstance(listed, list) and host_marker.name in listed and name in listed
+        assert Path(f"/dev/shm/{name}").read_text() == "left behind"  # as before ddpq had it
+    finally:
+        for left in (name, f"{name}-child"):
+            Path(f"/dev/shm/{left}").unlink(missing_ok=True)
+
+
+def in_child(step: Callable[[], str | None]) -> tuple[str | None, int]:
+    """``step`` run in a forked child; what it returned and the size of the child's
+    /dev/shm then."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            why = step()
+            shm = os.statvfs("/dev/shm")
+            os.write(write, json.dumps([why, shm.f_blocks * shm.f_frsize]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as got:
+        why, size = json.loads(got.read())
+    os.waitpid(pid, 0)
+    return why, size
+
+
+def test_make_private_mounts_a_tmpfs_of_the_size_asked_only_for_its_process() -> None:
+    host = os.statvfs("/dev/shm")
+    why, size = in_child(lambda: shim_shm.make_private(8 << 20))
+    assert (why, size) == (None, 8 << 20)
+    assert os.statvfs("/dev/shm").f_blocks == host.f_blocks  # ours is unchanged
+
+
+def test_without_root_it_says_why_and_changes_nothing() -> None:
+    def as_nobody() -> str | None:
+        os.setgid(65534)
+        os.setuid(65534)
+        return shim_shm.make_private(8 << 20)
+
+    host = os.statvfs("/dev/shm")
+    why, size = in_child(as_nobody)
+    assert why == "cannot give the job a mount namespace of its own: Operation not permitted"
+    assert size == host.f_blocks * host.f_frsize
