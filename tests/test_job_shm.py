@@ -118,3 +118,17 @@ def test_without_root_it_says_why_and_changes_nothing() -> None:
     why, size = in_child(as_nobody)
     assert why == "cannot give the job a mount namespace of its own: Operation not permitted"
     assert size == host.f_blocks * host.f_frsize
+
+
+def test_a_host_that_refuses_it_is_found_once_by_a_child() -> None:
+    def as_nobody() -> str | None:  # where mounting is refused, as in a container
+        os.setgid(65534)
+        os.setuid(65534)
+        shim_shm._REFUSED_HERE.clear()
+        first = shim_shm.refused_here()
+        again = shim_shm.refused_here()
+        return first if again == first and len(shim_shm._REFUSED_HERE) == 1 else "tried twice"
+
+    why, _ = in_child(as_nobody)
+    assert why == "cannot give the job a mount namespace of its own: Operation not permitted"
+    assert in_child(shim_shm.refused_here)[0] is None  # as root it is not refused

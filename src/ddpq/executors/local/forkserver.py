@@ -198,6 +198,8 @@ def serve(server: socket.socket) -> None:
                 request = json.loads(read_request_file(received.pop()))
             if len(received) != 2 or not isinstance(request, dict):
                 raise ValueError("a request is a JSON object and two descriptors")
+            if "shm" in request and shim_shm.refused_here() is not None:
+                del request["shm"]  # this host refuses it: said once, not in every job's log
             pid, born_in = fork_for(request)
             if pid == 0:
                 child(request, received[0], received[1], server, born_in)

@@ -16,6 +16,7 @@ before it becomes the job's account. Standard library only, imported by the fork
 from __future__ import annotations
 
 import os
+import sys
 
 # Beside it, as for the shim: first on sys.path in the fork server (python -S), ddpq's
 # module where tests import it.
@@ -44,6 +45,37 @@ def make_private(size: int | None) -> str | None:
     if libc.mount(b"tmpfs", SHM, b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
         return failed("a tmpfs on /dev/shm")
     return None
+
+
+# Why no child of this process can have a /dev/shm of its own ("": they can), once found.
+_REFUSED_HERE: list[str] = []
+
+
+def refused_here() -> str | None:
+    """Why this host refuses a /dev/shm of a job's own (None: it does not), found once, by
+    a child that makes one and exits: where mounting is refused (a container without the
+    right to mount), every job runs with the host's without each log saying so, and the
+    fork server says it once on its stderr (the daemon's log)."""
+    if not _REFUSED_HERE:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(read)
+                os.write(write, (make_private(1 << 20) or "").encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as said:
+            why = said.read().decode()
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass  # reaped by the fork server's SIGCHLD handler already
+        _REFUSED_HERE.append(why)
+        if why:
+            sys.stderr.write(f"ddpq fork server: jobs get the host's /dev/shm: {why}\n")
+    return _REFUSED_HERE[0] or None
 
 
 def failed(what: str) -> str:
