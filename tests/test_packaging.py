@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from ddpq.core.names import SYSTEM_SOCKET
+from ddpq.core.units import parse_size
 from ddpq.daemon.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +107,9 @@ def test_the_compose_file_is_valid_compose_with_what_a_gpu_host_needs() -> None:
     assert "/healthz" in " ".join(service["healthcheck"]["test"])
     # A container's jobs end with it: it cancels them, with time for their grace period.
     assert "--stop-jobs" in service["command"]
+    # Its jobs share the container's /dev/shm (it may not mount one per job): more than
+    # Docker's 64 MiB, which PyTorch's data loaders outgrow.
+    assert parse_size(str(service["shm_size"])) >= 1 << 30
 
 
 @pytest.mark.parametrize(
