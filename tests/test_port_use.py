@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ddpq import portholders
-from ddpq.client import sessions
+from ddpq.client import session_port, sessions
 from ddpq.client.api import DdpqError
 from ddpq.config import Settings
 from ddpq.portholders import who_listens
@@ -148,13 +148,13 @@ OTHER = {
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sessions, "POLL_S", 0.001)
-    monkeypatch.setattr(sessions, "LISTEN_WAIT_S", 0.2)
+    monkeypatch.setattr(session_port, "LISTEN_POLL_S", 0.001)
+    monkeypatch.setattr(session_port, "LISTEN_WAIT_S", 0.2)
 
 
 def test_the_tunnel_is_printed_once_the_job_listens(capsys: pytest.CaptureFixture[str]) -> None:
     api = ScriptedApi(NOBODY, NOBODY, JOB)
-    sessions._reach(api, 9, 29601)
+    session_port.reach(api, 9, 29601, sessions.say)
     err = capsys.readouterr().err
     assert "waiting for its server to listen on port 29601" in err
     assert "ssh -N -L 29601:127.0.0.1:29601 " in err and api.asked == 3
@@ -164,7 +164,7 @@ def test_the_tunnel_is_printed_once_the_job_listens(capsys: pytest.CaptureFixtur
 def test_someone_else_on_the_port_is_a_warning_and_no_tunnel(
     capsys: pytest.CaptureFixture[str], before: list[dict[str, Any]]
 ) -> None:
-    sessions._reach(ScriptedApi(*before, OTHER), 9, 29601)
+    session_port.reach(ScriptedApi(*before, OTHER), 9, 29601, sessions.say)
     err = capsys.readouterr().err
     assert "ssh" not in err
     assert (
@@ -187,14 +187,14 @@ def test_someone_else_on_the_port_is_a_warning_and_no_tunnel(
 def test_no_listener_the_cli_can_trust_prints_no_tunnel(
     capsys: pytest.CaptureFixture[str], answer: Any, said: str
 ) -> None:
-    sessions._reach(ScriptedApi(answer), 9, 29601)
+    session_port.reach(ScriptedApi(answer), 9, 29601, sessions.say)
     err = capsys.readouterr().err
     assert said in err and "ssh" not in err
 
 
 def test_a_hostile_listener_name_is_shown_inert(capsys: pytest.CaptureFixture[str]) -> None:
     hostile = {**OTHER, "user": "bob\x1b]0;pwned\x07", "command": "\x1b[2Jpython"}
-    sessions._reach(ScriptedApi(hostile), 9, 29601)
+    session_port.reach(ScriptedApi(hostile), 9, 29601, sessions.say)
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "ssh" not in err
 

@@ -92,3 +92,22 @@ def test_attach_to_a_session_that_has_ended_says_so(
     assert said is not None, t.seen
     r = daemon.cli("attach", said.group(1).decode(), check=False)
     assert r.returncode == 1 and "has ended: succeeded" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("told", "record", "status"),
+    [
+        ((0, None), {"exit_code": 5, "exit_signal": None}, 0),  # the shim's word first
+        ((None, 9), None, 128 + 9),
+        ((None, None), {"exit_code": 0, "exit_signal": None}, 0),  # let go untold: the record
+        ((None, None), {"exit_code": None, "exit_signal": 15}, 128 + 15),
+        ((None, None), {"exit_code": None, "exit_signal": None}, 1),  # nothing to go by
+        ((None, None), None, 1),
+    ],
+)
+def test_shell_exits_as_the_shim_said_else_as_the_record_says(
+    told: tuple[int | None, int | None], record: dict[str, int | None] | None, status: int
+) -> None:
+    from ddpq.client.sessions import exit_status
+
+    assert exit_status(*told, record) == status

@@ -371,3 +371,38 @@ def test_a_client_that_attaches_gets_no_query_replayed(
     second = s.client()
     second.expect(r"askend")
     assert b"\x1b[6n" not in second.seen
+
+
+def test_a_client_still_waiting_to_be_let_in_is_told_how_the_job_ended(tmp_path: Path) -> None:
+    """`ddpq shell -- true`: the command can end before the shim has let in the client
+    that connected meanwhile. The shim lets it in as it closes: it gets what the job
+    wrote and how it ended (it was dropped untold, and `ddpq shell` exited 1)."""
+    from ddpq.executors.local.shim_log import CappedLog
+
+    path = str(tmp_path / "tty.sock")
+    here = os.getcwd()
+    listener = shim_wire.listen(path)  # it binds from inside the folder
+    os.chdir(here)
+    wake_r, wake_w = os.pipe()
+    log = CappedLog(str(tmp_path / "output.log"), 1 << 20)
+    term = shim_pty.Terminal(path, listener, log, str(tmp_path / "notice"), {}, wake_r)
+    term.master, slave = os.openpty()
+    os.close(slave)
+    term.scrollback += b"said at once\r\n"
+    late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    late.connect(path)  # in the listener's queue: the job ended before it was let in
+    term.close(3 << 8)  # exit status 3
+    data = b""
+    while chunk := late.recv(65536):
+        data += chunk
+    late.close()
+    for fd in (wake_r, wake_w):
+        os.close(fd)
+    frames = []
+    while data:
+        kind, length = shim_wire.HEADER.unpack_from(data)
+        frames.append((kind, data[shim_wire.HEADER.size : shim_wire.HEADER.size + length]))
+        data = data[shim_wire.HEADER.size + length :]
+    assert frames[0] == (shim_wire.OUTPUT, b"said at once\r\n")
+    assert frames[-1] == (shim_wire.ENDED, b'{"exit_code": 3, "signal": null}')
+    assert not os.path.exists(path)

@@ -24,15 +24,13 @@ from typing import Annotated, Any
 
 import typer
 
-from ddpq.client import common
+from ddpq.client import common, session_port
 from ddpq.client.coercion import QuickCommand
 
 POLL_S = 0.5
 QUIET_S = 2.0  # a wait this short without a reason is not worth a line
 # A running session's shim serves its socket at once; this long without it is a failure.
 SOCKET_WAIT_S = 15.0
-# How long a session's server is waited for to listen on its port before attaching.
-LISTEN_WAIT_S = 20.0
 # How long the end is waited for once the terminal closed (the worker records it).
 END_WAIT_S = 10.0
 WAITING = ("queued", "held", "starting")
@@ -249,7 +247,7 @@ def _attach(c: Any, job: dict[str, Any], key: int | None, relay: Any) -> None:
     sock = _connect(c, job, relay)
     port = job["leases"]["port"]
     if port and uses_port(job["command"]):
-        _reach(c, job_id, port)
+        session_port.reach(c, job_id, port, say)
     shown = "none" if key is None else _key_name(key)
     say(f"job {job_id}: attached ({shown} detaches; `ddpq attach {job_id}` comes back)")
     try:
@@ -262,15 +260,21 @@ def _attach(c: Any, job: dict[str, Any], key: int | None, relay: Any) -> None:
         sys.stderr.write("\n")
         say(f"detached from job {job_id}, which runs on: `ddpq attach {job_id}` to return")
         return
-    code = outcome.exit_code
-    if code is None:
-        code = 128 + outcome.signal if outcome.signal is not None else 1
     ended = _final(c, job_id)
+    code = exit_status(outcome.exit_code, outcome.signal, ended)
     if ended is not None:
         say(f"job {job_id} ended: {ended['state']} ({ended.get('reason') or ''})")
     else:
         say(f"job {job_id} ended (status {code}); `ddpq show {job_id}` will have its record")
     raise typer.Exit(code)
+
+
+def exit_status(code: int | None, sig: int | None, ended: dict[str, Any] | None) -> int:
+    """What `ddpq shell` exits with: the status the shim told the terminal, else the job's
+    record's (a terminal let go untold), else 1."""
+    if code is None and sig is None and ended is not None:
+        code, sig = ended.get("exit_code"), ended.get("exit_signal")
+    return int(code) if code is not None else 128 + int(sig) if sig is not None else 1
 
 
 def _connect(c: Any, job: dict[str, Any], relay: Any) -> Any:
@@ -317,7 +321,7 @@ def _as_if_attached(c: Any, job: dict[str, Any]) -> None:
         out.write(b"".join(x for x in data.splitlines(True) if not x.startswith(b"[ddpq] ")))
     out.flush()
     say(f"job {job_id} ended: {job['state']} ({reason})")
-    raise typer.Exit(int(code) if code is not None else 128 + int(sig or 0))
+    raise typer.Exit(exit_status(code, sig, None))
 
 
 def _final(c: Any, job_id: int) -> dict[str, Any] | None:
@@ -335,63 +339,6 @@ def _final(c: Any, job_id: int) -> dict[str, Any] | None:
             return job
         time.sleep(0.2)
     return None
-
-
-def _reach(c: Any, job_id: int, port: int) -> None:
-    """How to reach the session's server from another machine (an ssh tunnel to its port),
-    once a process of the job listens there: never a tunnel to whoever took the port
-    first. Someone else there gets a warning instead; nobody yet, a line that says so."""
-    import getpass
-    import socket
-
-    host = socket.gethostname()
-    use = _listener(c, job_id, port)
-    listener = use.get("listener")
-    if listener == "other":
-        who = f"uid {use.get('uid')}" + (f" ({use['user']})" if use.get("user") else "")
-        proc = f", pid {use['pid']} {use.get('command') or ''}".rstrip() if use.get("pid") else ""
-        say(
-            f"warning: port {port} of {host} is not job {job_id}'s: {who}{proc} listens on it. "
-            "No tunnel printed: it would not lead to this session's server"
-        )
-        return
-    if listener not in ("job", "nobody"):  # unknown, or nonsense
-        say(f"no tunnel printed: {use.get('detail') or 'the daemon cannot tell who listens'}")
-        return
-    if listener != "job":
-        say(
-            f"job {job_id} does not listen on port {port} yet; `ddpq attach {job_id}` "
-            "prints how to reach it once it does"
-        )
-        return
-    say(f"job {job_id} serves on port {port} of {host}; from your own machine:")
-    sys.stderr.write(f"    ssh -N -L {port}:127.0.0.1:{port} {getpass.getuser()}@{host}\n")
-    sys.stderr.write(f"  then open http://127.0.0.1:{port}/ (with the token it prints, if any)\n")
-
-
-def _listener(c: Any, job_id: int, port: int) -> dict[str, Any]:
-    """Who listens on the job's port, waited for while nobody does (a server takes a few
-    seconds to start), at most LISTEN_WAIT_S."""
-    from ddpq.client.api import DdpqError
-
-    deadline = time.monotonic() + LISTEN_WAIT_S
-    said = False
-    while True:
-        try:
-            use: Any = c.port_use(job_id)
-        except DdpqError as exc:
-            if exc.status != 404:
-                raise
-            return {"listener": "unknown", "detail": "this daemon cannot tell who listens"}
-        if not isinstance(use, dict):
-            return {"listener": "unknown", "detail": "the daemon's answer made no sense"}
-        gone = use.get("port") is None  # it ended meanwhile
-        if use.get("listener") != "nobody" or gone or time.monotonic() > deadline:
-            return use
-        if not said:
-            say(f"job {job_id}: waiting for its server to listen on port {port}")
-            said = True
-        time.sleep(POLL_S)
 
 
 def _key_name(key: int) -> str:

@@ -357,7 +357,15 @@ class Terminal:
             pass
 
     def close(self, status: int) -> None:
-        """Tell the clients how the job ended, give them a moment to take it, let go."""
+        """Tell the clients how the job ended, give them a moment to take it, let go.
+        Clients that connected as the job ended, still waiting to be let in, are let in
+        first: they would otherwise be dropped without being told (`ddpq shell -- true`
+        then exited 1, saying nothing)."""
+        try:
+            os.unlink(self.path)  # no client finds it from here on
+        except OSError:
+            pass
+        self.accept()
         ended = {
             "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
@@ -376,9 +384,5 @@ class Terminal:
                     self.write_client(client)
         for client in list(self.clients):
             self._drop(client)
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
         self.listener.close()
         os.close(self.master)
