@@ -26,20 +26,21 @@ def main() -> None:
     args = ap.parse_args()
     samples = []
     for _ in range(args.runs):
-        folder = JobDir(Path(tempfile.mkdtemp(prefix="ddpq-shim-")))
-        t0 = time.time()
-        subprocess.run(
-            [
-                *shim_argv(sys.executable, folder, "/", 10.0, 1 << 20, None),
-                "sh",
-                "-c",
-                "date +%s.%N",
-            ],
-            start_new_session=True,
-            check=True,
-        )
-        first = folder.log.read_text().split()[0]
-        samples.append((float(first) - t0) * 1000)
+        with tempfile.TemporaryDirectory(prefix="ddpq-shim-") as where:  # left nowhere
+            folder = JobDir(Path(where))
+            t0 = time.time()
+            subprocess.run(
+                [
+                    *shim_argv(sys.executable, folder, "/", 10.0, 1 << 20, None),
+                    "sh",
+                    "-c",
+                    "date +%s.%N",
+                ],
+                start_new_session=True,
+                check=True,
+            )
+            first = folder.log.read_text().split()[0]
+            samples.append((float(first) - t0) * 1000)
     samples.sort()
     print(
         f"spawn -> job's first line over {args.runs} runs: "
