@@ -4,15 +4,17 @@ large as the job's memory limit; ``--no-private-shm`` gives jobs the host's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from ddpq.executors.local import shim_shm
+from ddpq.executors.local import shim_shm, spawn
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, wait_done
 
@@ -31,7 +33,7 @@ with open(f"/dev/shm/{name}", "w") as f:
 subprocess.run(["sh", "-c", f"echo child > /dev/shm/{name}-child"], check=True)
 shm = os.statvfs("/dev/shm")
 print("SAW=" + json.dumps({"listed": sorted(os.listdir("/dev/shm")),
-      "size": shm.f_blocks * shm.f_frsize}))
+      "size": shm.f_blocks * shm.f_frsize, "ns": os.stat("/proc/self/ns/mnt").st_ino}))
 """
 
 
@@ -44,9 +46,10 @@ def host_marker() -> Iterator[Path]:
     marker.unlink()
 
 
-def run(d: Daemon, name: str, mem: str | None = None) -> dict[str, object]:
+def run(d: Daemon, name: str, mem: str | None = None, cwd: str | None = None) -> dict[str, object]:
     c = d.client()
-    job = c.submit(JobSubmit(command=[sys.executable, "-c", USES_SHM, name], mem=mem))
+    command = [sys.executable, "-c", USES_SHM, name]
+    job = c.submit(JobSubmit(command=command, mem=mem, cwd=cwd))
     done = wait_done(c, job.id, timeout=120)
     log = c.log_tail(job.id, 1 << 20).decode()
     assert done.state == "succeeded", (done.reason, log)
@@ -62,9 +65,44 @@ def test_a_jobs_shm_is_its_own_and_freed_when_it_ends(
     seen = run(shared_daemon, name, mem="64M")
     assert seen["listed"] == [name, f"{name}-child"]  # nothing of the host's, both its own
     assert seen["size"] == 64 << 20  # its memory limit
-    assert not Path(f"/dev/shm/{name}").exists()  # freed with the job
-    assert not Path(f"/dev/shm/{name}-child").exists()
     assert host_marker.read_text() == "the host's"
+    # Its namespace, and the tmpfs in it, went with the job's last process.
+    assert seen["ns"] != os.stat("/proc/self/ns/mnt").st_ino
+    assert seen["ns"] not in mount_namespaces()
+
+
+def mount_namespaces() -> set[int]:
+    """The mount namespaces of every process there is."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):  # gone meanwhile
+            found.add(os.stat(f"/proc/{pid}/ns/mnt").st_ino)
+    return found
+
+
+def test_a_job_working_under_dev_shm_keeps_the_hosts(
+    shared_daemon: Daemon, host_marker: Path
+) -> None:
+    """Its own would hide its working folder: it gets the host's, as before."""
+    here = Path(f"/dev/shm/ddpq-test-cwd-{os.getpid()}")
+    here.mkdir()
+    name = f"ddpq-test-cwd-job-{os.getpid()}"
+    try:
+        seen = run(shared_daemon, name, cwd=str(here))
+        listed = seen["listed"]
+        assert isinstance(listed, list) and host_marker.name in listed
+    finally:
+        shutil.rmtree(here)
+        for left in (name, f"{name}-child"):
+            Path(f"/dev/shm/{left}").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "under"),
+    [("/dev/shm", True), ("/dev/shm/a/b", True), ("/dev/shmx", False), ("/tmp", False)],
+)
+def test_what_lies_on_the_hosts_dev_shm(path: str, under: bool) -> None:
+    assert spawn.under_shm(path) is under
 
 
 def test_no_private_shm_gives_jobs_the_hosts(

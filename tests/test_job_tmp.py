@@ -19,7 +19,7 @@ from ddpq.executors.base import Launch
 from ddpq.executors.contract import job_env
 from ddpq.executors.local import shim_tmp
 from ddpq.schemas import JobSubmit
-from tests.helpers import Daemon, wait_done
+from tests.helpers import Daemon, reachable_folder, wait_done
 
 
 def launch(exported: dict[str, str] | None, env: dict[str, str]) -> Launch:
@@ -97,8 +97,11 @@ def test_removal_is_bounded_in_time_and_depth_and_never_raises(tmp_path: Path) -
     deep = tmp.joinpath(*["d"] * (shim_tmp.MAX_DEPTH + 5))
     deep.mkdir(parents=True)
     (deep / "f").write_text("x")
+    (tmp / "shallow").write_text("x")
+    (tmp / "d" / "shallow").write_text("x")
     assert shim_tmp.remove(str(tmp)) is False  # the deepest levels stay, nothing raised
-    assert tmp.is_dir() and not tmp.joinpath(*["d"] * 3).joinpath("f").exists()
+    assert (deep / "f").exists()  # the chain too deep to walk is left whole
+    assert not (tmp / "shallow").exists() and not (tmp / "d" / "shallow").exists()
     # A leftover that could not be emptied is the same job's: used as it is.
     assert shim_tmp.fresh(str(tmp)) is None and tmp.is_dir()
 
@@ -111,6 +114,46 @@ def test_removal_is_bounded_in_time_and_depth_and_never_raises(tmp_path: Path) -
     assert shim_tmp.remove(str(wide)) is True and not wide.exists()
 
 
+def as_nobody(work: Path, step: Callable[[Path], object]) -> object:
+    """``step(work)`` in a child that has become nobody (root ignores a folder's mode), its
+    answer as JSON; ``work`` is reachable by nobody."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write, json.dumps(step(work)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as got:
+        answer = got.read()
+    os.waitpid(pid, 0)
+    return json.loads(answer)
+
+
+def closed_and_read_only(work: Path) -> object:
+    """As nobody: a TMPDIR left read-only, holding a closed folder and a read-only one, each
+    with files in it; then fresh, and what is there."""
+    tmp = work / "tmp"
+    for folder in (tmp / "closed" / "deeper", tmp / "read-only" / "deeper"):
+        folder.mkdir(parents=True)
+        (folder / "f").write_text("x")
+    (tmp / "closed").chmod(0)
+    (tmp / "read-only" / "deeper").chmod(0o555)
+    (tmp / "read-only").chmod(0o555)
+    tmp.chmod(0o555)
+    why = shim_tmp.fresh(str(tmp))
+    return [why, sorted(os.listdir(tmp)), oct(stat.S_IMODE(tmp.stat().st_mode))]
+
+
+def test_what_the_job_closed_or_left_read_only_is_emptied_all_the_same() -> None:
+    work = reachable_folder("ddpq-tmp-")
+    os.chmod(work, 0o777)
+    assert as_nobody(work, closed_and_read_only) == [None, [], "0o700"]
+
+
 def test_a_folder_it_cannot_make_is_said(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-folder" / "tmp"
     why = shim_tmp.fresh(str(missing))
@@ -119,11 +162,11 @@ def test_a_folder_it_cannot_make_is_said(tmp_path: Path) -> None:
 
 # The job: where its temporary files go, what it leaves there, and where torchrun's went.
 USES_TMP = """
-import json, os, tempfile
+import json, os, sys, tempfile
 made = tempfile.mkdtemp()
 open(os.path.join(made, "left"), "w").write("x")
 os.makedirs(os.path.join(os.environ["TMPDIR"], "a", "b"))
-os.symlink("/etc/passwd", os.path.join(os.environ["TMPDIR"], "a", "link"))
+os.symlink(sys.argv[1], os.path.join(os.environ["TMPDIR"], "a", "link"))  # a folder outside
 print("SAW=" + json.dumps({"tmpdir": os.environ["TMPDIR"], "made": made,
       "listed": sorted(os.listdir(os.environ["TMPDIR"]))}))
 """
@@ -139,15 +182,21 @@ def saw(d: Daemon, job_id: int) -> dict[str, object]:
     return seen
 
 
-def test_a_jobs_temporary_files_are_its_own_and_gone_when_it_ends(shared_daemon: Daemon) -> None:
+def test_a_jobs_temporary_files_are_its_own_and_gone_when_it_ends(
+    shared_daemon: Daemon, tmp_path: Path
+) -> None:
     d = shared_daemon
-    job = d.client().submit(JobSubmit(command=[sys.executable, "-c", USES_TMP]))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    job = d.client().submit(JobSubmit(command=[sys.executable, "-c", USES_TMP, str(outside)]))
     seen = saw(d, job.id)
     folder = d.home / "jobs" / str(job.id)
     assert seen["tmpdir"] == str(folder / "tmp")
     assert str(seen["made"]).startswith(f"{folder / 'tmp'}/")
     assert not (folder / "tmp").exists()  # removed after the job, with what it left
-    assert (folder / "output.log").exists() and Path("/etc/passwd").exists()
+    assert (folder / "output.log").exists()
+    assert (outside / "precious").read_text() == "keep me"  # the link went, not its folder
 
 
 def test_a_tmpdir_the_job_chose_is_kept(shared_daemon: Daemon, tmp_path: Path) -> None:
@@ -155,7 +204,7 @@ def test_a_tmpdir_the_job_chose_is_kept(shared_daemon: Daemon, tmp_path: Path) -
     mine = tmp_path / "scratch"
     mine.mkdir()
     job = d.client().submit(
-        JobSubmit(command=[sys.executable, "-c", USES_TMP], env={"TMPDIR": str(mine)})
+        JobSubmit(command=[sys.executable, "-c", USES_TMP, str(mine)], env={"TMPDIR": str(mine)})
     )
     seen = saw(d, job.id)
     assert seen["tmpdir"] == str(mine) and Path(str(seen["made"])).parent == mine
@@ -169,7 +218,7 @@ def test_torchrun_leaves_nothing_in_the_hosts_tmp(shared_daemon: Daemon, tmp_pat
     d = shared_daemon
     script = tmp_path / "uses_tmp.py"
     script.write_text(USES_TMP)
-    job = d.client().submit(JobSubmit(command=[str(script)], gpus=1, torchrun=True))
+    job = d.client().submit(JobSubmit(command=[str(script), str(tmp_path)], gpus=1, torchrun=True))
     seen = saw(d, job.id)
     listed = seen["listed"]
     assert isinstance(listed, list)

@@ -390,14 +390,17 @@ def test_a_client_still_waiting_to_be_let_in_is_told_how_the_job_ended(tmp_path:
     os.close(slave)
     term.scrollback += b"said at once\r\n"
     late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    late.connect(path)  # in the listener's queue: the job ended before it was let in
-    term.close(3 << 8)  # exit status 3
-    data = b""
-    while chunk := late.recv(65536):
-        data += chunk
-    late.close()
-    for fd in (wake_r, wake_w):
-        os.close(fd)
+    try:
+        late.connect(path)  # in the listener's queue: the job ended before it was let in
+        term.close(3 << 8)  # exit status 3
+        data = b""
+        while chunk := late.recv(65536):
+            data += chunk
+    finally:
+        late.close()
+        log.close()
+        for fd in (wake_r, wake_w):
+            os.close(fd)
     frames = []
     while data:
         kind, length = shim_wire.HEADER.unpack_from(data)

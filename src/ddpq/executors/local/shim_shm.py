@@ -28,13 +28,18 @@ else:
 CLONE_NEWNS = 0x00020000
 MS_NOSUID, MS_NODEV, MS_REC, MS_SLAVE = 0x2, 0x4, 0x4000, 0x80000
 SHM = b"/dev/shm"
+OK = "ok"  # the trial child's word that it could
 
 
 def make_private(size: int | None) -> str | None:
     """Give this process (and all it starts) a new mount namespace with an empty tmpfs on
     /dev/shm of ``size`` bytes (None: tmpfs's own default, half the host's memory). None,
     or why not: the job then runs with the host's."""
-    libc = shim_libc.libc()
+    try:
+        libc = shim_libc.libc()
+        libc.unshare, libc.mount  # noqa: B018 - both there, or say so before anything changes
+    except (OSError, AttributeError) as exc:
+        return f"cannot give the job a /dev/shm of its own: {exc}"
     if libc.unshare(CLONE_NEWNS) != 0:
         return failed("a mount namespace of its own")
     # Nothing mounted here may reach the host's namespace: the root's mounts, shared with
@@ -57,25 +62,39 @@ def refused_here() -> str | None:
     right to mount), every job runs with the host's without each log saying so, and the
     fork server says it once on its stderr (the daemon's log)."""
     if not _REFUSED_HERE:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(read)
-                os.write(write, (make_private(1 << 20) or "").encode())
-            finally:
-                os._exit(0)
-        os.close(write)
-        with os.fdopen(read, "rb") as said:
-            why = said.read().decode()
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass  # reaped by the fork server's SIGCHLD handler already
+        why = _try_in_child()
         _REFUSED_HERE.append(why)
         if why:
             sys.stderr.write(f"ddpq fork server: jobs get the host's /dev/shm: {why}\n")
     return _REFUSED_HERE[0] or None
+
+
+def _try_in_child() -> str:
+    """Why a child could not make a /dev/shm of its own; "" if it could. A child that says
+    nothing (it failed before it could answer) counts as refused."""
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(read)
+        os.close(write)
+        return f"cannot try a /dev/shm of a job's own: {exc.strerror or exc}"
+    if pid == 0:
+        try:
+            os.close(read)
+            os.write(write, (make_private(1 << 20) or OK).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as said:
+        answer = said.read().decode(errors="replace")
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # reaped by the fork server's SIGCHLD handler already
+    if answer == OK:
+        return ""
+    return answer or "cannot give a job a /dev/shm of its own: the trial child said nothing"
 
 
 def failed(what: str) -> str:

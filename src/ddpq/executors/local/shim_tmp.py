@@ -10,9 +10,10 @@ The shim removes it as the job's account (it runs as that account by then), so n
 here can reach a file that account could not remove itself. Still, a link is never
 followed: the folder is walked by descriptors, each entry looked at without following
 links and removed from the folder that holds it (a job that makes ``tmp/x`` a link to its
-home loses the link, not its home). The walk is bounded in time and depth
-(``REMOVE_WITHIN_S``, ``MAX_DEPTH``): what a job left beyond them stays in its folder,
-emptied again by the next attempt and removed with the folder by retention.
+home loses the link, not its home). A folder the job left unreadable or read-only is made
+0700 again, as its owner may. The walk is bounded in time and depth (``REMOVE_WITHIN_S``,
+``MAX_DEPTH``): what a job left beyond them stays in its folder, emptied again by the next
+attempt and removed with the folder by retention.
 
 Standard library only, beside the shim and imported by it.
 """
@@ -23,7 +24,10 @@ import os
 import stat
 import time
 
-REMOVE_WITHIN_S = 10.0  # the longest an attempt's end waits on its temporary files
+# The longest an attempt's end waits on its temporary files: its GPUs are held until the
+# shim exits, and `ddpq shell` waits 10 s for the end's record. What is left then goes
+# with the next attempt or the folder.
+REMOVE_WITHIN_S = 3.0
 MAX_DEPTH = 64  # folders nested deeper than this are left (each level holds a descriptor)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -32,8 +36,8 @@ def fresh(path: str, within_s: float = REMOVE_WITHIN_S) -> str | None:
     """Make ``path`` an empty folder (0700) for the job; None, or why it could not be.
 
     Whatever is there already (an earlier attempt's files, a link, a file) is removed
-    first. A folder of this account's that could not be emptied in time is used as it is:
-    what is left in it is the same job's."""
+    first. A folder of this account's that could not be emptied in time (or depth) is
+    used as it is, made 0700 again: what is left in it is the same job's."""
     for first_try in (True, False):
         try:
             os.mkdir(path, 0o700)  # a first attempt's folder is new: nothing to remove
@@ -47,9 +51,17 @@ def fresh(path: str, within_s: float = REMOVE_WITHIN_S) -> str | None:
         info = os.lstat(path)
     except OSError as exc:
         return f"cannot make its temporary folder {path}: {exc.strerror or exc}"
-    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
-        return None
-    return f"cannot make its temporary folder {path}: something else is there"
+    if not (stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()):
+        return f"cannot make its temporary folder {path}: something else is there"
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+        try:
+            os.fchmod(fd, 0o700)  # writable again, were it left read-only
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"cannot make its temporary folder {path}: {exc.strerror or exc}"
+    return None
 
 
 def remove(path: str, within_s: float = REMOVE_WITHIN_S) -> bool:
@@ -112,6 +124,7 @@ def _empty(dir_fd: int, name: str, deadline: float, depth: int) -> bool:
     except OSError:
         return False
     try:
+        os.fchmod(fd, 0o700)  # a folder left read-only (0555) would keep what is in it
         empty = True
         # Removed as they are read (a folder of millions of names is never held whole).
         with os.scandir(fd) as entries:

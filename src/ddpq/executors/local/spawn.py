@@ -123,6 +123,11 @@ class Spawner:
         # server's child is root until it becomes the job's account. A shim started by
         # exec (the fork server gone) runs as the account from its start: the host's.
         self.private_shm = settings.private_shm and os.geteuid() == 0
+        if self.private_shm and under_shm(str(settings.jobs_dir)):
+            # A job's own /dev/shm would hide its folder from its shim (benchmarks put a
+            # state folder on that tmpfs): every job would be lost.
+            self.private_shm = False
+            warn("private-shm", f"job folders under {SHM}: jobs get the host's /dev/shm")
 
     def describe(self) -> str:
         return "shims forked by a fork server" if self.forkserver else "shims started by exec"
@@ -213,8 +218,10 @@ class Spawner:
         # fenced to its GPUs (so nothing of the job starts outside).
         gate_r, gate_w = os.pipe()
         try:
+            # A job working under /dev/shm keeps the host's: its own would hide that folder.
+            shm = (not under_shm(launch.spec.cwd), launch.ram_bytes)
             how = self._send(
-                args, env, ids, (cgroup, joins), (gate_r, log.fileno()), launch.ram_bytes
+                args, env, ids, (cgroup, joins), (gate_r, log.fileno()), shm
             ) or self._exec(args, env, ids, (cgroup, joins), gate_r, log)
         except BaseException:
             self._undo(launch, gate_w, cgroup)
@@ -260,12 +267,12 @@ class Spawner:
         ids: Credentials | None,
         where: tuple[Path | None, list[Path]],
         fds: tuple[int, int],
-        ram_bytes: int | None,
+        shm: tuple[bool, int | None],
     ) -> Ticket | None:
         """The request to the fork server; None if there is none (then the exec path is
         taken). ``where``: the attempt's cgroup (v2) and the cgroups of its limits (v1);
-        ``fds``: the shim's gate and stderr; ``ram_bytes``: the job's memory limit, the size
-        of its own /dev/shm."""
+        ``fds``: the shim's gate and stderr; ``shm``: whether the job may have a /dev/shm
+        of its own, and its size (the job's memory limit; None: tmpfs's default)."""
         cgroup, joins = where
         gate, stderr = fds
         if self.forkserver is None:
@@ -283,8 +290,8 @@ class Spawner:
                 gate=gate,
                 stderr=stderr,
                 limits=joins,
-                private_shm=self.private_shm,
-                shm_size=ram_bytes,
+                private_shm=self.private_shm and shm[0],
+                shm_size=shm[1],
             )
         except ForkServerUnavailable as exc:
             self.warn("forkserver", f"{exc}; starting shims by exec until it is back")
@@ -361,6 +368,15 @@ class Spawner:
         # Real GPUs: CUDA now sees only the leased ones, numbered from 0; the shim
         # renumbers CUDA_VISIBLE_DEVICES to match.
         return b"c" if self.settings.fake_gpus is not None else b"f"
+
+
+SHM = "/dev/shm"
+
+
+def under_shm(path: str) -> bool:
+    """Whether ``path`` lies on the host's /dev/shm, which a job's own would hide."""
+    where = os.path.realpath(path)
+    return where == SHM or where.startswith(SHM + "/")
 
 
 def let_run(spawned: Spawned) -> None:
