@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -265,6 +266,17 @@ def wait_done(client: DdpqClient, job_id: int, timeout: float = 60.0) -> JobDeta
         timeout,
         f"job {job_id} to finish",
     )
+
+
+def what_it_said(client: DdpqClient, job_id: int, tag: str = "SAW=") -> dict[str, object]:
+    """The JSON object a job printed after ``tag`` on a line of its log, once it has
+    succeeded (within 120 s); the log in the failure's message if it did not."""
+    done = wait_done(client, job_id, timeout=120)
+    log = client.log_tail(job_id, 1 << 20).decode()
+    assert done.state == "succeeded", (done.reason, log)
+    line = next(ln for ln in log.splitlines() if ln.startswith(tag))
+    said: dict[str, object] = json.loads(line.removeprefix(tag))
+    return said
 
 
 def wait_state(client: DdpqClient, job_id: int, state: str, timeout: float = 30.0) -> JobDetail:

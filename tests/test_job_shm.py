@@ -16,7 +16,7 @@ import pytest
 
 from ddpq.executors.local import shim_shm, spawn
 from ddpq.schemas import JobSubmit
-from tests.helpers import Daemon, wait_done
+from tests.helpers import Daemon, what_it_said
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.isdir("/dev/shm"),
@@ -50,12 +50,7 @@ def run(d: Daemon, name: str, mem: str | None = None, cwd: str | None = None) ->
     c = d.client()
     command = [sys.executable, "-c", USES_SHM, name]
     job = c.submit(JobSubmit(command=command, mem=mem, cwd=cwd))
-    done = wait_done(c, job.id, timeout=120)
-    log = c.log_tail(job.id, 1 << 20).decode()
-    assert done.state == "succeeded", (done.reason, log)
-    line = next(ln for ln in log.splitlines() if ln.startswith("SAW="))
-    seen: dict[str, object] = json.loads(line.removeprefix("SAW="))
-    return seen
+    return what_it_said(c, job.id)
 
 
 def test_a_jobs_shm_is_its_own_and_freed_when_it_ends(

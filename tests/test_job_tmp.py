@@ -19,7 +19,7 @@ from ddpq.executors.base import Launch
 from ddpq.executors.contract import job_env
 from ddpq.executors.local import shim_tmp
 from ddpq.schemas import JobSubmit
-from tests.helpers import Daemon, reachable_folder, wait_done
+from tests.helpers import Daemon, reachable_folder, what_it_said
 
 
 def launch(exported: dict[str, str] | None, env: dict[str, str]) -> Launch:
@@ -173,13 +173,7 @@ print("SAW=" + json.dumps({"tmpdir": os.environ["TMPDIR"], "made": made,
 
 
 def saw(d: Daemon, job_id: int) -> dict[str, object]:
-    c = d.client()
-    done = wait_done(c, job_id, timeout=120)
-    log = c.log_tail(job_id, 1 << 20).decode()
-    assert done.state == "succeeded", (done.reason, log)
-    line = next(ln for ln in log.splitlines() if ln.startswith("SAW="))
-    seen: dict[str, object] = json.loads(line.removeprefix("SAW="))
-    return seen
+    return what_it_said(d.client(), job_id)
 
 
 def test_a_jobs_temporary_files_are_its_own_and_gone_when_it_ends(
