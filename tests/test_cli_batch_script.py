@@ -70,6 +70,8 @@ def test_a_script_s_directives_are_options_under_the_command_line_s(
         ("#DDPQ --prio 3", "job.sh: no such option: --prio (did you mean --priority?)\n"),
         ("#DDPQ train.py", "job.sh: #DDPQ lines hold options only, not 'train.py'"),
         ("#DDPQ --gpus lots", "job.sh: --gpus: 'lots' is not a number of GPUs nor a range"),
+        # A value the option's converter refuses: named with the script too.
+        ("#DDPQ --priority x", "job.sh: Invalid value for '--priority': 'x' is not a whole"),
     ],
 )
 def test_a_bad_directive_is_one_line_and_exit_2(

@@ -21,10 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # What ends one command on a shell line (the rest is another program's).
 SHELL_ENDS = {"|", "||", "&&", ";", ">", ">>", "<", "&"}
 # What a command line refused before any command runs raises: Click's errors (Typer's own
-# copy of Click: its usage errors and bad values), the exit a client command makes of a
-# value it cannot read (one line, status 2: ``client.coercion.QuickCommand``) and the
-# values the checks below read.
-REFUSED = (typer.TyperException, SystemExit, ValueError)
+# copy of Click: its usage errors and bad values, as ``parse_context`` leaves them raised)
+# and the values the checks below read.
+REFUSED = (typer.TyperException, ValueError)
 
 
 def command_lines(text: str) -> list[list[str]]:
@@ -59,7 +58,9 @@ def check(args: list[str]) -> None:
         if isinstance(command, TyperGroup):
             ctx = typer.Context(command, info_name=name, parent=ctx)
         else:
-            ctx = command.make_context(name, list(rest), parent=ctx)
+            # A client command's own make_context ends the process on a bad value.
+            make = getattr(command, "parse_context", command.make_context)
+            ctx = make(name, list(rest), parent=ctx)
     if path == ["submit"]:
         unknown_submit_options(rest)
     read_values(path, ctx.params)

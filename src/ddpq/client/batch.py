@@ -61,7 +61,9 @@ def with_directives(ctx: typer.Context, script: Script) -> dict[str, Any]:
     for warning in script.directives.warnings:
         typer.echo(f"ddpq: warning: {script.path.name}: {warning}", err=True)
     try:
-        theirs = ctx.command.make_context(
+        # Click's errors raised (not made one line there): said below with the script's name.
+        command: Any = ctx.command  # submit's: a coercion.QuickCommand
+        theirs = command.parse_context(
             ctx.info_name, list(script.directives.options), parent=ctx.parent
         )
     except Exception as exc:  # click's usage errors (Typer vendors click: no one class)

@@ -142,11 +142,17 @@ class QuickCommand(TyperCommand):
         from typer import BadParameter
 
         try:
-            return super().make_context(info_name, args, *a, **k)
+            return self.parse_context(info_name, args, *a, **k)
         except BadParameter as exc:  # a value (or a missing one) of this command's
             from ddpq.client.runtime import fail
 
             fail(exc.format_message(), 2)
+
+    def parse_context(self, info_name: str | None, args: list[str], *a: Any, **k: Any) -> Any:
+        """The context of ``args`` as click makes it, its errors raised: for words that are
+        not the command line's own (a script's ``#DDPQ`` lines, ``client.batch``), whose
+        reader says where they came from."""
+        return super().make_context(info_name, args, *a, **k)
 
 
 class QuickGroup(TyperGroup):
