@@ -64,6 +64,31 @@ def test_zero_gpu_run_weighs_a_tenth() -> None:
     assert usage["cpu"] == pytest.approx(10.0)
 
 
+@pytest.mark.parametrize(
+    ("gpus", "cores", "weighs"),
+    [
+        (0, 1, 2.0),  # a core of a 2-core, 4-GPU host: half the host, 2 GPUs' worth
+        (0, 2, 4.0),
+        (1, 0, 1.0),
+        (1, 1, 2.0),  # its core is the larger share
+        (4, 1, 4.0),  # its GPUs are
+        (0, 0, 0.1),  # it leased neither
+    ],
+)
+def test_a_run_weighs_its_dominant_share_of_the_host(gpus: int, cores: int, weighs: float) -> None:
+    usage = recent_usage([Run("u", gpus, NOW - 10, NOW, cores)], NOW, HOUR, gpus_per_core=2.0)
+    assert usage["u"] == pytest.approx(10 * weighs)
+
+
+def test_a_flood_of_one_core_jobs_outweighs_a_gpu_job_it_outlasts() -> None:
+    """Bob's 3,000 one-core jobs against alice's 40 s on one GPU (a 2-core, 4-GPU host):
+    once they have run 20 s, fair share puts alice's next job first. At a tenth of a GPU
+    each, they stayed below hers for 400 s of the host's cores."""
+    flood = [Run("bob", 0, NOW - 30 + i * 0.5, NOW - 29 + i * 0.5, 1) for i in range(50)]
+    usage = recent_usage([Run("alice", 1, NOW - 100, NOW - 60), *flood], NOW, HOUR, 2.0)
+    assert usage["bob"] > usage["alice"] == pytest.approx(40.0)
+
+
 def test_usage_sums_per_owner() -> None:
     runs = [Run("a", 1, NOW - 10, NOW), Run("b", 2, NOW - 10, NOW), Run("a", 3, NOW - 10, NOW)]
     assert recent_usage(runs, NOW, HOUR) == {"a": 40.0, "b": 20.0}

@@ -138,13 +138,23 @@ class Run:
     gpus: int
     started_at: float
     ended_at: float | None  # None: still running
+    cores: int = 0  # the host's CPU cores it leased (its cpuset)
 
 
-def recent_usage(runs: Iterable[Run], now: float, window_s: float) -> dict[str, float]:
+# What a job that leased neither GPUs nor cores weighs, in GPUs.
+UNLEASED_WEIGHT = 0.1
+
+
+def recent_usage(
+    runs: Iterable[Run], now: float, window_s: float, gpus_per_core: float = 0.0
+) -> dict[str, float]:
     """GPU-seconds each owner used within the last ``window_s`` seconds.
 
-    A 0-GPU job counts as a tenth of a GPU, so CPU-only jobs still share fairly
-    among themselves without weighing like real GPU use.
+    A run weighs its dominant share of the host, in GPUs: its GPUs, or its cores at
+    ``gpus_per_core`` (the host's GPUs over its cores), whichever is more. A flood of
+    one-core jobs then weighs what it takes of the host: counted as a tenth of a GPU each,
+    it let its owner rank ahead of anyone who had run a GPU job, for as long as it lasted.
+    A job that leased neither counts as ``UNLEASED_WEIGHT`` of a GPU.
     """
     since = now - window_s
     usage: dict[str, float] = {}
@@ -153,6 +163,6 @@ def recent_usage(runs: Iterable[Run], now: float, window_s: float) -> dict[str, 
         start = max(run.started_at, since)
         if end <= start:
             continue
-        weight = run.gpus if run.gpus > 0 else 0.1
+        weight = max(run.gpus, run.cores * gpus_per_core) or UNLEASED_WEIGHT
         usage[run.owner] = usage.get(run.owner, 0.0) + weight * (end - start)
     return usage

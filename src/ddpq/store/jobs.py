@@ -353,11 +353,14 @@ def set_hold(session: Session, job: Job, hold: bool, now: float) -> None:
 
 def recent_runs(session: Session, since: float) -> list[Run]:
     rows = session.execute(
-        select(Job.owner, Attempt.gpus, Attempt.started_at, Attempt.ended_at)
+        select(Job.owner, Attempt.gpus, Attempt.started_at, Attempt.ended_at, Attempt.cores)
         .join(Job, Job.id == Attempt.job_id)
         .where((Attempt.ended_at.is_(None)) | (Attempt.ended_at >= since))
     )
-    return [Run(owner, len(gpus), start, end) for owner, gpus, start, end in rows]
+    return [
+        Run(owner, len(gpus), start, end, len(cores or ()))
+        for owner, gpus, start, end, cores in rows
+    ]
 
 
 def set_progress(session: Session, job: Job, progress: dict[str, Any]) -> None:

@@ -132,7 +132,8 @@ class RecentUsage:
         self.settings = settings
         self._usage: tuple[float, dict[str, float]] = (float("-inf"), {})
 
-    def get(self, s: Session, now: float) -> dict[str, float]:
+    def get(self, s: Session, now: float, gpus_per_core: float = 0.0) -> dict[str, float]:
+        """``gpus_per_core``: what a leased core weighs (``core.rules.recent_usage``)."""
         cached_at, usage = self._usage
         if now - cached_at >= USAGE_TTL_S:
             cfg = self.settings
@@ -140,7 +141,7 @@ class RecentUsage:
             runs = job_store.recent_runs(s, since)
             if cfg.counts_outside_use:
                 runs += usage_store.outside_runs(s, since, names_are_users=not cfg.auth)
-            usage = recent_usage(runs, now, cfg.usage_window_s)
+            usage = recent_usage(runs, now, cfg.usage_window_s, gpus_per_core)
             self._usage = (now, usage)
         return usage
 
@@ -192,7 +193,10 @@ class Scheduler:
         ports = self.ports.candidates(*cfg.port_range, self.last_port, holding.ports(), now)
         world = read_world(s, cfg, candidates, holding, usable_gpus, ports, now, measured)
         world = replace(world, hardware=hardware, host=self.host.use(holding.slots, holding.ram))
-        order = Order(cfg.policy, self.usage.get(s, now))
+        # A core weighs the host's GPUs over its cores (one GPU's worth where it has none).
+        cores = self.host.capacity
+        per_core = max(len(usable_gpus), 1) / cores if cores else 0.0
+        order = Order(cfg.policy, self.usage.get(s, now, per_core))
         if cfg.policy is Policy.LAS:  # ranked by the service each job has had so far
             served = attempt_store.attained(s, [c.id for c in candidates], now)
             candidates = [replace(c, attained_s=served.get(c.id, 0.0)) for c in candidates]
