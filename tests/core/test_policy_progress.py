@@ -113,12 +113,26 @@ def test_estimate_prefers_measured_progress_and_counts_gpus() -> None:
     assert estimate(without, history, 60) == pytest.approx(50)
 
 
-def test_over_band_names_the_owners_far_above_their_share() -> None:
+def test_over_band_names_the_owners_far_above_the_others_mean() -> None:
     usage = {"ann": 700.0, "bob": 200.0, "cat": 100.0, "idle": 10_000.0}
-    assert over_band(usage, ["ann", "bob", "cat"], band=1.0) == {"ann"}  # 70% > 2/3
-    assert over_band(usage, ["ann", "bob", "cat"], band=1.2) == frozenset()
+    assert over_band(usage, ["ann", "bob", "cat"], band=1.0) == {"ann"}  # 700 > 2 x 150
+    assert over_band(usage, ["ann", "bob", "cat"], band=3.6) == {"ann"}  # 700 > 4.6 x 150
+    assert over_band(usage, ["ann", "bob", "cat"], band=3.7) == frozenset()  # 700 < 705
     assert over_band(usage, ["ann"]) == frozenset()  # alone: all is their share
     assert over_band({}, ["ann", "bob"]) == frozenset()
+    assert over_band({"ann": 5.0, "bob": 5.0}, ["ann", "bob"]) == frozenset()  # even
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "over"),
+    [(192.0, 40.0, True), (81.0, 40.0, True), (80.0, 40.0, False), (1.0, 0.0, True)],
+)
+def test_over_band_can_name_one_of_two_owners(mine: float, theirs: float, over: bool) -> None:
+    """With two owners, a share of the total could never pass (1 + band) / 2 = 1: one who
+    used more than twice the other is over it now (a flood of short jobs against a new
+    user's one, found by hand: 1,500 jobs held hers 73 s)."""
+    band = over_band({"bob": mine, "ann": theirs}, ["ann", "bob"])
+    assert band == ({"bob"} if over else frozenset())
 
 
 def waiting(i: int, owner: str = "u", priority: int = 0, gpus: int = 1) -> Waiting:

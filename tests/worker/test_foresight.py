@@ -14,6 +14,7 @@ from ddpq.core.policy import Policy
 from ddpq.core.states import JobState
 from ddpq.store import progress as progress_store
 from ddpq.store.models import Job, ProgressSample
+from ddpq.worker.forecast import HISTORY_TTL_S
 from tests.worker.rig import Rig, make_rig
 
 
@@ -143,3 +144,26 @@ def test_a_job_held_back_by_what_the_forecast_does_not_model_has_no_start(
         assert predicted(rig, second) is None
     finally:
         rig.close()
+
+
+def test_a_flood_of_short_jobs_does_not_hold_back_another_users_new_job(srpt: Rig) -> None:
+    """Bob's short jobs have a history that ranks them near zero; alice's first job has
+    none (an hour, or no estimate at all between two rankings). He has used far more than
+    her lately, so hers starts at the next free GPU, ahead of all of his (by hand: 1,500 of
+    his held hers 73 s)."""
+    for _ in range(6):  # bob's history: 6 s jobs
+        done = srpt.submit(owner="bob")
+        srpt.step()
+        srpt.clock.advance(6.0)
+        srpt.host.finish(done)
+        srpt.step()
+    flood = [srpt.submit(owner="bob") for _ in range(10)]
+    srpt.clock.advance(HISTORY_TTL_S)  # history read again, estimates made: bob's ~6 s
+    srpt.step()
+    assert srpt.job(flood[0]).state is JobState.RUNNING
+    mine = srpt.submit(owner="alice", command=["python", "train.py"])
+    srpt.step()  # between rankings: alice's job has no estimate yet
+    srpt.host.finish(flood[0])
+    srpt.step(2)
+    assert srpt.job(mine).state is JobState.RUNNING
+    assert all(srpt.job(j).state is JobState.QUEUED for j in flood[1:])

@@ -78,12 +78,8 @@ class Foresight:
         # How long to wait before the next forecast or estimates at least: COST_FACTOR
         # times what the last took, so that a huge queue spends a bounded share on them.
         self._forecast_for = self._ranked_for = 0.0
-        # srpt-progress's last estimates: when, each job's, the owners over their band.
-        self._ranked: tuple[float, dict[int, float], frozenset[str]] = (
-            float("-inf"),
-            {},
-            frozenset(),
-        )
+        # srpt-progress's last estimates: when, and each job's.
+        self._ranked: tuple[float, dict[int, float]] = (float("-inf"), {})
 
     def history(self, s: Session, now: float) -> History:
         read_at, history = self._history
@@ -102,10 +98,14 @@ class Foresight:
         running: Sequence[tuple[RunningView, int]],
         now: float,
     ) -> Order:
-        """``order`` with each live job's estimate and the owners over their band, made
+        """``order`` with the owners over their band, and each live job's estimate, made
         again at most every ``FORECAST_EVERY_S`` (or ``COST_FACTOR`` times their cost; a job
         newer than them ranks as one with no estimate until then: ``NO_ESTIMATE_S``)."""
-        ranked_at, remaining, band = self._ranked
+        # The band every pass (a set of owners: cheap), so that a user whose first job
+        # arrives between estimates already ranks ahead of one far over the others' use.
+        owners = {q.owner for q in queued} | {r.owner for r, _ in running}
+        band = over_band(order.usage, owners)
+        ranked_at, remaining = self._ranked
         if now - ranked_at < max(FORECAST_EVERY_S, self._ranked_for):
             return replace(order, remaining=remaining, over_band=band)
         t0 = self._timer()
@@ -114,9 +114,8 @@ class Foresight:
         jobs = [(q.id, q.owner, q.gpus, False) for q in queued]
         jobs += [(r.id, r.owner, gpus, True) for r, gpus in running]
         guesses = estimates((known.seen(*job) for job in jobs), self.history(s, now), now)
-        band = over_band(order.usage, {owner for _, owner, _, _ in jobs})
         self._ranked_for = COST_FACTOR * (self._timer() - t0)
-        self._ranked = (now, guesses, band)
+        self._ranked = (now, guesses)
         return replace(order, remaining=guesses, over_band=band)
 
     def forecast(

@@ -10,7 +10,7 @@ the daemon sees (pure).
   next ``d`` GPU-seconds to the GPU-time that costs, over all ``d``, given the service it
   has had. Its inverse is in GPU-seconds, and equals the remaining GPU-time of a job whose
   remaining time is known, so both kinds of job share one SRPT-like order.
-- Owners whose recent share of GPU-time is above their fair share by more than a band
+- Owners whose recent use is above the other active owners' mean by more than a band
   are ranked after everyone else's jobs (``over_band``).
 
 Nothing here reads a job's true length: the replay (``ddpq.sim``) and the daemon call it on
@@ -33,7 +33,7 @@ MAX_HISTORY = 500
 # With no history at all: the rank of a job that has had no service (one GPU-hour), and
 # like LAS, a job that has had more service ranks later.
 PRIOR_S = 3600.0
-# An owner is over the band when their share of recent use exceeds (1 + band) × fair.
+# An owner is over the band when their recent use exceeds (1 + band) × the others' mean.
 DEFAULT_BAND = 1.0
 
 
@@ -180,11 +180,18 @@ def estimates(jobs: Iterable[Seen], history: History, now: float) -> dict[int, f
 def over_band(
     usage: Mapping[str, float], active: Iterable[str], band: float = DEFAULT_BAND
 ) -> frozenset[str]:
-    """The ``active`` owners (with jobs queued or running) whose share of the recent use
-    among them exceeds the fair share, 1/len(active), by more than ``band`` of it."""
+    """The ``active`` owners (with jobs queued or running) whose recent use exceeds the mean
+    of the other active owners' by more than ``band`` of it: with the default band, more
+    than twice what the others used on average.
+
+    Measured against the others, not against a fair share of the total: a share of the
+    total can never exceed ``(1 + band) / owners`` when there are two owners and band is
+    1, so a user flooding the queue with short jobs ranked ahead of another's new job
+    indefinitely (their estimates near zero, hers unknown)."""
     owners = sorted(set(active))
-    total = sum(usage.get(o, 0.0) for o in owners)
+    used = {o: usage.get(o, 0.0) for o in owners}
+    total = sum(used.values())
     if len(owners) < 2 or total <= 0:
         return frozenset()
-    limit = (1.0 + band) / len(owners)
-    return frozenset(o for o in owners if usage.get(o, 0.0) / total > limit)
+    others = len(owners) - 1
+    return frozenset(o for o in owners if used[o] > (1.0 + band) * (total - used[o]) / others)
