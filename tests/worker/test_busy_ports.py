@@ -22,7 +22,13 @@ import pytest
 from ddpq.core.states import JobState
 from ddpq.portholders import Holder, holders
 from ddpq.procfs import process_name
-from ddpq.worker.ports import PORT_COOLDOWN_S, RECHECK_PORTS, RECHECK_S, port_is_free
+from ddpq.worker.ports import (
+    PORT_COOLDOWN_S,
+    RECHECK_PORTS,
+    RECHECK_S,
+    PortGate,
+    port_is_free,
+)
 from tests.helpers import free_block
 from tests.worker.rig import Rig, make_rig
 
@@ -237,3 +243,30 @@ def test_a_look_that_fails_still_leaves_the_job_waiting(tmp_path: Path) -> None:
         assert "29600 held by a process ddpq cannot see" in rig.job(job).reason
     finally:
         rig.close()
+
+
+@pytest.mark.parametrize("moves", [0, 1, RECHECK_PORTS, 7])
+def test_each_cooling_port_has_its_turn_however_the_rotation_moves_between_rechecks(
+    moves: int,
+) -> None:
+    """The rotation's start (the last port leased) and the leased ports change between
+    rechecks; still every cooling port of the range is test-bound within the rechecks it
+    takes to walk the range once (a cursor kept as a place in the list skipped some)."""
+    lo, hi = 40000, 40000 + 2 * RECHECK_PORTS + 7  # not a multiple of RECHECK_PORTS
+    tried: list[int] = []
+
+    def held(port: int) -> bool:
+        tried.append(port)
+        return False
+
+    gate = PortGate(port_free=held, look=lambda ports: {})
+    gate._cool(range(lo, hi + 1), now=0.0)
+    after = lo
+    ever_leased: set[int] = set()  # a leased port is ddpq's own: no recheck binds it
+    turns = -(-(hi - lo + 1) // RECHECK_PORTS)
+    for turn in range(turns):
+        after = lo + (after - lo + moves) % (hi - lo + 1)
+        leased = {after} if turn % 2 else set()  # a port leased now, let go by the next
+        ever_leased |= leased
+        assert gate.candidates(lo, hi, after, leased, now=turn * RECHECK_S) == []
+    assert set(range(lo, hi + 1)) - set(tried) - ever_leased == set(), "ports never rechecked"

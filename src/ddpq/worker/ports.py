@@ -80,7 +80,9 @@ class PortGate:
         self.cooldown: dict[int, float] = {}  # port -> when it may be tried again
         self.held_by: dict[int, str] = {}  # a cooling port -> who holds it, in words
         self.recheck_at = 0.0  # when cooling ports may next be test-bound early
-        self.recheck_next = 0  # where in the range the next recheck begins: each port in turn
+        # The last port a recheck test-bound: the next begins after it, so each port of the
+        # range has its turn however the leases and the rotation's start move in between.
+        self.recheck_after: int | None = None
 
     def candidates(
         self, lo: int, hi: int, after: int | None, leased: Set[int], now: float
@@ -93,9 +95,9 @@ class PortGate:
         # Nothing left but cooling ports: those whose holder has let go since are offered
         # now (``confirm`` binds each again before a job gets it).
         self.recheck_at = now + RECHECK_S
-        start = self.recheck_next % len(spare)
-        batch = (spare[start:] + spare[:start])[:RECHECK_PORTS]
-        self.recheck_next = start + len(batch)
+        batch = [p for p in rotation(lo, hi, self.recheck_after) if p not in leased]
+        batch = batch[:RECHECK_PORTS]
+        self.recheck_after = batch[-1]
         freed = [p for p in batch if self.port_free(p)]
         for port in freed:
             self._forget(port)
