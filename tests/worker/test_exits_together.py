@@ -16,6 +16,8 @@ from sqlalchemy import event
 
 from ddpq.core.states import JobState
 from ddpq.store import endings as ending_store
+from ddpq.store.db import Session
+from ddpq.store.models.tables import JobEvent
 from ddpq.worker import exits
 from tests.worker.rig import Rig, make_rig
 
@@ -175,5 +177,33 @@ def test_an_end_is_said_in_the_log_once_its_record_has_committed(
             assert said not in caplog.messages  # recorded, not yet committed
         assert rig.job(job).state is JobState.SUCCEEDED
         assert caplog.messages.count(said) == 1
+    finally:
+        rig.close()
+
+
+def test_an_end_whose_savepoint_is_undone_at_its_release_is_not_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An end recorded alone whose savepoint fails as it is released (what it wrote
+    cannot be flushed) is undone: only the job's failure, recorded instead, is said."""
+    rig = make_rig(tmp_path, fake_gpus=2, max_user_ports=2)
+    real = ending_store.record_exit
+
+    def unflushable(s: Session, ending: ending_store.Ending, *args: Any) -> None:
+        real(s, ending, *args)
+        if args[1].job_state is JobState.SUCCEEDED:  # a row that cannot be written
+            s.add(JobEvent(job_id=ending.job_id, at=0.0, to_state=None))
+
+    try:
+        job = rig.submit()
+        rig.step()
+        rig.host.finish(job, 0)
+        monkeypatch.setattr(ending_store, "record_exits_many", None)  # alone, each
+        monkeypatch.setattr(ending_store, "record_exit", unflushable)
+        caplog.set_level("INFO", logger="ddpq.worker")
+        rig.step()
+        assert rig.job(job).state is JobState.FAILED
+        assert f"job {job}: exit code 0" not in caplog.messages
+        assert caplog.messages.count(f"job {job}: {exits.UNRECORDABLE}") == 1
     finally:
         rig.close()

@@ -70,17 +70,21 @@ def _record_alone(
 ) -> None:
     """One end in a savepoint of its own; if that fails, the job failed, recorded without
     reading anything it wrote."""
+    # Said only once its savepoint is released: one rolled back at its release (a flush
+    # that fails there) must not leave its end to be said at the commit.
     try:
         with s.begin_nested():
-            _record(s, ending, e.record, settings, now, read_files=True)
+            said = _record(s, ending, e.record, settings, now, read_files=True)
     except Exception:
         log.exception("job %s: could not record its end; marking it failed", e.job_id)
         broken = ExitRecord(None, None, now, now, error=UNRECORDABLE)
         try:
             with s.begin_nested():
-                _record(s, ending, broken, settings, now, read_files=False)
+                said = _record(s, ending, broken, settings, now, read_files=False)
         except Exception:  # left to reconcile at the next start; the others go on
             log.exception("job %s: could not mark it failed either", e.job_id)
+            return
+    _say_when_committed(s, ending.job_id, said)
 
 
 def _decide(
@@ -115,10 +119,11 @@ def _record(
     now: float,
     *,
     read_files: bool,
-) -> None:
+) -> str:
+    """Record one end; what the log is to say of it once committed."""
     d = _decide(ending, record, settings, now, read_files=read_files)
     ending_store.record_exit(s, ending, record, d.disposition, d.progress, now)
-    _say_when_committed(s, ending.job_id, d.disposition.attempt_reason)
+    return d.disposition.attempt_reason
 
 
 def _say_when_committed(s: Session, job_id: int, reason: str) -> None:
