@@ -34,6 +34,7 @@ RESET_IN_JOB = (
 )
 STARTED: list[subprocess.Popen[bytes]] = []  # the job started, kept (fork_job says why)
 NOT_RUN_EXIT = 127  # a command that could not be run, as a shell says it
+MAX_WHY_BYTES = 1024  # of why a forked job's exec failed (a pipe's buffer holds it whole)
 POLL_S = 0.5  # the longest the relay sleeps without looking at its signals and children
 
 
@@ -42,8 +43,8 @@ def fork_job(
 ) -> tuple[int, str | None]:
     """Start ``cmd`` as the leader of its own process group, its stdout and stderr on
     ``out_w``, stdin from /dev/null; the child's pid, and why the command could not be
-    run where ``subprocess`` found it so (the fork's child then says it again, into the
-    log, and exits 127). ``shield``: the job's first process is a launcher (torchrun) that
+    run, if it could not (the child then says it into the log too, and exits 127).
+    ``shield``: the job's first process is a launcher (torchrun) that
     ignores ``preempt_with`` and lets its ranks handle it.
 
     Started by ``subprocess`` where it can be: its child shares this process's memory
@@ -52,7 +53,7 @@ def fork_job(
     (bench/RESULTS.md, "the shim's share"). Not ``os.posix_spawn``: the C library's leaves
     its own two real-time signals ignored in the job. Forked where neither can say it: a
     signal to ignore in the job, or a command that cannot start (the fork's child writes
-    why into the log, exit 127)."""
+    why into the log and to this process, exit 127)."""
     cannot_run = None
     if not (preempt_with is not None and shield):
         try:
@@ -75,10 +76,17 @@ def fork_job(
             # and take the exit status the relay reaps (shim_procs.reap_children).
             STARTED.append(job)
             return job.pid, None
+    # The child tells why its exec failed through a pipe that the exec itself closes:
+    # an empty read means the command runs.
+    said_r, said_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid:
-        return pid, cannot_run
+        os.close(said_w)
+        with os.fdopen(said_r, "rb") as said:
+            why = said.read(MAX_WHY_BYTES).decode(errors="replace")
+        return pid, why or cannot_run
     try:  # the job
+        os.close(said_r)
         os.setpgid(0, 0)
         for s in RESET_IN_JOB:
             signal.signal(s, signal.SIG_DFL)
@@ -91,9 +99,15 @@ def fork_job(
         os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
+    except OSError as exc:
+        os.write(2, f"ddpq: could not start the job: {exc}\n".encode())
+        os._exit(NOT_RUN_EXIT)
+    try:
         os.execvp(cmd[0], cmd)
     except OSError as exc:
-        os.write(2, f"ddpq: {not_run(cmd[0], exc)}\n".encode())
+        why = not_run(cmd[0], exc)
+        os.write(2, f"ddpq: {why}\n".encode())
+        os.write(said_w, why.encode()[:MAX_WHY_BYTES])
     os._exit(NOT_RUN_EXIT)
 
 
