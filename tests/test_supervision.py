@@ -367,6 +367,11 @@ def test_malformed_or_linked_exit_records_count_as_none(tmp_path: Path) -> None:
         '{"attempt": "1", "exit_code": [1], "started_at": 1, "ended_at": 2}',
         '{"attempt": "1", "exit_code": 0, "started_at": "x", "ended_at": 2}',
         valid.replace('"1"', '"2"'),  # another attempt's
+        # numbers that are no finite float: JSON's integers have no bound
+        *(valid.replace('"started_at": 1', f'"started_at": {n}') for n in BAD_TIMES),
+        *(valid.replace('"ended_at": 2', f'"ended_at": {n}') for n in BAD_TIMES),
+        valid.replace('"exit_code": 0', '"exit_code": 1' + "0" * 400),
+        valid.replace('"exit_code": 0', '"exit_code": true'),
     ]:
         record.write_text(content)
         assert read_exit_record(tmp_path, 1) is None, content
@@ -379,16 +384,29 @@ def test_malformed_or_linked_exit_records_count_as_none(tmp_path: Path) -> None:
     assert read_exit_record(tmp_path, 1) is None  # a link is never followed
 
 
-def test_a_job_forging_its_exit_record_cannot_stall_the_queue(shared_daemon: Daemon) -> None:
+# Seconds no float holds, or not finite: each must read as no record, never raise.
+BAD_TIMES = ["1" + "0" * 400, "-1" + "0" * 400, "1e400", "NaN", "-Infinity", "true", '"1"']
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "[1]",
+        '{"attempt": "1", "exit_code": 0, "started_at": 1%s, "ended_at": 2}' % ("0" * 400),
+    ],
+)
+def test_a_job_forging_its_exit_record_cannot_stall_the_queue(
+    shared_daemon: Daemon, forged: str
+) -> None:
     forger = (
-        "import json, os, signal, time\n"
+        "import os, signal, sys, time\n"
         "d = os.environ['DDPQ_JOB_DIR']\n"
-        "open(os.path.join(d, 'exit.json'), 'w').write(json.dumps([1]))\n"
+        "open(os.path.join(d, 'exit.json'), 'w').write(sys.argv[1])\n"
         "os.kill(os.getppid(), signal.SIGKILL)\n"
         "time.sleep(60)\n"
     )
     c = shared_daemon.client()
-    bad = c.submit(JobSubmit(command=[sys.executable, "-c", forger], gpus=4))
+    bad = c.submit(JobSubmit(command=[sys.executable, "-c", forger, forged], gpus=4))
     done = wait_done(c, bad.id)
     assert done.state == "failed" and "lost" in done.reason
     after = c.submit(JobSubmit(command=["true"], gpus=4))

@@ -367,18 +367,29 @@ def read_exit_record(job_dir: Path, attempt: int) -> ExitRecord | None:
     started, ended = data.get("started_at"), data.get("ended_at")
     if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (code, sig)):
         return None
-    times = [v for v in (started, ended) if isinstance(v, int | float) and not isinstance(v, bool)]
-    if len(times) != 2 or (error is not None and not isinstance(error, str)):
+    began, finished = finite_time(started), finite_time(ended)
+    if began is None or finished is None or (error is not None and not isinstance(error, str)):
         return None
     launched = data.get("launched", True)
     if not isinstance(launched, bool):
         return None
-    if not all(math.isfinite(t) for t in times) or not all(
-        v is None or abs(v) < 2**31 for v in (code, sig)
-    ):
+    if not all(v is None or abs(v) < 2**31 for v in (code, sig)):
         return None
     text = clean_text(error, 500) if error else None
-    return ExitRecord(code, sig, float(times[0]), float(times[1]), text, launched)
+    return ExitRecord(code, sig, began, finished, text, launched)
+
+
+def finite_time(value: object) -> float | None:
+    """``value`` as a finite number of seconds; None for anything else. JSON's integers
+    have no bound: one of 400 digits is no float (``float`` raises), and must not raise
+    in the worker."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def read_progress(job_dir: Path) -> dict[str, Any] | None:

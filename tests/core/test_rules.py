@@ -18,6 +18,7 @@ from ddpq.core.rules import (
     recent_usage,
     retry_backoff_s,
     should_retry,
+    within_attempt,
 )
 from ddpq.core.states import JobState
 
@@ -277,3 +278,27 @@ def test_past_time_limit() -> None:
     assert past_time_limit(NOW - 61, 60.0, NOW)
     assert not past_time_limit(None, 60.0, NOW)
     assert not past_time_limit(NOW - 1e9, None, NOW)
+
+
+@pytest.mark.parametrize(
+    ("began", "ended", "held"),
+    [
+        (150.0, 180.0, (150.0, 180.0)),  # a true record is kept as it is
+        (150.0, -1e300, (150.0, 150.0)),  # an end before its start: no time at all
+        (-1e300, -1e300, (100.0, 100.0)),  # both before the attempt began
+        (150.0, 1e300, (150.0, 200.0)),  # an end ahead of now
+        (1e300, 1e300, (200.0, 200.0)),
+        (50.0, 180.0, (100.0, 180.0)),  # a start before the attempt's
+    ],
+)
+def test_an_exit_records_times_are_held_to_its_attempt(
+    began: float, ended: float, held: tuple[float, float]
+) -> None:
+    """The job can write over the shim's record; its times count in fair share and the
+    usage reports only within its attempt's start (100) and now (200)."""
+    record = ExitRecord(0, None, began, ended)
+    kept = within_attempt(record, 100.0, 200.0)
+    assert (kept.started_at, kept.ended_at) == held
+    assert kept.exit_code == 0
+    no_start = within_attempt(ExitRecord(0, None, 150.0, 1e300), None, 200.0)
+    assert (no_start.started_at, no_start.ended_at) == (150.0, 200.0)

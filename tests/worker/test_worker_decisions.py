@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from ddpq.core.disposition import MAX_RELAUNCHES, attempt_header
 from ddpq.core.rules import ExitRecord
@@ -21,6 +22,7 @@ from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
 from ddpq.store import endings as ending_store
 from ddpq.store.db import Session
+from ddpq.store.models import Attempt
 from ddpq.worker import exits
 from tests.worker.rig import Rig, make_rig
 
@@ -446,3 +448,19 @@ def test_a_job_waiting_in_a_clusters_queue_shows_why_and_its_limit_starts_when_i
     rig.clock.advance(0.2)
     rig.step()
     assert rig.host.attempt_of(job).stops == 1 and rig.job(job).stop_request == "timeout"
+
+
+@pytest.mark.parametrize("forged", [-1e300, 0.0, 1e300])
+def test_a_forged_end_in_the_exit_record_is_held_to_the_attempt(rig: Rig, forged: float) -> None:
+    """The job can write over its exit record: the end it claims counts only between its
+    attempt's start and the pass that records it (fair share and usage read it)."""
+    job = rig.submit()
+    rig.step()
+    started = rig.clock()
+    rig.clock.advance(30.0)
+    rig.host.attempt_of(job).record = ExitRecord(0, None, forged, forged)
+    rig.step()
+    with rig.api.read() as s:
+        ended = s.execute(select(Attempt.ended_at).where(Attempt.job_id == job)).scalar_one()
+    assert rig.job(job).state is S
+    assert ended == (started if forged < started else rig.clock())

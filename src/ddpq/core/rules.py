@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from ddpq.core.states import JobState
@@ -41,6 +41,19 @@ class ExitRecord:
     # ``memory.max_usage_in_bytes``), read by the executor before the cgroup goes. None:
     # not known (no memory controller, or no cgroup).
     peak_ram_bytes: int | None = None
+
+
+def within_attempt(record: ExitRecord, attempt_started: float | None, now: float) -> ExitRecord:
+    """``record`` with its times held to when its attempt could have run: from the
+    attempt's start, as the store has it, to ``now``. The job can write the shim's record
+    over: an end forged before its start would hide its time from fair share and the
+    usage reports, and one far ahead would count it there for years."""
+    earliest = attempt_started if attempt_started is not None else float("-inf")
+    began = min(max(record.started_at, earliest), now)
+    ended = min(max(record.ended_at, began), now)
+    if (began, ended) == (record.started_at, record.ended_at):
+        return record
+    return replace(record, started_at=began, ended_at=ended)
 
 
 @dataclass(frozen=True)

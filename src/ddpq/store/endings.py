@@ -61,6 +61,7 @@ _ENDINGS = (
         Job.job_dir,
         Job.oom_requeues,
         Attempt.gpu_mem_bytes,
+        Attempt.started_at,
     )
     .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.number == Job.attempt))
     .where(Job.id.in_(bindparam("ids", expanding=True)))
@@ -76,6 +77,7 @@ class Ending:
     attempt: int
     facts: JobFacts
     job_dir: str | None
+    attempt_started: float | None = None  # its current attempt's start, as the store has it
 
 
 def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
@@ -97,7 +99,7 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
             shared_mem_bytes=row.gpu_mem_bytes,
             oom_requeues=row.oom_requeues,
         )
-        out[row.id] = Ending(row.id, row.state, row.attempt, facts, row.job_dir)
+        out[row.id] = Ending(row.id, row.state, row.attempt, facts, row.job_dir, row.started_at)
     return out
 
 

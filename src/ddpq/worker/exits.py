@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ddpq.config import Settings
 from ddpq.core.disposition import after_exit, cuda_out_of_memory, rendezvous_port_clash
-from ddpq.core.rules import ExitRecord
+from ddpq.core.rules import ExitRecord, within_attempt
 from ddpq.core.states import ACTIVE
 from ddpq.executors.base import Ended
 from ddpq.jobdir import JobDir
@@ -95,6 +95,7 @@ def _decide(
     *,
     read_files: bool,
 ) -> ending_store.Exit:
+    record = within_attempt(record, ending.attempt_started, now)
     folder = JobDir(Path(ending.job_dir)) if read_files and ending.job_dir else None
     progress = folder.read_progress() if folder is not None else None
     disposition = after_exit(

@@ -180,7 +180,12 @@ class LocalExecutor:
             w = self._watched.pop(job_id)
             if w.fd is not None:
                 os.close(w.fd)
-            record = w.folder.read_exit_record(w.attempt)
+            try:
+                record = w.folder.read_exit_record(w.attempt)
+            except Exception:  # the job can write its record: a bug reading it loses that
+                # job (its processes still end below), never this pass's other ends
+                log.exception("job %s: its exit record could not be read", job_id)
+                record = None
             cgroup = self._cgroup_of(job_id, w.attempt)
             # Looked up once: each is a few stats in every v1 tree, three uses below.
             v1 = limits.v1_cgroups(self.limits, job_id, w.attempt)
