@@ -244,7 +244,10 @@ def _open_own(path: Path, uid: int) -> int | None:
 
     Looked at through an O_PATH descriptor (which opens nothing: no FIFO blocks, no
     device wakes) and reopened through /proc for writing: the file checked is the file
-    written, whatever the job renames meanwhile."""
+    written, whatever the job renames meanwhile. Reopened with O_NONBLOCK: the account
+    may hold a lease on its file (F_SETLEASE), and an open that must break it waits for
+    the kernel's lease-break-time (45 s), the worker with it; it fails at once instead,
+    and the file counts as something else."""
     try:
         ref = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -253,7 +256,11 @@ def _open_own(path: Path, uid: int) -> int | None:
         info = os.fstat(ref)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != uid:
             return None
-        return os.open(f"/proc/self/fd/{ref}", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        writing = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            return os.open(f"/proc/self/fd/{ref}", writing)
+        except BlockingIOError:  # a lease held on it
+            return None
     finally:
         os.close(ref)
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,14 @@ import pytest
 from ddpq.config import Settings
 from ddpq.core.disposition import ATTEMPT_HEADER
 from ddpq.executors.slurm import submit
-from ddpq.jobdir import STALE, JobDir, make_folder, open_for_append, remove_entry
+from ddpq.jobdir import (
+    STALE,
+    JobDir,
+    append_if_own,
+    make_folder,
+    open_for_append,
+    remove_entry,
+)
 from tests.helpers import wait_for
 from tests.jobfolders.hostile import (
     KINDS,
@@ -182,3 +191,57 @@ def test_a_notice_is_a_new_file_the_jobs_account_can_read(
     assert victims.snapshot() == before
     info = os.lstat(folder.notice)
     assert info.st_nlink == 1 and stat.S_IMODE(info.st_mode) & 0o004
+
+
+# The job's account holds a lease on a file of its own until it is killed: an open for
+# writing by anyone else must break it, which waits up to the kernel's lease-break-time.
+LEASE_HOLDER = """
+import fcntl, os, signal, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+signal.signal(signal.SIGIO, signal.SIG_IGN)  # told to let go: it does not
+print("leased", flush=True)
+signal.pause()
+"""
+
+
+def test_a_lease_on_the_jobs_own_log_does_not_hold_the_daemon(
+    home: Path, accounts: Accounts, python_for_jobs: str
+) -> None:
+    """What the job's account holds a lease on counts as something else: taken away and
+    made afresh at once, where opening it would wait 45 s for the lease (the worker with
+    it, at every attempt's start)."""
+    lease_break_s = float(Path("/proc/sys/fs/lease-break-time").read_text())  # 45 by default
+    if lease_break_s < 6:
+        pytest.skip(f"leases here are broken after {lease_break_s:g} s: no wait to tell")
+    folder = home / "jobs" / "4"
+    folder.mkdir(parents=True)
+    log = folder / "output.log"
+    log.write_bytes(b"old\n")
+    uid, gid = accounts.ids(accounts.job)
+    os.chown(log, uid, gid)
+    holder = subprocess.Popen(
+        [python_for_jobs, "-S", "-c", LEASE_HOLDER, str(log)],
+        user=uid,
+        group=gid,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"leased\n"
+        done: list[bool] = []
+
+        def append() -> None:
+            done.append(append_if_own(log, uid, b"x\n"))
+            with open_for_append(log, (uid, gid)) as f:
+                f.write(b"header\n")
+            done.append(True)
+
+        worker = threading.Thread(target=append, daemon=True)
+        worker.start()
+        worker.join(lease_break_s / 3)
+        assert done == [False, True], "an open waited on the job's lease"
+        is_fresh_and_the_jobs(log, accounts)
+        assert log.read_bytes() == b"header\n"
+    finally:
+        holder.kill()
+        holder.wait()
