@@ -128,6 +128,38 @@ def judged_as_nobody(tmp_path: Path) -> None:
     check_cifar(body, str(tmp_path), nobody, judge_as=True)  # and now nobody too
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="judging as another account needs root")
+@pytest.mark.parametrize("how", ["test_batch", "cifar-10-batches-py", "data folder"])
+def test_a_link_to_someone_elses_file_tells_nothing_of_it(how: str) -> None:
+    """nobody's own folder, with a link (the test file, the batches' folder, or the data
+    folder itself) into a 0700 folder of root's: refused alike whether root's file is
+    there or not; the daemon does not follow the link as root."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:
+        os.chmod(top, 0o755)
+        private = Path(top) / "private"
+        theirs = cifar(private / "data")
+        private.chmod(0o700)
+        mine = Path(top) / "mine"
+        if how == "data folder":
+            mine.symlink_to(theirs)
+        else:
+            (mine / "cifar-10-batches-py").mkdir(parents=True)
+            if how == "test_batch":
+                target = theirs / "cifar-10-batches-py" / "test_batch"
+                (mine / "cifar-10-batches-py" / "test_batch").symlink_to(target)
+            else:
+                (mine / "cifar-10-batches-py").rmdir()
+                (mine / "cifar-10-batches-py").symlink_to(theirs / "cifar-10-batches-py")
+        body = JobSubmit(workload="resnet18", args=["--data-dir", str(mine)], gpus=1)
+        for _ in ("there", "gone"):
+            with pytest.raises(ApiError, match="CIFAR-10 not found at"):
+                check_cifar(body, top, "nobody", judge_as=True)
+            (theirs / "cifar-10-batches-py" / "test_batch").unlink(missing_ok=True)
+        private.chmod(0o755)  # reachable to nobody now: the same links lead to data
+        cifar(private / "data")
+        check_cifar(body, top, "nobody", judge_as=True)
+
+
 def test_another_workload_or_a_command_is_not_judged(api: TestClient, tmp_path: Path) -> None:
     r = api.post("/v1/jobs", json={"command": ["/bin/true"], "gpus": 0, "cwd": str(tmp_path)})
     assert r.status_code == 201, r.text

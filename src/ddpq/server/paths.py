@@ -1,4 +1,4 @@
-"""Whether a job could enter its working directory, judged at submission.
+"""Whether a job could enter its working directory (or find a file), judged at submission.
 
 A root daemon must not tell a user which paths exist where they cannot look (a 0700
 folder of someone else's): it judges the path as the job's own Unix account would reach
@@ -69,6 +69,21 @@ def can_enter(path: str, who: Account) -> bool:
     through, and on the last one. Every failure (missing, not a directory, out of reach,
     a link loop) is the same False.
     """
+    found = _resolve(path, who)
+    return found is not None and stat.S_ISDIR(found[1].st_mode) and _searchable(*found, who)
+
+
+def sees_file(path: str, who: Account) -> bool:
+    """Could ``who`` find a regular file at the absolute ``path``: every folder on the way
+    searchable by it, links resolved as it would (a link from a folder of its own into a
+    0700 one of someone else's leads nowhere, as it would for the account)."""
+    found = _resolve(path, who)
+    return found is not None and stat.S_ISREG(found[1].st_mode)
+
+
+def _resolve(path: str, who: Account) -> tuple[str, os.stat_result] | None:
+    """What ``path`` leads ``who`` to, with no link left in it, and its status; None where
+    the walk fails for that account (missing, out of reach, too many links)."""
     parts = deque(path.split("/"))
     current = "/"
     links = 0
@@ -79,9 +94,9 @@ def can_enter(path: str, who: Account) -> bool:
         try:
             here = os.stat(current)
         except OSError:
-            return False
+            return None
         if not stat.S_ISDIR(here.st_mode) or not _searchable(current, here, who):
-            return False
+            return None
         if part == "..":
             current = os.path.dirname(current)  # `current` never holds a link: exact
             continue
@@ -89,25 +104,24 @@ def can_enter(path: str, who: Account) -> bool:
         try:
             info = os.lstat(candidate)
         except OSError:
-            return False
+            return None
         if stat.S_ISLNK(info.st_mode):
             links += 1
             if links > MAX_LINKS:
-                return False
+                return None
             try:
                 target = os.readlink(candidate)
             except OSError:
-                return False
+                return None
             if target.startswith("/"):
                 current = "/"
             parts.extendleft(reversed(target.split("/")))
             continue
         current = candidate
     try:
-        last = os.stat(current)
+        return current, os.stat(current)
     except OSError:
-        return False
-    return stat.S_ISDIR(last.st_mode) and _searchable(current, last, who)
+        return None
 
 
 def daemon_can_enter(path: str) -> bool:

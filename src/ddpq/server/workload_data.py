@@ -65,8 +65,10 @@ def check_cifar(body: JobSubmit, cwd: str, account_name: str | None, judge_as: b
         return  # no account to judge as: the launch decides
     root = data_root(body, cwd, pw.pw_dir)
     for folder in (os.path.join(root, BATCHES_DIR), root):
-        reachable = paths.can_enter(folder, who) if who else paths.daemon_can_enter(folder)
-        if reachable and os.path.isfile(os.path.join(folder, TEST_FILE)):
+        test_file = os.path.join(folder, TEST_FILE)
+        # Judged as the account all the way to the file: a link there into a folder it
+        # cannot reach must not tell it whether someone else's file exists.
+        if paths.sees_file(test_file, who) if who else os.path.isfile(test_file):
             return
     raise ApiError(
         422,
