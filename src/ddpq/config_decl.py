@@ -225,8 +225,8 @@ class _Retention(BaseSettings):
         Budget,
         Public(
             "jobs_budget",
-            "most that all job folders may hold (500G): the oldest finished jobs' checkpoints "
-            "go first, then their logs",
+            "most that all job folders may hold (500G): finished jobs' checkpoints go first, "
+            "then their logs, from the user holding the most, oldest first",
             only="worker",
         ),
     ] = None

@@ -5,6 +5,7 @@ checkpoints before logs, rows only by age and never the newest one."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -190,8 +191,76 @@ def test_the_newest_row_stays_so_that_its_id_is_never_given_again() -> None:
 
 
 def test_folders_of_no_known_job_count_but_never_go() -> None:
-    jobs = [JobFolder(1, JobState.SUCCEEDED, NOW - DAY, 100, 0)]
+    jobs = [JobFolder(1, JobState.SUCCEEDED, NOW - DAY, 100, 10)]
     p = plan(jobs, Policy(None, 150), NOW, other_bytes=200)
-    # Its checkpoints, then (still over) its folder, empty by then: never the 200.
+    # Its checkpoints, then (still over) its log: never the 200.
     assert [(r.job_id, r.what) for r in p.removals] == [(1, What.CHECKPOINTS), (1, What.FOLDER)]
     assert (p.left_bytes, p.over_budget) == (200, True)
+    # A folder already empty frees nothing: it stays.
+    empty = plan(
+        [JobFolder(1, JobState.SUCCEEDED, NOW - DAY, 100, 0)],
+        Policy(None, 150),
+        NOW,
+        other_bytes=200,
+    )
+    assert [(r.job_id, r.what) for r in empty.removals] == [(1, What.CHECKPOINTS)]
+
+
+def folder(job_id: int, owner: str, gb: int, finished: bool = True) -> JobFolder:
+    """Job ``job_id`` of ``owner``: ``gb`` of checkpoints and a 1-byte log; finished
+    ``job_id`` days ago, or running."""
+    state, at = (JobState.SUCCEEDED, NOW - job_id * DAY) if finished else (JobState.RUNNING, None)
+    return JobFolder(job_id, state, at, gb * GB, 1, owner=owner)
+
+
+GB = 1 << 30
+
+
+def test_one_users_running_folders_never_cost_another_users_files() -> None:
+    """bob fills the disk with running jobs' folders (which never go): alice, within an
+    equal share of the budget, keeps everything, however old; the budget is said to be
+    over instead."""
+    jobs = [folder(1, "bob", 300, finished=False), folder(2, "bob", 200, finished=False)]
+    jobs += [folder(30, "alice", 40), folder(20, "alice", 40)]
+    p = plan(jobs, Policy(None, 500 * GB), NOW)
+    assert p.removals == () and p.over_budget
+
+
+def test_the_budget_trims_the_user_holding_the_most_first() -> None:
+    """bob writes into his finished folders from his shell: his oldest go, never alice's
+    older ones, while he holds more than she does and more than half the budget."""
+    jobs = [folder(100, "alice", 100), folder(90, "alice", 100)]
+    jobs += [folder(10, "bob", 300), folder(5, "bob", 300), folder(1, "bob", 300)]
+    p = plan(jobs, Policy(None, 801 * GB), NOW)
+    assert [(r.job_id, r.what) for r in p.removals] == [(10, What.CHECKPOINTS)]
+    assert not p.over_budget
+    # Both over their share of a small budget: the one holding more, turn by turn.
+    p = plan(jobs, Policy(None, 200 * GB), NOW)
+    assert [r.job_id for r in p.of(What.CHECKPOINTS)] == [10, 5, 1, 100]
+    assert p.left_bytes <= 200 * GB
+
+
+owners = st.sampled_from(["alice", "bob", "cat"])
+
+
+@SETTINGS
+@given(job_folders(), st.lists(owners, min_size=12, max_size=12), st.integers(0, 5 * 10**9))
+def test_under_a_budget_no_user_within_an_equal_share_loses_anything(
+    jobs: list[JobFolder], whose: list[str], budget: int
+) -> None:
+    """Whatever the others hold, a user whose folders hold no more than an equal share of
+    the budget keeps every file; each user's removals go oldest first."""
+    jobs = [replace(j, owner=o) for j, o in zip(jobs, whose, strict=False)]
+    p = plan(jobs, Policy(None, budget), NOW)
+    held = {j.owner: 0 for j in jobs}
+    for j in jobs:
+        held[j.owner] += j.total_bytes
+    share = budget / max(1, len(held))
+    by_id = {j.job_id: j for j in jobs}
+    for owner, total in held.items():
+        lost = [by_id[r.job_id] for r in p.removals if by_id[r.job_id].owner == owner]
+        if total <= share:
+            assert lost == [], owner
+        for what in What:
+            theirs = [by_id[r.job_id] for r in p.of(what) if by_id[r.job_id].owner == owner]
+            assert theirs == sorted(theirs, key=lambda j: (j.finished_at, j.job_id))

@@ -6,9 +6,13 @@ otherwise; after a year of sweeps the disk is full. Two limits, each optional:
 - an age (``--keep-finished 30d``): a job that finished longer ago than that loses its
   folder, and with ``prune_rows`` its row;
 - a budget for all job folders together (``--jobs-budget 500G``): while they hold more,
-  the oldest finished jobs lose their checkpoints (everything but the log and the records,
-  see ``ddpq.jobdir``), and only when every finished job's checkpoints are gone and that
-  is still not enough, their logs and records (the whole folder), oldest first.
+  finished jobs lose their checkpoints (everything but the log and the records, see
+  ``ddpq.jobdir``), and only when no finished job's checkpoints may go and that is still
+  not enough, their logs and records (the whole folder). Each time, from the user whose
+  folders hold the most, their oldest first, and only while that user holds more than an
+  equal share of the budget: users do not trust each other, and one who fills the disk
+  (a running job's folder, or writing into their finished ones) must not get another's
+  files removed. What then stays over the budget is said (``Plan.over_budget``).
 
 Only finished jobs are ever named: a queued, held or running job's folder holds what it
 will resume from, and it counts towards the budget all the same. A row is never the
@@ -18,8 +22,9 @@ another job's history.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ddpq.core.states import TERMINAL, JobState
@@ -42,6 +47,7 @@ class JobFolder:
     checkpoint_bytes: int = 0
     record_bytes: int = 0  # the log, the exit record, the progress lines, the shim's errors
     exists: bool = True
+    owner: str = ""
 
     @property
     def total_bytes(self) -> int:
@@ -117,25 +123,58 @@ def plan(
                 removals.append(Removal(j.job_id, What.ROW, 0, why))
 
     used = total - sum(r.bytes for r in removals)
-    if policy.budget_bytes is not None and used > policy.budget_bytes:
-        why = "job folders over the budget"
-        trimmed: dict[int, JobFolder] = {}
-        for j in _in_age_order(left.values()):
-            if used <= policy.budget_bytes:
-                break
-            if j.checkpoint_bytes > 0:
-                removals.append(Removal(j.job_id, What.CHECKPOINTS, j.checkpoint_bytes, why))
-                used -= j.checkpoint_bytes
-            trimmed[j.job_id] = j
-        for j in _in_age_order(left.values()):
-            if used <= policy.budget_bytes:
-                break
-            if j.exists:
-                rest = j.record_bytes if j.job_id in trimmed else j.total_bytes
-                removals.append(Removal(j.job_id, What.FOLDER, rest, why))
-                used -= rest
     budget = policy.budget_bytes
+    if budget is not None and used > budget:
+        held: dict[str, int] = {}  # what each owner's folders hold after the removals above
+        for j in jobs:
+            if j.job_id in left or not is_finished(j):
+                held[j.owner] = held.get(j.owner, 0) + j.total_bytes
+        share = max(0, budget - other_bytes) / max(1, len(held))
+        trim = _Trim(budget, used, held, share)
+        with_checkpoints = [j for j in left.values() if j.checkpoint_bytes > 0]
+        trimmed = trim.take(with_checkpoints, What.CHECKPOINTS, lambda j: j.checkpoint_bytes)
+        trim.take(
+            [j for j in left.values() if j.exists],
+            What.FOLDER,
+            lambda j: j.record_bytes if j.job_id in trimmed else j.total_bytes,
+        )
+        removals += trim.removals
+        used = trim.used
     return Plan(tuple(removals), total, used, budget is not None and used > budget)
+
+
+@dataclass
+class _Trim:
+    """The budget's removals: from the owner holding the most, their oldest finished job
+    first, while that owner holds more than ``share``."""
+
+    budget: int
+    used: int
+    held: dict[str, int]
+    share: float
+    removals: list[Removal] = field(default_factory=list)
+
+    def take(
+        self, jobs: Iterable[JobFolder], what: What, size: Callable[[JobFolder], int]
+    ) -> set[int]:
+        """Remove ``what`` of ``jobs`` (``size`` each) until within the budget or no owner
+        is over their share; the ids taken from."""
+        queues: dict[str, deque[JobFolder]] = {}
+        for j in _in_age_order(jobs):
+            queues.setdefault(j.owner, deque()).append(j)
+        taken: set[int] = set()
+        while self.used > self.budget:
+            over = [o for o, q in queues.items() if q and self.held.get(o, 0) > self.share]
+            if not over:
+                break
+            owner = max(over, key=lambda o: (self.held.get(o, 0), o))
+            j = queues[owner].popleft()
+            freed = size(j)
+            self.removals.append(Removal(j.job_id, what, freed, "job folders over the budget"))
+            self.used -= freed
+            self.held[owner] -= freed
+            taken.add(j.job_id)
+        return taken
 
 
 def _age_order(job: JobFolder) -> tuple[float, int]:

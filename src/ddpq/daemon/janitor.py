@@ -67,7 +67,7 @@ class Report:
         hold = "would hold" if self.dry_run else "hold"
         text += f"; job folders {hold} {approx_size(self.folder_bytes)}"
         if self.plan.over_budget:
-            text += ", over the budget: the rest belongs to jobs not finished"
+            text += ", over the budget: the rest is jobs not finished or users within their share"
         if self.left:
             text += f"; could not remove all of job {', '.join(map(str, self.left[:10]))}"
         return text
@@ -134,7 +134,7 @@ class Janitor:
         if report.plan.over_budget and not self._over_budget:
             log.warning(
                 "retention: job folders hold %s, more than the budget of %s, and the rest "
-                "belongs to jobs that have not finished",
+                "belongs to jobs that have not finished or to users within an equal share of it",
                 approx_size(report.folder_bytes),
                 approx_size(self.policy.budget_bytes or 0),
             )
@@ -173,7 +173,12 @@ class Janitor:
                 continue
             folders.append(
                 JobFolder(
-                    job_id, row.state, row.finished_at, usage.checkpoint_bytes, usage.record_bytes
+                    job_id,
+                    row.state,
+                    row.finished_at,
+                    usage.checkpoint_bytes,
+                    usage.record_bytes,
+                    owner=row.owner,
                 )
             )
         have = {f.job_id for f in folders}

@@ -26,6 +26,7 @@ class JobRow:
     job_id: int
     state: JobState
     finished_at: float | None  # None unless the job is finished
+    owner: str = ""
 
 
 def _finished_at() -> ColumnElement[Any]:
@@ -34,14 +35,16 @@ def _finished_at() -> ColumnElement[Any]:
 
 
 def jobs_by_id(session: Session, ids: Iterable[int]) -> dict[int, JobRow]:
-    """Each of these jobs that has a row: its state, and when it finished if it did."""
+    """Each of these jobs that has a row: its state, when it finished if it did, whose."""
     wanted = sorted(set(ids))
     out: dict[int, JobRow] = {}
     for start in range(0, len(wanted), _CHUNK):
         chunk = wanted[start : start + _CHUNK]
-        rows = session.execute(select(Job.id, Job.state, _finished_at()).where(Job.id.in_(chunk)))
-        for job_id, state, finished in rows:
-            out[job_id] = JobRow(job_id, state, finished if state in TERMINAL else None)
+        rows = session.execute(
+            select(Job.id, Job.state, _finished_at(), Job.owner).where(Job.id.in_(chunk))
+        )
+        for job_id, state, finished, owner in rows:
+            out[job_id] = JobRow(job_id, state, finished if state in TERMINAL else None, owner)
     return out
 
 
