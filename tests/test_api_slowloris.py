@@ -4,6 +4,8 @@ headers and a bound on open connections, against a real daemon."""
 from __future__ import annotations
 
 import contextlib
+import os
+import pwd
 import resource
 import select
 import socket
@@ -14,9 +16,15 @@ import httpx
 import pytest
 
 from ddpq.schemas import JobSubmit
-from tests.helpers import Daemon, wait_for, wait_state
+from tests.helpers import Daemon, reachable_folder, wait_for, wait_state
 
 HEADER_TIMEOUT = 1.0
+BODY_TIMEOUT = 2.0
+# A request whose headers announce a body that never comes whole.
+BODY_STALL = (
+    b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 1000\r\n\r\n{"
+)
 STALLS = [
     b"",  # connects and says nothing
     b"GET /healthz HT",  # half a request line
@@ -60,7 +68,12 @@ def sockets() -> Iterator[list[socket.socket]]:
 def deadline_daemon(module_daemons: Callable[..., Daemon]) -> Daemon:
     """The daemon of the header-deadline tests: each leaves it with its connections closed
     (by the server, which each waits for) and no job."""
-    return module_daemons("--fake-gpus", "1", DDPQ_HEADER_TIMEOUT=str(HEADER_TIMEOUT))
+    return module_daemons(
+        "--fake-gpus",
+        "1",
+        DDPQ_HEADER_TIMEOUT=str(HEADER_TIMEOUT),
+        DDPQ_BODY_TIMEOUT=str(BODY_TIMEOUT),
+    )
 
 
 def test_stalled_connections_are_closed_and_healthz_answers(
@@ -107,6 +120,120 @@ def test_trickling_bytes_does_not_extend_the_deadline(
             except (BrokenPipeError, ConnectionResetError):
                 break
     assert healthy(d)
+
+
+@pytest.mark.parametrize("trickle", [False, True])
+def test_a_body_that_never_arrives_whole_is_cut_at_its_deadline(
+    deadline_daemon: Daemon, trickle: bool
+) -> None:
+    """Headers announcing 1,000 bytes of body, then one byte (or one every 0.1 s): the
+    connection is closed BODY_TIMEOUT after its headers, not held for ever."""
+    d = deadline_daemon
+    with connect(d, BODY_STALL) as s:
+        started = time.monotonic()
+        deadline = started + BODY_TIMEOUT + 20
+        while True:
+            assert time.monotonic() < deadline, "the server kept a request whose body stalled"
+            readable, _, _ = select.select([s], [], [], 0.1)
+            if readable and closed_by_server(s):
+                break
+            if trickle:
+                try:
+                    s.sendall(b" ")
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+        assert time.monotonic() - started >= BODY_TIMEOUT - 0.5  # not before its time
+    assert healthy(d)
+
+
+@contextlib.contextmanager
+def as_nobody(work: Callable[[], bytes]) -> Iterator[bytes]:
+    """What ``work`` returned, run in a child process as nobody that holds what it opened
+    until the block ends."""
+    nobody = pwd.getpwnam("nobody")
+    said_r, said_w = os.pipe()
+    release_r, release_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nobody, holding its connections until released
+        code = 1
+        try:
+            os.close(said_r)
+            os.close(release_w)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            try:
+                os.write(said_w, work())
+            except BaseException as exc:  # said, for the parent's assertion to show
+                os.write(said_w, f"[{exc!r}]".encode())
+            os.close(said_w)
+            os.read(release_r, 1)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(said_w)
+    os.close(release_r)
+    try:
+        with os.fdopen(said_r, "rb") as said:
+            yield said.read()
+    finally:
+        os.close(release_w)
+        os.waitpid(pid, 0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connects as another account")
+def test_one_account_holds_a_bounded_share_of_the_connections(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """On the socket, nobody opens 4 connections whose bodies stall (busy: none may be
+    closed to make room), then a fifth: 503 naming its account. Root's own connection is
+    taken all the same (the global bound of 16 is far)."""
+    d = make_daemon(
+        "--fake-gpus",
+        "1",
+        home=reachable_folder("ddpq-peers-") / "home",
+        DDPQ_MAX_CONNECTIONS="16",
+        DDPQ_MAX_CONNECTIONS_PER_ACCOUNT="4",
+    )
+    path = str(d.home / "ddpq.sock")
+
+    def hold_four_then_one_more() -> bytes:
+        held = []
+        for _ in range(4):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(20)
+            s.connect(path)
+            # Busy for sure before the next: the server asks for the body once it has
+            # read the headers (100 Continue), and one byte of it comes.
+            head, _, first = BODY_STALL.partition(b"\r\n\r\n")
+            s.sendall(head + b"\r\nExpect: 100-continue\r\n\r\n")
+            said = b""
+            while b"100 Continue" not in said:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return b"[closed before its body was asked for] " + said
+                said += chunk
+            s.sendall(first)
+            held.append(s)
+        extra = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        extra.settimeout(20)
+        extra.connect(path)
+        reply = b""
+        with contextlib.suppress(OSError):
+            while chunk := extra.recv(65536):
+                reply += chunk
+        states = []
+        for s in held:
+            readable, _, _ = select.select([s], [], [], 0)
+            states.append(s.recv(300) if readable else b"-")
+        alive = all(x == b"-" for x in states)
+        return reply + (b"\n[held alive]" if alive else b"\n[held closed]" + repr(states).encode())
+
+    with as_nobody(hold_four_then_one_more) as reply:
+        assert reply.startswith(b"HTTP/1.1 503"), reply
+        assert b"from your account" in reply and reply.endswith(b"[held alive]"), reply
+        with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=30) as root:
+            assert root.get("http://ddpq/healthz").status_code == 200
 
 
 def test_a_flood_of_connections_beyond_the_descriptor_limit(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import stat
@@ -15,7 +16,7 @@ import pytest
 from ddpq.client.api import DdpqError, token_file
 from ddpq.schemas import JobSubmit
 from tests.cli_inprocess import run_in_process
-from tests.helpers import Daemon, reachable_folder, wait_done, wait_state
+from tests.helpers import Daemon, reachable_folder, wait_done, wait_for, wait_state
 from tests.template_db import migrated
 
 
@@ -132,3 +133,53 @@ def test_a_root_daemon_runs_jobs_as_the_owners_account(
     job2 = c2.submit(JobSubmit(command=["true"], cwd="/"))
     done2 = wait_done(c2, job2.id)
     assert done2.state == "failed" and "no Unix account" in done2.reason
+
+
+def test_one_user_follows_a_bounded_number_of_logs_at_once(
+    authed: tuple[Daemon, str, str, str],
+) -> None:
+    """A followed log lasts as long as its job: one user's thousand would hold the API's
+    connections from everyone. Past FOLLOWS_PER_USER, 429 saying why; one closed, the next
+    is taken (tests/test_log_follow.py: each user counted apart)."""
+    from ddpq.server.routes.logs import FOLLOWS_PER_USER
+
+    d, _, bob_token, _ = authed
+    bob = d.client(bob_token)
+    job = bob.submit(JobSubmit(command=["sleep", "60"]))
+    wait_state(bob, job.id, "running")
+    url = f"{d.url}/v1/jobs/{job.id}/log"
+
+    def follow(
+        token: str, streams: contextlib.ExitStack
+    ) -> tuple[httpx.Response, contextlib.ExitStack]:
+        one = contextlib.ExitStack()
+        r = one.enter_context(
+            http.stream(
+                "GET",
+                url,
+                params={"follow": "true"},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+        )
+        streams.callback(one.close)
+        return r, one
+
+    limits = httpx.Limits(max_connections=FOLLOWS_PER_USER + 8)
+    with httpx.Client(timeout=30, limits=limits) as http, contextlib.ExitStack() as streams:
+        held = [follow(bob_token, streams) for _ in range(FOLLOWS_PER_USER)]
+        assert [r.status_code for r, _ in held] == [200] * FOLLOWS_PER_USER
+        over, _ = follow(bob_token, streams)
+        assert over.status_code == 429
+        over.read()
+        assert f"you follow {FOLLOWS_PER_USER} logs already" in over.json()["detail"]
+        held[0][1].close()  # one let go: the daemon counts it out once it sees it gone
+
+        def taken() -> bool:
+            r, one = follow(bob_token, streams)
+            if r.status_code != 200:
+                one.close()
+            return r.status_code == 200
+
+        wait_for(taken, 30, "a follow once one was let go")
+    bob.cancel(job.id)
+    assert wait_done(bob, job.id).state == "cancelled"

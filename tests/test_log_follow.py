@@ -7,13 +7,23 @@ from a place that held other output.)"""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from ddpq.executors.local.shim_log import CappedLog
-from ddpq.server.routes.logs import ANCHOR, DROPPED_NOTE, read_on
+from ddpq.server.errors import ApiError
+from ddpq.server.routes.logs import (
+    ANCHOR,
+    DROPPED_NOTE,
+    FOLLOWS_PER_USER,
+    Followers,
+    counted,
+    read_on,
+)
 
 
 class Follower:
@@ -117,3 +127,34 @@ def test_the_place_is_checked_even_when_the_log_is_not_shorter_than_it(
     follower.catch_up()
     assert follower.skips == 0
     assert follower.got == b"a" * 1000 + b"MARK-1" + b"b" * 1000 + b"new output " * 300
+
+
+async def a_log() -> AsyncIterator[bytes]:
+    yield b"line\n"
+
+
+def drained(stream: AsyncIterator[bytes]) -> bytes:
+    async def read() -> bytes:
+        return b"".join([chunk async for chunk in stream])
+
+    return asyncio.run(read())
+
+
+def test_a_users_followed_logs_are_counted_while_they_last() -> None:
+    """FOLLOWS_PER_USER each; one more is 429. A stream counts until it ends, or until it
+    is let go unread (a client gone before its response started); users apart."""
+    followers: Followers = {}
+    streams = [counted(a_log(), followers, "bob") for _ in range(FOLLOWS_PER_USER)]
+    with pytest.raises(ApiError) as refused:
+        counted(a_log(), followers, "bob")
+    assert refused.value.status == 429 and "stop one" in refused.value.detail
+    alices = counted(a_log(), followers, "alice")  # hers are counted apart
+    assert drained(streams.pop()) == b"line\n"  # one ended
+    streams.append(counted(a_log(), followers, "bob"))
+    streams.pop(0)  # one never read, let go
+    streams.append(counted(a_log(), followers, "bob"))
+    with pytest.raises(ApiError):
+        counted(a_log(), followers, "bob")
+    assert len(followers["bob"]) == FOLLOWS_PER_USER and len(followers["alice"]) == 1
+    del alices
+    assert len(followers["alice"]) == 0

@@ -8,13 +8,19 @@ daemon runs out of file descriptors and cannot accept the next ``/healthz``. Her
 - a request's headers must be complete ``HEADER_TIMEOUT_S`` after the connection opened,
   or after the previous response on it ended; trickling bytes does not extend that. A
   connection that misses it is closed.
+- a request's body must be complete ``BODY_TIMEOUT_S`` after its headers: a client that
+  announces a body and trickles it (or never sends it) holds no connection for longer.
 - at most ``max_connections`` connections are open (fewer if the descriptor limit is
   low, which the daemon raised to its hard limit at its start). When one more arrives,
   the one that has waited longest for its headers is closed to make room; if every
   connection is busy with a request, the newcomer gets 503 and is closed.
+- on the Unix socket, at most ``max_per_account`` of them are one account's (root's are
+  not counted): past that, that account's connection that has waited longest for its
+  headers is closed, else the newcomer gets 503. One user holding connections open (a
+  followed log never ends while its job is held) cannot take the others' places.
 
-``$DDPQ_HEADER_TIMEOUT`` (seconds) and ``$DDPQ_MAX_CONNECTIONS`` override the defaults
-(tests shorten them).
+``$DDPQ_HEADER_TIMEOUT``, ``$DDPQ_BODY_TIMEOUT`` (seconds), ``$DDPQ_MAX_CONNECTIONS`` and
+``$DDPQ_MAX_CONNECTIONS_PER_ACCOUNT`` override the defaults (tests shorten them).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import h11
@@ -29,35 +36,51 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ddpq.config import ConfigError
-from ddpq.server.peer import read_peer_credentials, with_peer
+from ddpq.server.peer import PeerCredentials, read_peer_credentials, with_peer
 
 log = logging.getLogger("ddpq.server")
 
 HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 1000
+MAX_PER_ACCOUNT = 64
 # Descriptors kept for everything else the daemon opens: the database, the worker's
 # pidfds and job files, the wake socket.
 RESERVED_FDS = 256
 KEEP_ALIVE_S = 5
 
 _BUSY_BODY = b'{"detail":"too many connections to ddpq; try again later","code":"too_busy"}'
-_BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-    b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+_MINE_BODY = (
+    b'{"detail":"too many connections to ddpq from your account; close some or try again '
+    b'later","code":"too_busy"}'
 )
+
+
+def _unavailable(body: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+
+_BUSY, _BUSY_MINE = _unavailable(_BUSY_BODY), _unavailable(_MINE_BODY)
 
 
 class GuardedH11Protocol(H11Protocol):
     """H11Protocol with a header deadline and a bound on open connections."""
 
     header_timeout_s = HEADER_TIMEOUT_S
+    body_timeout_s = BODY_TIMEOUT_S
     max_connections = MAX_CONNECTIONS
+    max_per_account = MAX_PER_ACCOUNT
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._timing_body = False  # the timer running is the body's
         # loop time since which this connection waits for a request's headers, or None
         self.waiting_since: float | None = None
+        self.account: int | None = None  # the caller's uid on the Unix socket (not root)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -65,12 +88,26 @@ class GuardedH11Protocol(H11Protocol):
         peer = read_peer_credentials(transport.get_extra_info("socket"))
         if peer is not None:
             self.app = with_peer(self.app, peer)
+            if isinstance(peer, PeerCredentials) and peer.uid != 0:
+                self.account = peer.uid
+        if self.account is not None and not self._within_account():
+            self._refuse(_BUSY_MINE)
+            return
         if len(self.connections) > self.max_connections and not self._make_room():
-            self.connections.discard(self)
-            transport.write(_BUSY)
-            transport.close()
+            self._refuse(_BUSY)
             return
         self._sync_timer()
+
+    def _within_account(self) -> bool:
+        """Whether this account's connections, this one with them, are within its bound,
+        once its longest waiting for headers is closed if need be."""
+        mine = [c for c in self.connections if getattr(c, "account", None) == self.account]
+        return len(mine) <= self.max_per_account or self._make_room(mine)
+
+    def _refuse(self, answer: bytes) -> None:
+        self.connections.discard(self)
+        self.transport.write(answer)
+        self.transport.close()
 
     def shutdown(self) -> None:
         # A followed log (`ddpq logs -f`, the page's; its route marks it) lasts as long as
@@ -97,34 +134,50 @@ class GuardedH11Protocol(H11Protocol):
         self._sync_timer()
 
     def _sync_timer(self) -> None:
-        """Run the header clock exactly while the connection waits for a request's headers.
+        """Run the header clock exactly while the connection waits for a request's headers,
+        and the body's while it waits for the rest of a body.
 
         h11's view of the client is IDLE from the connection's start, and again once a
-        response is complete and the next cycle began, until a whole request head arrived.
+        response is complete and the next cycle began, until a whole request head arrived;
+        SEND_BODY from then until the body announced has all arrived.
         """
-        waiting = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
-        if waiting and self._header_timer is None:
-            self.waiting_since = self.loop.time()
-            self._header_timer = self.loop.call_later(self.header_timeout_s, self._too_slow)
-        elif not waiting:
+        state = self.conn.their_state
+        closing = self.transport.is_closing()
+        if state is h11.IDLE and not closing:
+            if self._header_timer is None:
+                self.waiting_since = self.loop.time()
+                self._start_timer(self.header_timeout_s, body=False)
+        elif state is h11.SEND_BODY and not closing:
+            if not self._timing_body:
+                self._stop_timer()
+                self._start_timer(self.body_timeout_s, body=True)
+        else:
             self._stop_timer()
+
+    def _start_timer(self, seconds: float, *, body: bool) -> None:
+        self._timing_body = body
+        self._header_timer = self.loop.call_later(seconds, self._too_slow)
 
     def _stop_timer(self) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
         self._header_timer = None
+        self._timing_body = False
         self.waiting_since = None
 
     def _too_slow(self) -> None:
         self._header_timer = None
+        self._timing_body = False
         self.waiting_since = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        waiting = self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+        if waiting and not self.transport.is_closing():
             self.transport.close()
 
-    def _make_room(self) -> bool:
-        """Close the connection that has waited longest for its headers; False if none is."""
+    def _make_room(self, among: Iterable[Any] | None = None) -> bool:
+        """Close the connection (of ``among``, else of all) that has waited longest for its
+        headers; False if none is."""
         oldest: GuardedH11Protocol | None = None
-        for other in self.connections:
+        for other in self.connections if among is None else among:
             if (
                 other is not self
                 and isinstance(other, GuardedH11Protocol)
@@ -158,14 +211,30 @@ def http_config(app: Any, open_files: int) -> uvicorn.Config:
     ``open_files`` descriptors (the limit the daemon raised at its start)."""
     fds = open_files
     timeout = _env_number("DDPQ_HEADER_TIMEOUT", HEADER_TIMEOUT_S)
+    body_timeout = _env_number("DDPQ_BODY_TIMEOUT", BODY_TIMEOUT_S)
     wanted = int(_env_number("DDPQ_MAX_CONNECTIONS", MAX_CONNECTIONS))
     limit = max(8, min(wanted, fds - RESERVED_FDS))
+    # A quarter of all at most: four users holding theirs leave room for everyone else.
+    per_account = int(_env_number("DDPQ_MAX_CONNECTIONS_PER_ACCOUNT", MAX_PER_ACCOUNT))
+    per_account = max(2, min(per_account, limit // 4))
     protocol = type(
         "GuardedH11Protocol",
         (GuardedH11Protocol,),
-        {"header_timeout_s": timeout, "max_connections": limit},
+        {
+            "header_timeout_s": timeout,
+            "body_timeout_s": body_timeout,
+            "max_connections": limit,
+            "max_per_account": per_account,
+        },
     )
-    log.info("API: at most %d connections, %g s for a request's headers", limit, timeout)
+    log.info(
+        "API: at most %d connections (%d an account on the socket), %g s for a request's "
+        "headers, %g s for its body",
+        limit,
+        per_account,
+        timeout,
+        body_timeout,
+    )
     return uvicorn.Config(
         app,
         http=protocol,

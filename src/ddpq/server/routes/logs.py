@@ -8,6 +8,8 @@ serve some other file.
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from ddpq import jobdir
 from ddpq.core.states import TERMINAL, JobState
 from ddpq.server.deps import Auth, Caller, DatabaseDep, may_touch
+from ddpq.server.errors import ApiError
 from ddpq.server.params import JobId, Offset
 from ddpq.store import jobs as job_store
 from ddpq.store.db import Database
@@ -40,6 +43,8 @@ DROPPED_NOTE = b"\n[ddpq: log over its cap of "
 # Who a stream asks as when it looks the log up again (the job had no folder yet when it
 # began): the caller's right to read it was checked then.
 STREAM = Caller("ddpq", True)
+# The logs one user may follow at once (an admin: any number).
+FOLLOWS_PER_USER = 16
 
 
 @router.get(
@@ -61,7 +66,10 @@ def read_log(
         # Marked for the daemon's shutdown, which cuts this stream rather than wait for
         # the job to end (``server.protocol``); every other response is let finish.
         request.state.follows_a_job = True
-        return StreamingResponse(follow_log(db, job_id, path, offset), media_type="text/plain")
+        stream = follow_log(db, job_id, path, offset)
+        if not who.admin:
+            stream = counted(stream, followers_of(request), who.name)
+        return StreamingResponse(stream, media_type="text/plain")
     data, size = read(path, offset, limit)
     return Response(
         data,
@@ -72,6 +80,55 @@ def read_log(
             "X-Ddpq-Job-State": state,
         },
     )
+
+
+Followers = dict[str, "weakref.WeakSet[AsyncIterator[bytes]]"]
+_FOLLOWERS_LOCK = threading.Lock()  # the route runs in the thread pool
+
+
+def followers_of(request: Request) -> Followers:
+    """The logs each user follows now, on this API: each stream while it lasts."""
+    state = request.app.state
+    with _FOLLOWERS_LOCK:
+        if not hasattr(state, "log_followers"):
+            state.log_followers = {}
+    followers: Followers = state.log_followers
+    return followers
+
+
+def counted(stream: AsyncIterator[bytes], followers: Followers, name: str) -> AsyncIterator[bytes]:
+    """``stream``, counted as one of ``name``'s followed logs while it lasts; 429 when they
+    follow ``FOLLOWS_PER_USER`` already. A followed log lasts as long as its job (a held
+    job's, for ever), and each polls the log: one user's thousand would hold the API's
+    connections and threads from everyone else.
+
+    Held weakly: a stream whose response never started (its client gone first) is never
+    iterated, so its ``finally`` never runs; it stops counting once it is let go."""
+
+    async def lasting() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            itself = known[0]()  # by a weak reference: a strong one would be a cycle
+            if itself is not None:
+                live.discard(itself)
+
+    known: list[weakref.ref[AsyncIterator[bytes]]] = []
+
+    with _FOLLOWERS_LOCK:
+        live = followers.setdefault(name, weakref.WeakSet())
+        if len(live) >= FOLLOWS_PER_USER:
+            raise ApiError(
+                429,
+                "too_many_follows",
+                f"you follow {FOLLOWS_PER_USER} logs already; stop one (Ctrl-C) or read "
+                "without following",
+            )
+        me = lasting()
+        known.append(weakref.ref(me))
+        live.add(me)
+    return me
 
 
 def log_target(db: Database, job_id: int, who: Caller) -> tuple[Path | None, str]:
