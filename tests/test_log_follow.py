@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpq.core.spec import JobSpec
 from ddpq.executors.local.shim_log import CappedLog
 from ddpq.server.errors import ApiError
 from ddpq.server.routes.logs import (
@@ -22,8 +23,12 @@ from ddpq.server.routes.logs import (
     FOLLOWS_PER_USER,
     Followers,
     counted,
+    follow_log,
     read_on,
 )
+from ddpq.store import jobs as job_store
+from ddpq.store.db import Database
+from tests.template_db import migrated
 
 
 class Follower:
@@ -158,3 +163,25 @@ def test_a_users_followed_logs_are_counted_while_they_last() -> None:
     assert len(followers["bob"]) == FOLLOWS_PER_USER and len(followers["alice"]) == 1
     del alices
     assert len(followers["alice"]) == 0
+
+
+def test_a_followed_log_with_nothing_new_for_a_while_ends_its_stream(tmp_path: Path) -> None:
+    """A queued job's log, quiet: the stream ends after ``quiet_s`` with what there was
+    (its client resumes from there; a client that is gone stops counting)."""
+    migrated(tmp_path / "ddpq.db")
+    db = Database(tmp_path / "ddpq.db")
+    try:
+        with db.write() as s:
+            job = job_store.create_job(
+                s, JobSpec(name="j", owner="bob", command=["true"], cwd="/", gpus=0), 0
+            )
+        log = tmp_path / "output.log"
+        log.write_bytes(b"first\n")
+
+        async def follow() -> bytes:
+            stream = follow_log(db, job.id, log, 0, quiet_s=0.5)
+            return b"".join([chunk async for chunk in stream])
+
+        assert asyncio.run(asyncio.wait_for(follow(), 30)) == b"first\n"
+    finally:
+        db.dispose()

@@ -226,6 +226,17 @@ def test_one_users_running_folders_never_cost_another_users_files() -> None:
     assert p.removals == () and p.over_budget
 
 
+def test_a_row_whose_folder_is_gone_is_no_user_of_the_budget() -> None:
+    """Rows pruned by age whose folders are already gone hold nothing: they must not count
+    as a user among whom the budget is shared (that would shrink alice's share)."""
+    jobs = [folder(1, "bob", 700, finished=False), folder(40, "alice", 400)]
+    gone = JobFolder(900, JobState.CANCELLED, NOW - 900 * DAY, exists=False, owner="cat")
+    rowless = JobFolder(901, JobState.CANCELLED, NOW - 901 * DAY, exists=False)
+    for extra in ([], [gone], [gone, rowless]):
+        p = plan([*jobs, *extra], Policy(100 * DAY, 1000 * GB, prune_rows=True), NOW)
+        assert p.of(What.CHECKPOINTS) == [] and p.over_budget, extra
+
+
 def test_the_budget_trims_the_user_holding_the_most_first() -> None:
     """bob writes into his finished folders from his shell: his oldest go, never alice's
     older ones, while he holds more than she does and more than half the budget."""

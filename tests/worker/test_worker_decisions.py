@@ -450,10 +450,16 @@ def test_a_job_waiting_in_a_clusters_queue_shows_why_and_its_limit_starts_when_i
     assert rig.host.attempt_of(job).stops == 1 and rig.job(job).stop_request == "timeout"
 
 
+@pytest.mark.parametrize("alone", [False, True])
 @pytest.mark.parametrize("forged", [-1e300, 0.0, 1e300])
-def test_a_forged_end_in_the_exit_record_is_held_to_the_attempt(rig: Rig, forged: float) -> None:
+def test_a_forged_end_in_the_exit_record_is_held_to_the_attempt(
+    rig: Rig, forged: float, alone: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The job can write over its exit record: the end it claims counts only between its
-    attempt's start and the pass that records it (fair share and usage read it)."""
+    attempt's start and the pass that records it (fair share and usage read it), whether
+    its end is recorded with the pass's others or alone (a requeue, a failed batch)."""
+    if alone:
+        monkeypatch.setattr(ending_store, "record_exits_many", None)  # each alone
     job = rig.submit()
     rig.step()
     started = rig.clock()

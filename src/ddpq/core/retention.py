@@ -129,7 +129,8 @@ def plan(
         for j in jobs:
             if j.job_id in left or not is_finished(j):
                 held[j.owner] = held.get(j.owner, 0) + j.total_bytes
-        share = max(0, budget - other_bytes) / max(1, len(held))
+        # Among the users whose folders hold anything (a row whose folder is gone is no one's).
+        share = max(0, budget - other_bytes) / max(1, sum(1 for b in held.values() if b > 0))
         trim = _Trim(budget, used, held, share)
         with_checkpoints = [j for j in left.values() if j.checkpoint_bytes > 0]
         trimmed = trim.take(with_checkpoints, What.CHECKPOINTS, lambda j: j.checkpoint_bytes)

@@ -184,7 +184,9 @@ class Janitor:
         have = {f.job_id for f in folders}
         for row in expired:
             if row.job_id not in have:
-                folders.append(JobFolder(row.job_id, row.state, row.finished_at, exists=False))
+                folders.append(
+                    JobFolder(row.job_id, row.state, row.finished_at, exists=False, owner=row.owner)
+                )
         return folders, other, newest
 
     def decide(self, now: float) -> tuple[Plan, dict[int, JobFolder]]:

@@ -52,12 +52,12 @@ def finished_before(session: Session, cutoff: float, limit: int) -> list[JobRow]
     """Finished jobs that ended at ``cutoff`` or before, oldest first, at most ``limit``."""
     finished = _finished_at()
     rows = session.execute(
-        select(Job.id, Job.state, finished)
+        select(Job.id, Job.state, finished, Job.owner)
         .where(Job.state.in_(list(TERMINAL)), finished <= cutoff)
         .order_by(finished, Job.id)
         .limit(limit)
     )
-    return [JobRow(job_id, state, at) for job_id, state, at in rows]
+    return [JobRow(job_id, state, at, owner) for job_id, state, at, owner in rows]
 
 
 def newest_job_id(session: Session) -> int | None:

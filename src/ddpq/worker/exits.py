@@ -123,7 +123,7 @@ def _record(
 ) -> str:
     """Record one end; what the log is to say of it once committed."""
     d = _decide(ending, record, settings, now, read_files=read_files)
-    ending_store.record_exit(s, ending, record, d.disposition, d.progress, now)
+    ending_store.record_exit(s, ending, d.record, d.disposition, d.progress, now)
     return d.disposition.attempt_reason
 
 

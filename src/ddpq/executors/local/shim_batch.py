@@ -79,7 +79,12 @@ def fork_job(
     # The child tells why its exec failed through a pipe that the exec itself closes:
     # an empty read means the command runs.
     said_r, said_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(said_r)
+        os.close(said_w)
+        raise
     if pid:
         os.close(said_w)
         with os.fdopen(said_r, "rb") as said:
@@ -100,7 +105,9 @@ def fork_job(
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
     except OSError as exc:
-        os.write(2, f"ddpq: could not start the job: {exc}\n".encode())
+        why = f"could not start the job: {exc}"
+        os.write(2, f"ddpq: {why}\n".encode())
+        os.write(said_w, why.encode()[:MAX_WHY_BYTES])
         os._exit(NOT_RUN_EXIT)
     try:
         os.execvp(cmd[0], cmd)

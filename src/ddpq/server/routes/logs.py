@@ -45,6 +45,10 @@ DROPPED_NOTE = b"\n[ddpq: log over its cap of "
 STREAM = Caller("ddpq", True)
 # The logs one user may follow at once (an admin: any number).
 FOLLOWS_PER_USER = 16
+# A followed log with no new output for this long ends its stream: the clients resume at
+# once from where they were (``client.reconnect.follow_log``), and one that is gone (a
+# laptop asleep: no write fails, no close arrives) stops counting against its user.
+FOLLOW_QUIET_S = 300.0
 
 
 @router.get(
@@ -149,12 +153,13 @@ def job_state(db: Database, job_id: int) -> str:
 
 
 async def follow_log(
-    db: Database, job_id: int, path: Path | None, offset: int
+    db: Database, job_id: int, path: Path | None, offset: int, quiet_s: float = FOLLOW_QUIET_S
 ) -> AsyncIterator[bytes]:
     # Async, so a quiet follower holds no worker thread while it waits (a blocking
     # generator would, and 40 of them would starve the whole API); Starlette cancels
     # it when the client goes away.
     seen = b""  # the last bytes sent (at most ANCHOR), which end at ``offset``
+    quiet_until = asyncio.get_running_loop().time() + quiet_s
     while True:
         state = await run_in_threadpool(job_state, db, job_id)
         if path is None:
@@ -169,9 +174,10 @@ async def follow_log(
         if data:
             seen = (seen + data[-ANCHOR:])[-ANCHOR:]
             offset += len(data)
+            quiet_until = asyncio.get_running_loop().time() + quiet_s
             yield data
             continue
-        if JobState(state) in TERMINAL:
+        if JobState(state) in TERMINAL or asyncio.get_running_loop().time() > quiet_until:
             return
         await asyncio.sleep(0.2)
 
