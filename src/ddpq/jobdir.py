@@ -3,20 +3,19 @@
 Each job has a folder of its own (``<home>/jobs/<id>``, 0700, its owner's), which the job
 may write anything into: a link where its log was (symbolic, or a hard link to another
 account's file), a FIFO, a folder, a forged exit record, a progress line nested 5,000
-deep. So every file here is opened without following links, must be a regular file, and
-is read with a bound; what the worker stores from it passes through ``core.untrusted``.
+deep. So every file here is opened without following links or waiting on a lease, must
+be a regular file, and is read with a bound; what the worker stores passes ``core.untrusted``.
 A root daemon writes only to the account's own single-named file or to a file it has just
 made (``open_for_append``), and a job's folder is new to it (``make_folder``). The
 worker, the executors and the API's log reader all go through this module, so a file's
 name and the rules for opening it are written once.
 
-The shim is started by file path with the standard library only; it is handed these
-files' paths as flags (see ``executors.local.shim_command.shim_args``), never their names.
+The shim (started by file path, standard library only) is handed these files' paths as
+flags (``executors.local.shim_command.shim_args``), never their names.
 
-What ddpq calls a job's *checkpoints* is everything in its folder but the records above
-(``is_checkpoint``): whatever the job wrote to resume from, and anything else it left.
-Retention removes them first, the records (the log above all) only when that is not
-enough or the job is old enough; ``ddpq.daemon.sweep`` measures and removes.
+A job's *checkpoints* are everything in its folder but the records above (``is_checkpoint``):
+what it wrote to resume from, and anything else it left. Retention removes them first, the
+records only when that is not enough or the job is old enough (``ddpq.daemon.sweep``).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import contextlib
 import errno
 import json
 import logging
-import math
 import os
 import stat
 import time
@@ -33,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ddpq.core.finite import finite_float
 from ddpq.core.rules import ExitRecord
 from ddpq.core.untrusted import clean_text, nesting_depth, parse_progress
 
@@ -236,6 +235,7 @@ def append_if_own(path: Path, uid: int, data: bytes) -> bool:
 # Rounds of "take away what is there, create it anew" before giving up on a job that keeps
 # putting something back at the name in between.
 _TRIES = 5
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 
 
 def _open_own(path: Path, uid: int) -> int | None:
@@ -244,10 +244,8 @@ def _open_own(path: Path, uid: int) -> int | None:
 
     Looked at through an O_PATH descriptor (which opens nothing: no FIFO blocks, no
     device wakes) and reopened through /proc for writing: the file checked is the file
-    written, whatever the job renames meanwhile. Reopened with O_NONBLOCK: the account
-    may hold a lease on its file (F_SETLEASE), and an open that must break it waits for
-    the kernel's lease-break-time (45 s), the worker with it; it fails at once instead,
-    and the file counts as something else."""
+    written, whatever the job renames meanwhile. O_NONBLOCK: an open that must break a
+    lease the account holds (F_SETLEASE) would wait 45 s; it fails at once instead."""
     try:
         ref = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -256,10 +254,9 @@ def _open_own(path: Path, uid: int) -> int | None:
         info = os.fstat(ref)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != uid:
             return None
-        writing = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK
         try:
-            return os.open(f"/proc/self/fd/{ref}", writing)
-        except BlockingIOError:  # a lease held on it
+            return os.open(f"/proc/self/fd/{ref}", _APPEND | os.O_NONBLOCK)
+        except BlockingIOError:  # a lease held on it: something else
             return None
     finally:
         os.close(ref)
@@ -267,9 +264,8 @@ def _open_own(path: Path, uid: int) -> int | None:
 
 def _create(path: Path, owner: tuple[int, int] | None) -> int | None:
     """A new file at ``path`` (None: the name was taken again meanwhile)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, _APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
         return None
     try:
@@ -371,32 +367,18 @@ def read_exit_record(job_dir: Path, attempt: int) -> ExitRecord | None:
     if not isinstance(data, dict) or str(data.get("attempt")) != str(attempt):
         return None  # missing, malformed, or left over from an earlier attempt
     code, sig, error = data.get("exit_code"), data.get("signal"), data.get("error")
-    started, ended = data.get("started_at"), data.get("ended_at")
-    if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (code, sig)):
-        return None
-    began, finished = finite_time(started), finite_time(ended)
-    if began is None or finished is None or (error is not None and not isinstance(error, str)):
-        return None
+    began, finished = finite_float(data.get("started_at")), finite_float(data.get("ended_at"))
     launched = data.get("launched", True)
-    if not isinstance(launched, bool):
-        return None
-    if not all(v is None or abs(v) < 2**31 for v in (code, sig)):
+    if (
+        not all(v is None or (type(v) is int and abs(v) < 2**31) for v in (code, sig))
+        or began is None
+        or finished is None
+        or (error is not None and not isinstance(error, str))
+        or not isinstance(launched, bool)
+    ):
         return None
     text = clean_text(error, 500) if error else None
     return ExitRecord(code, sig, began, finished, text, launched)
-
-
-def finite_time(value: object) -> float | None:
-    """``value`` as a finite number of seconds; None for anything else. JSON's integers
-    have no bound: one of 400 digits is no float (``float`` raises), and must not raise
-    in the worker."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    try:
-        seconds = float(value)
-    except OverflowError:
-        return None
-    return seconds if math.isfinite(seconds) else None
 
 
 def read_progress(job_dir: Path) -> dict[str, Any] | None:

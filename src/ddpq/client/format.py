@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from ddpq.core.finite import finite_float
+
 # Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``);
 # nor ``datetime``, ``unicodedata`` and ``core.units`` before a function here needs them.
 TYPE_CHECKING = False
@@ -119,18 +121,6 @@ def age(since: str | datetime, now: datetime | None = None) -> str:
     return human_duration((now - when(since)).total_seconds())
 
 
-def _number(value: Any) -> float | None:
-    """A progress value as a finite float, or None: a job writes what it likes, and NaN,
-    infinities, ints too big for a float, or ``true`` must not break the listing."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def number_text(value: Any) -> str:
     """A metric as people read it: a float to 4 significant digits (0.9983, 1.235e-05),
     anything else as text (a job writes what it likes)."""
@@ -153,15 +143,15 @@ def progress_line(p: dict[str, Any] | None) -> str:
     elif "step" in p:
         steps = f"/{number_text(p['steps'])}" if "steps" in p else ""
         parts.append(f"step {number_text(p['step'])}{steps}")
-    acc = _number(p.get("test_acc", p.get("train_acc")))
-    loss = _number(p.get("train_loss"))
+    acc = finite_float(p.get("test_acc", p.get("train_acc")))
+    loss = finite_float(p.get("train_loss"))
     if acc is not None:
         parts.append(f"acc {acc * 100 if acc <= 1 else acc:.1f}%")
     elif loss is not None:
         parts.append(f"loss {loss:.3f}")
-    if (speed := _number(p.get("images_per_s"))) is not None:
+    if (speed := finite_float(p.get("images_per_s"))) is not None:
         parts.append(f"{speed:,.0f} img/s")
-    if (eta := _number(p.get("eta_s"))) is not None:
+    if (eta := finite_float(p.get("eta_s"))) is not None:
         from ddpq.core.units import human_duration
 
         parts.append(f"ETA {human_duration(eta)}")

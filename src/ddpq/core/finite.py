@@ -1,0 +1,22 @@
+"""A number someone else wrote (a job's records, a client's JSON), as a finite float.
+
+Pure and standard library only: the client's hot path imports it (``client.format``), as
+do the daemon's readers of what jobs write (``ddpq.jobdir``).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def finite_float(value: object) -> float | None:
+    """``value`` as a finite float; None for anything else: NaN, infinities, ``true``, or
+    an integer too big for a float (JSON's have no bound, and ``float`` raises on one of
+    400 digits: that must break neither a listing nor the worker)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
