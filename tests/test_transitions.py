@@ -308,3 +308,29 @@ def test_a_move_clears_the_predicted_start_of_the_queue_it_left(db: Database) ->
     with db.read() as s:
         shown = {i: jobs.get_job(s, i).predicted_start for i in (held, started, kept)}
     assert shown == {held: None, started: None, kept: 700.0}
+
+
+def test_a_users_repeated_changes_keep_a_bounded_history(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hold, release, hold... and edit after edit: the first line and the newest
+    KEPT_EVENTS stay, however often (a loop of them must not fill the disk); another job's
+    history is untouched."""
+    from ddpq.store import edits
+
+    monkeypatch.setattr(transitions, "KEPT_EVENTS", 10)
+    mine, theirs = new(db, 2)
+    with db.write() as s:
+        jobs.set_hold(s, jobs.get_job(s, theirs), True, 101.0)
+    for i in range(15):
+        with db.write() as s:
+            jobs.set_hold(s, jobs.get_job(s, mine), i % 2 == 0, 200.0 + i)
+    for i in range(5):
+        with db.write() as s:
+            job = jobs.get_job(s, mine)
+            assert edits.update_job(s, job, {"priority": i}, f"edit {i}", 300.0 + i)
+    lines = history(db, mine)
+    assert len(lines) == 10 and lines[0] == SUBMITTED
+    assert [line[2] for line in lines[-5:]] == [f"edit {i}" for i in range(5)]
+    assert [line[3] for line in lines[1:5]] == [211.0, 212.0, 213.0, 214.0]  # the newest holds
+    assert len(history(db, theirs)) == 2

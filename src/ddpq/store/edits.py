@@ -21,7 +21,10 @@ def update_job(
 ) -> bool:
     """Set ``values`` on ``job``'s row with an event (its state and the reason it waits
     unchanged); False, with nothing written, if it is not in the state it was read in."""
-    return transitions.edit(session, job.id, job.state, reason, now, **values)
+    if not transitions.edit(session, job.id, job.state, reason, now, **values):
+        return False
+    transitions.trim_history(session, job.id)  # edits repeated: a bounded history
+    return True
 
 
 def note_restart(session: Session, new: Job, of: int, by: str, now: float) -> None:

@@ -349,6 +349,7 @@ def set_hold(session: Session, job: Job, hold: bool, now: float) -> None:
         )
     job.user_hold = hold
     settling.settle_waiting(session, job, waiting_of_many(session, [job.id])[job.id], now)
+    transitions.trim_history(session, job.id)  # hold, release, hold...: a bounded history
 
 
 def recent_runs(session: Session, since: float) -> list[Run]:

@@ -17,7 +17,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Float, Integer, Table, Text, bindparam, exists, insert, select, update
+from sqlalchemy import (
+    Float,
+    Integer,
+    Table,
+    Text,
+    bindparam,
+    exists,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
@@ -48,6 +59,17 @@ _INSERT_GUARDED_EVENT = insert(_events).from_select(
             _jobs.c.state == bindparam("b_old", type_=_STATE),
         )
     ),
+)
+
+
+# A job's history keeps at most KEPT_EVENTS lines, its first and its newest: what a user can
+# repeat on their own job (hold and release, an edit) must not grow the database unbounded.
+KEPT_EVENTS = 1000
+_TRIM_HISTORY = text(
+    "DELETE FROM job_events WHERE job_id = :job"
+    " AND id < (SELECT id FROM job_events WHERE job_id = :job"
+    " ORDER BY id DESC LIMIT 1 OFFSET :keep)"
+    " AND id > (SELECT min(id) FROM job_events WHERE job_id = :job)"
 )
 
 
@@ -226,3 +248,9 @@ def note(session: Session, job_id: int, state: JobState, reason: str, now: float
     """A line in a job's history that changes no state (a preemption asked for, a warning)."""
     row = {"job_id": job_id, "at": now, "from_state": state, "to_state": state, "reason": reason}
     session.connection().execute(_INSERT_EVENT, row)
+
+
+def trim_history(session: Session, job_id: int) -> None:
+    """Keep ``KEPT_EVENTS`` of a job's history lines, its first and its newest (after a
+    user's own repeatable change: the worker's own lines are a few an attempt)."""
+    session.connection().execute(_TRIM_HISTORY, {"job": job_id, "keep": KEPT_EVENTS - 2})
