@@ -374,7 +374,8 @@ def _serve(
         from ddpq.server.protocol import http_config
 
         # uvicorn with a header deadline and a connection bound (slowloris).
-        config = http_config(create_app(settings, pauser(settings)), open_files)
+        app = create_app(settings, pauser(settings))
+        config = http_config(app, open_files, per_account=settings.auth)
         listening = [sock] if unix is None else [sock, unix.sock]
         server = uvicorn.Server(config)
         # uvicorn re-raises the signal that stopped it once it is done; with the default

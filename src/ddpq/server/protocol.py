@@ -14,10 +14,11 @@ daemon runs out of file descriptors and cannot accept the next ``/healthz``. Her
   low, which the daemon raised to its hard limit at its start). When one more arrives,
   the one that has waited longest for its headers is closed to make room; if every
   connection is busy with a request, the newcomer gets 503 and is closed.
-- on the Unix socket, at most ``max_per_account`` of them are one account's (root's are
-  not counted): past that, that account's connection that has waited longest for its
-  headers is closed, else the newcomer gets 503. One user holding connections open (a
-  followed log never ends while its job is held) cannot take the others' places.
+- on the Unix socket of a daemon with --auth, at most ``max_per_account`` of them are one
+  account's (root's are not counted): past that, that account's connection that has
+  waited longest for its headers is closed, else the newcomer gets 503. One user holding
+  connections open (a followed log never ends while its job is held) cannot take the
+  others' places.
 
 ``$DDPQ_HEADER_TIMEOUT``, ``$DDPQ_BODY_TIMEOUT`` (seconds), ``$DDPQ_MAX_CONNECTIONS`` and
 ``$DDPQ_MAX_CONNECTIONS_PER_ACCOUNT`` override the defaults (tests shorten them).
@@ -206,17 +207,19 @@ def _env_number(name: str, default: float) -> float:
     return value
 
 
-def http_config(app: Any, open_files: int) -> uvicorn.Config:
+def http_config(app: Any, open_files: int, *, per_account: bool = True) -> uvicorn.Config:
     """uvicorn's configuration for the API: the guarded protocol with its bounds, under
-    ``open_files`` descriptors (the limit the daemon raised at its start)."""
+    ``open_files`` descriptors (the limit the daemon raised at its start). ``per_account``:
+    bound each account's connections on the socket (with --auth; without it, the machine
+    has one trusted user, and every caller is an admin)."""
     fds = open_files
     timeout = _env_number("DDPQ_HEADER_TIMEOUT", HEADER_TIMEOUT_S)
     body_timeout = _env_number("DDPQ_BODY_TIMEOUT", BODY_TIMEOUT_S)
     wanted = int(_env_number("DDPQ_MAX_CONNECTIONS", MAX_CONNECTIONS))
     limit = max(8, min(wanted, fds - RESERVED_FDS))
     # A quarter of all at most: four users holding theirs leave room for everyone else.
-    per_account = int(_env_number("DDPQ_MAX_CONNECTIONS_PER_ACCOUNT", MAX_PER_ACCOUNT))
-    per_account = max(2, min(per_account, limit // 4))
+    each = int(_env_number("DDPQ_MAX_CONNECTIONS_PER_ACCOUNT", MAX_PER_ACCOUNT))
+    each = max(2, min(each, limit // 4)) if per_account else limit
     protocol = type(
         "GuardedH11Protocol",
         (GuardedH11Protocol,),
@@ -224,14 +227,14 @@ def http_config(app: Any, open_files: int) -> uvicorn.Config:
             "header_timeout_s": timeout,
             "body_timeout_s": body_timeout,
             "max_connections": limit,
-            "max_per_account": per_account,
+            "max_per_account": each,
         },
     )
     log.info(
         "API: at most %d connections (%d an account on the socket), %g s for a request's "
         "headers, %g s for its body",
         limit,
-        per_account,
+        each,
         timeout,
         body_timeout,
     )
