@@ -261,6 +261,26 @@ def test_members_wait_and_are_held_like_any_job(api: TestClient) -> None:
             },
             ["DDPQ_SWEEP_ID", "set by ddpq"],
         ),
+        # One value used in many places multiplies: each filled command is bounded as a
+        # job's is (the review's request: 1 MB that would have built 21 GB of commands).
+        (
+            {
+                "template": {"command": ["echo", *["{a}" * 1365] * 15]},
+                "params": {"a": [f"{i:04d}" + "v" * 1020 for i in range(1000)]},
+            },
+            ["template.command", "filled with the longest values", "at most 65536"],
+        ),
+        (
+            {"template": {"command": ["echo", "{a}" * 1365]}, "params": {"a": ["v" * 60]}},
+            ["template.command", "characters; at most 65536"],
+        ),
+        (
+            {
+                "template": {"command": ["echo", "{a}" * 20, "{index}"]},
+                "params": {"a": [f"{i:04d}" + "w" * 1000 for i in range(3000)]},
+            },
+            ["MiB", "at most 64 MiB"],
+        ),
         ({"template": {"command": ["echo"]}, "array": "0-1", "extra": 1}, ["extra"]),
         (
             {

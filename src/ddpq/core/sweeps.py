@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -165,7 +166,22 @@ def members(params: Mapping[str, Sequence[str]], array: ArraySpec | None = None)
 
 def placeholders(args: Sequence[str]) -> set[str]:
     """The names of the ``{name}`` placeholders in ``args`` (not the escaped ones)."""
-    return {m.group(2) for arg in args for m in _PLACEHOLDER.finditer(arg) if m.group(2)}
+    return set(placeholder_counts(args))
+
+
+def placeholder_counts(args: Sequence[str]) -> Counter[str]:
+    """How often each ``{name}`` placeholder occurs in ``args``: each occurrence is filled
+    with the whole value, so a long value used many times makes a long command."""
+    return Counter(m.group(2) for arg in args for m in _PLACEHOLDER.finditer(arg) if m.group(2))
+
+
+def filled_bytes(args: Sequence[str], params: Mapping[str, Sequence[str]]) -> int:
+    """A bound on the length of ``args`` filled with any member's values (the longest of
+    each parameter wherever its placeholder is; an index has at most 5 digits)."""
+    longest = {name: max(map(len, values), default=0) for name, values in params.items()}
+    longest[INDEX] = 5
+    counts = placeholder_counts(args)
+    return sum(map(len, args)) + sum(n * longest.get(name, 0) for name, n in counts.items())
 
 
 def check_placeholders(args: Sequence[str], names: Sequence[str]) -> None:

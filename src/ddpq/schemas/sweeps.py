@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ddpq.core import sweeps as core_sweeps
 from ddpq.core.states import JobState
-from ddpq.schemas.common import Text
+from ddpq.schemas.common import MAX_COMMAND_BYTES, Text
 from ddpq.schemas.jobs import NotificationOut
 from ddpq.schemas.submit import JobSubmit
 
@@ -20,13 +20,26 @@ MAX_SWEEP_BYTES = 64 * 1024 * 1024
 
 
 def _member_bytes(t: JobSubmit, params: dict[str, list[str]]) -> int:
-    """A bound on what one member stores: the template's command, args and environment,
-    each parameter's longest value (twice: argument and DDPQ_SWEEP_PARAMS), some JSON."""
-    base = sum(len(a) + 4 for a in [*t.command, *t.args])
+    """A bound on what one member stores: its command and args filled with the longest
+    values (each placeholder as often as it occurs), its environment, each parameter in
+    DDPQ_SWEEP_PARAMS and as a workload's option, some JSON."""
+    argv = [*t.command, *t.args]
+    base = core_sweeps.filled_bytes(argv, params) + 4 * len(argv)
     env = {**(t.exported_env or {}), **t.env}
     base += sum(len(k) + len(v) + 6 for k, v in env.items())
     swept = sum(2 * (len(n) + max(map(len, vs), default=0) + 8) for n, vs in params.items())
     return base + swept + 256
+
+
+def _check_filled(t: JobSubmit, params: dict[str, list[str]]) -> None:
+    """A member's command, filled, within what one job may have: the template's is checked
+    before its placeholders are filled, and a value used many times multiplies."""
+    filled = core_sweeps.filled_bytes([*t.command, *t.args], params)
+    if filled > MAX_COMMAND_BYTES:
+        raise core_sweeps.SweepError(
+            f"template.command: filled with the longest values a member's command would be "
+            f"{filled} characters; at most {MAX_COMMAND_BYTES}"
+        )
 
 
 def _check_template(t: JobSubmit, names: list[str]) -> None:
@@ -115,6 +128,7 @@ class SweepSubmit(BaseModel):
             else:
                 size = core_sweeps.check_params(self.params)
             _check_template(self.template, list(self.params))
+            _check_filled(self.template, self.params)
         except core_sweeps.SweepError as exc:
             raise ValueError(str(exc)) from None
         total = size * _member_bytes(self.template, self.params)
