@@ -290,6 +290,29 @@ def test_no_detach_key() -> None:
     assert relay.detach_byte("none") is None and relay.detach_byte("NONE") is None
 
 
+@pytest.mark.parametrize("who", ["the same account", "another account", "root"])
+def test_attach_connects_only_to_a_socket_its_own_account_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, who: str
+) -> None:
+    """A job's account may put a listener of its own where its shim's socket was: another
+    account attaching would type into it. Refused unless its server is the caller's own
+    account (root may attach to any: the shim lets only root and the job's account in)."""
+    path = tmp_path / "tty.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen(4)
+        me = {"the same account": os.geteuid(), "another account": os.geteuid() + 4242}
+        uid = me.get(who, 0)
+        if who == "another account" and os.geteuid() == 0:
+            uid = 4242  # the listener is root's: the caller someone else
+        monkeypatch.setattr(os, "geteuid", lambda: uid)
+        if who != "another account":
+            relay.connect(str(path)).close()
+        else:
+            with pytest.raises(relay.CannotAttach, match=r"served by another account \(uid"):
+                relay.connect(str(path))
+
+
 def test_connect_says_why_it_cannot(tmp_path: Path) -> None:
     with pytest.raises(relay.CannotAttach) as missing:
         relay.connect(str(tmp_path / "tty.sock"))

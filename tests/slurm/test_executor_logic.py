@@ -35,6 +35,7 @@ class FakeSlurm:
     accounts: dict[str, SlurmJob] | None = None  # sacct's; None: no accounting
     down: str | None = None  # squeue fails with this
     refuse: str | None = None  # sbatch fails with this
+    answer: str | None = None  # sbatch (its environment's library) names this job instead
     next_id: int = 100
 
     def submit_held(self, script: str, env: Mapping[str, str], account: Account | None) -> str:
@@ -45,7 +46,7 @@ class FakeSlurm:
         self.next_id += 1
         self.jobs[job_id] = SlurmJob(job_id, "PENDING", states.HELD)
         self.scripts[job_id], self.envs[job_id] = script, env
-        return job_id
+        return self.answer or job_id
 
     def release(self, job_ids: Sequence[str]) -> None:
         self.calls.append(("release", *job_ids))
@@ -348,6 +349,22 @@ def test_a_job_slurm_refuses_fails_with_slurms_words(
     with pytest.raises(LaunchFailed, match="Invalid account"):
         executor.start(a_launch(tmp_path))
     assert slurm.made("find")  # in case sbatch queued it before failing
+
+
+@pytest.mark.parametrize("named", ["4242", "99"])
+def test_an_sbatch_that_names_another_job_is_not_believed(
+    executor: SlurmExecutor, slurm: FakeSlurm, tmp_path: Path, named: str
+) -> None:
+    """sbatch runs with the job's environment (an LD_PRELOAD of its own): it answers
+    another user's job (4242), or one that is not this attempt's (99). Root releases and
+    cancels nothing but the job it gave sbatch, found by its name and comment."""
+    slurm.jobs[named] = SlurmJob(named, "PENDING", states.HELD)  # someone else's, held
+    slurm.answer = named
+    with pytest.raises(LaunchFailed, match=f"sbatch answered Slurm job {named}, which is not"):
+        executor.start(a_launch(tmp_path))
+    acted_on = [c for c in slurm.calls if c[0] in ("release", "scancel")]
+    assert acted_on == [("scancel", "100")]  # the attempt's own, held: never run
+    assert slurm.jobs[named].reason == states.HELD
 
 
 def test_never_submitted_as_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

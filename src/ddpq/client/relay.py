@@ -93,7 +93,27 @@ def connect(path: str) -> socket.socket:
                 "runs as, on the daemon's host)"
             ) from None
         raise CannotAttach(f"{path}: {exc.strerror or exc}") from None
+    theirs = served_by(sock)
+    if theirs is not None and theirs != os.geteuid() and os.geteuid() != 0:
+        # The job's account owns its folder and may put a listener of its own where its
+        # shim's socket was: this terminal's keystrokes must not go to another account.
+        sock.close()
+        raise CannotAttach(
+            f"{path} is served by another account (uid {theirs}), not yours: a session is "
+            "attached by the account it runs as"
+        )
     return sock
+
+
+def served_by(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket (None if the kernel does
+    not say)."""
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    uid: int = struct.unpack("3i", raw)[1]
+    return uid
 
 
 @contextlib.contextmanager

@@ -97,6 +97,7 @@ class SlurmExecutor:
         submission = prepare(launch, self.settings)
         try:
             slurm_id = self.slurm.submit_held(submission.script, submission.env, submission.account)
+            self._check_answer(launch, slurm_id)
         except SlurmError as exc:
             # sbatch may have queued it before it failed to answer: nothing may be left.
             self._cancel_unrecorded(launch.job_id, launch.attempt)
@@ -104,6 +105,17 @@ class SlurmExecutor:
         folder = JobDir(launch.job_dir)
         self._watched[launch.job_id] = Watched(slurm_id, launch.attempt, folder, held=True)
         return slurm_id
+
+    def _check_answer(self, launch: Launch, slurm_id: str) -> None:
+        """The id sbatch answered must be a job with this attempt's name and comment, as
+        Slurm itself says. sbatch runs as the job's account with the job's environment (a
+        preloaded library of its own included), so its answer is the job's word: root
+        releases and cancels the id, and must never act on someone else's job."""
+        mark = script.comment(self.tag, launch.job_id, launch.attempt)
+        if slurm_id not in self.slurm.find(script.job_name(launch.job_id), mark):
+            raise SlurmError(
+                f"sbatch answered Slurm job {slurm_id}, which is not the job it was given"
+            )
 
     def start_many(self, launches: Sequence[Launch]) -> list[str | LaunchFailed]:
         return one_by_one(self.start, launches)
