@@ -68,6 +68,30 @@ def test_ticks_are_round_numbers_around_the_data(
     assert round(mantissa, 6) in (1, 2, 5)
 
 
+@pytest.mark.parametrize(
+    ("lo", "hi"), [(0, 1e-120), (1e-300, 2e-300), (-1e308, 1e308), (5, 5), (1e15, 1e15 + 1)]
+)
+def test_ticks_of_any_range_a_job_can_write_never_throw(lo: float, hi: float) -> None:
+    """A member writes {"loss": 0} then {"loss": 1e-120}: the axis is drawn (toFixed takes
+    at most 100 digits, and its RangeError stopped the page's refresh for whoever looked)."""
+    axis = ticks(lo, hi, 4)
+    values, text = axis["ticks"], axis["text"]
+    assert isinstance(values, list) and len(values) >= 2
+    assert isinstance(text, list) and all(isinstance(t, str) and t for t in text)
+
+
+def test_the_extent_of_hundreds_of_thousands_of_points() -> None:
+    """Five thousand records of 60 members: one pass, where Math.min(...points) overflowed
+    the stack."""
+    script = page_function("extent") + (
+        "const v = Array.from({length: 300000}, (_, i) => (i * 7919) % 100003 - 5);"
+        "console.log(JSON.stringify(extent(v)));"
+    )
+    assert NODE is not None
+    out = subprocess.run([NODE, "-e", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [-5, 99997]
+
+
 def app_source() -> str:
     return (Path(STATIC) / "app.js").read_text()
 

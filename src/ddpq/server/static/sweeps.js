@@ -316,16 +316,34 @@ function svg(tag, attrs = {}, ...children) {
 
 // About `count` ticks at round numbers (1, 2 or 5 times a power of ten: 0.1/0.2/0.3, 4/6/8),
 // and the axis widened to the ticks around [lo, hi]; `digits`: the decimals they need.
+// A job writes its metrics: a range of 1e-120 or of 1e308 must draw something, never
+// throw (toFixed takes at most 100 digits) and stop the page's refresh.
 function niceTicks(lo, hi, count) {
+  const MAX_DIGITS = 20; // beyond this a tick is written with an exponent (tickText)
   const rough = (hi - lo) / count;
   const power = 10 ** Math.floor(Math.log10(rough));
   const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= rough);
+  if (!(rough > 0) || !Number.isFinite(step) || !(step > 0)) {
+    return { lo, hi, ticks: [lo, hi], digits: 0 };
+  }
   const digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
   const first = Math.floor(lo / step + 1e-9);
   const last = Math.ceil(hi / step - 1e-9);
   const ticks = [];
-  for (let i = first; i <= last; i++) ticks.push(Number((i * step).toFixed(digits)));
-  return { lo: ticks[0], hi: ticks[ticks.length - 1], ticks, digits };
+  for (let i = first; i <= last; i++) {
+    ticks.push(digits <= MAX_DIGITS ? Number((i * step).toFixed(digits)) : i * step);
+  }
+  return { lo: ticks[0], hi: ticks[ticks.length - 1], ticks, digits: Math.min(digits, MAX_DIGITS) };
+}
+// The least and the most of `values`, in one pass: a spread (Math.min(...values)) of
+// hundreds of thousands of points overflows the stack.
+function extent(values) {
+  let [lo, hi] = [Infinity, -Infinity];
+  for (const v of values) {
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  return [lo, hi];
 }
 
 function tickText(v, digits) {
@@ -354,8 +372,8 @@ function renderPlot(o) {
     plot.dataset.lines = "0";
     return;
   }
-  let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
-  let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
+  let [x0, x1] = extent(all.map((p) => p[0]));
+  let [y0, y1] = extent(all.map((p) => p[1]));
   if (x0 === x1) [x0, x1] = [x0 - 1, x1 + 1];
   if (y0 === y1) [y0, y1] = [y0 - Math.abs(y0 || 1) * 0.05, y1 + Math.abs(y1 || 1) * 0.05];
   const yAxis = niceTicks(y0, y1, 4);
