@@ -16,6 +16,7 @@ from ddpq import __version__
 from ddpq.config import Settings
 from ddpq.server import apidocs
 from ddpq.server.errors import ERRORS, HANDLERS
+from ddpq.server.fair import FairShare
 from ddpq.server.faults import StorageFaults
 from ddpq.server.guard import RequestGuard, allowed_names, extra_names_from_env
 from ddpq.server.notify_lookups import NotifyLookups
@@ -93,8 +94,10 @@ def create_app(
     # FastAPI 0.137 it holds an included router as one entry, not the router's routes.
     app.state.routes = [*app.router.routes, *(route for r in ROUTERS for route in r.routes)]
 
-    # The last added runs first: the guard refuses foreign requests before anything else.
+    # The last added runs first: the guard refuses foreign requests before anything else,
+    # then each caller waits its turn in its own line.
     app.add_middleware(StorageFaults)
+    app.add_middleware(FairShare)
     app.add_middleware(RequestGuard, names=guard_names(settings))
     serve_anew(app, settings, pause_jobs)
     return app
