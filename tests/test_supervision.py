@@ -411,3 +411,26 @@ def test_a_job_forging_its_exit_record_cannot_stall_the_queue(
     assert done.state == "failed" and "lost" in done.reason
     after = c.submit(JobSubmit(command=["true"], gpus=4))
     assert wait_done(c, after.id).state == "succeeded"
+
+
+def test_a_jobs_marker_is_looked_for_in_a_bounded_part_of_each_environment(
+    tmp_path: Path,
+) -> None:
+    """A job may start processes with megabytes of environment; the search reads at most
+    MARKER_SEARCH_BYTES of each (one that hides its marker past them is as one run with
+    `env -i`: the session fallback's known limit)."""
+    name, value = "DDPQ_JOB_DIR", str(tmp_path / "job")
+    # Each variable at most 128 KiB (the kernel's bound on one string), 3 times the bound.
+    padding = {
+        f"PAD{i}": "x" * (100 * 1024) for i in range(3 * procs.MARKER_SEARCH_BYTES // 102400)
+    }
+    path = {"PATH": "/usr/bin:/bin"}
+    near = subprocess.Popen(["sleep", "300"], env={name: value, **path, **padding})
+    far = subprocess.Popen(["sleep", "300"], env={**padding, **path, name: value})
+    try:
+        found = procs.marked_with(f"{name}={value}".encode(), 0)
+        assert near.pid in found and far.pid not in found
+    finally:
+        for p in (near, far):
+            p.kill()
+            p.wait()

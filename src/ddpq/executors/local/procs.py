@@ -11,6 +11,9 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+# The most of a process's environment read when looking for a job's marker in it.
+MARKER_SEARCH_BYTES = 256 * 1024
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -108,7 +111,11 @@ def marked_with(marker: bytes, not_before_ticks: int) -> list[int]:
         if st is None or st.state == "Z" or st.start_ticks < not_before_ticks:
             continue
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            # Bounded: a job may start processes with megabytes of environment, read once
+            # per process for each lost job (one that bloats it past the marker is hidden,
+            # as one run with `env -i` is: this mode is the fallback without cgroups).
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read(MARKER_SEARCH_BYTES)
         except OSError:
             continue
         if marker in environ.split(b"\x00"):
