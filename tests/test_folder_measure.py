@@ -223,3 +223,20 @@ def test_walks_of_jobs_no_longer_running_are_closed(tmp_path: Path) -> None:
     fds = len(os.listdir("/proc/self/fd"))
     watcher.look({}, lambda _: MIB)
     assert len(os.listdir("/proc/self/fd")) < fds  # the walk's descriptors closed
+
+
+def test_a_run_of_empty_folders_gives_the_walk_its_clock(tmp_path: Path) -> None:
+    """Folders with nothing in them yield no entry: once a folder's names were counted, a
+    job's million empty subfolders were entered in one step, past the look's deadline.
+    Each folder entered is a step now, so a look stops at its bound however empty."""
+    folder = tmp_path / "job"
+    for i in range(600):
+        (folder / f"empty{i}").mkdir(parents=True)
+    walk = FolderWalk(folder)
+    try:
+        # The names (600), then a few of the folders: not all of them in the last step.
+        assert walk.advance(610, float("inf"), None) == 610 and not walk.done
+        while not walk.done:
+            walk.advance(500, float("inf"), None)
+    finally:
+        walk.close()

@@ -125,12 +125,15 @@ def tree_sizes(top: int, dev: int) -> Iterator[int]:
     of entries a share at a time. Walked with one descriptor at a time: down by name, back
     up by "..", which must be the folder it left (else the job moved it meanwhile and the
     walk ends with what it yielded). So any depth costs neither descriptors nor Python's
-    stack; entries are streamed, never a whole folder's names in memory."""
+    stack; entries are streamed, never a whole folder's names in memory. Each folder
+    entered yields 0 first: a run of empty folders yields no entry, and the walk's caller
+    must see its clock between them too (a million empty folders are seconds)."""
     path: list[tuple[int, int]] = []  # the folders above the one open, by identity
     pending: list[list[str]] = []  # each level's subfolders still to walk
     fd = os.dup(top)
     try:
         while True:
+            yield 0
             todo: list[str] = []
             for name, st in _streamed(fd):
                 if stat.S_ISDIR(st.st_mode):
