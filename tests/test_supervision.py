@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import sqlite3
 import subprocess
@@ -434,3 +435,23 @@ def test_a_jobs_marker_is_looked_for_in_a_bounded_part_of_each_environment(
         for p in (near, far):
             p.kill()
             p.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts a process as another account")
+def test_a_shim_is_found_by_its_command_line_only_as_its_folders_account(tmp_path: Path) -> None:
+    """After a worker died before storing a shim's handle, the shim is found by its
+    command line, which anyone can write: another account's process naming this job's
+    folder is never taken for its shim."""
+    folder = tmp_path / "jobs" / "7"
+    folder.mkdir(parents=True)
+    fake = [sys.executable, "-S", "-c", "import time; time.sleep(60)", "shim.py"]
+    fake += ["--job-dir", str(folder), "--"]
+    stranger = subprocess.Popen(fake, user="nobody", cwd="/")
+    try:
+        wait_for(lambda: b"shim.py" in Path(f"/proc/{stranger.pid}/cmdline").read_bytes())
+        assert procs.find_shim(str(folder)) is None
+        os.chown(folder, pwd.getpwnam("nobody").pw_uid, -1)  # now its own folder's
+        assert procs.find_shim(str(folder)) == stranger.pid
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -140,16 +140,36 @@ def find_shim(job_dir: str) -> int | None:
     """The PID of a shim started for ``job_dir``, found by its command line: ``python -S
     shim.py --job-dir D ...`` by exec, ``ddpq-shim --job-dir D`` forked by the fork server.
 
-    Needed for an attempt whose handle was never stored (the worker died first).
+    Needed for an attempt whose handle was never stored (the worker died first). Anyone
+    can write such a command line: only a process of the account that owns the folder
+    (as the shim runs) counts, or another user's process would be watched as this job's.
     """
     needle = b"\x00--job-dir\x00" + job_dir.encode() + b"\x00"
+    try:
+        owner = os.lstat(job_dir).st_uid
+    except OSError:
+        return None
     for pid in all_pids():
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if (b"shim.py" in cmdline or cmdline.startswith(b"ddpq-shim\x00")) and needle in cmdline:
+        shim_like = b"shim.py" in cmdline or cmdline.startswith(b"ddpq-shim\x00")
+        if shim_like and needle in cmdline and effective_uid(pid) == owner:
             return pid
+    return None
+
+
+def effective_uid(pid: int) -> int | None:
+    """The process's effective uid, from its status (its /proc folder is root's when it
+    is not dumpable, as a shim that changed its uid is not)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
     return None
 
 
