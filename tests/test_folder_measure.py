@@ -240,3 +240,35 @@ def test_a_run_of_empty_folders_gives_the_walk_its_clock(tmp_path: Path) -> None
             walk.advance(500, float("inf"), None)
     finally:
         walk.close()
+
+
+def test_a_job_with_a_million_descriptors_is_counted_a_share_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deleted file held open through many descriptors (a job can dup one a million
+    times: seconds of stat every look, which all other jobs' looks waited for): each look
+    stats at most DESCRIPTORS_PER_LOOK of them, and the count goes on at the next."""
+    monkeypatch.setattr(measure, "DESCRIPTORS_PER_LOOK", 100)
+    path = tmp_path / "deleted"
+    path.write_bytes(b"\1" * MIB)
+    fd = os.open(path, os.O_RDONLY)
+    path.unlink()
+    dups = [os.dup(fd) for _ in range(450)]
+    try:
+        size = os.fstat(fd).st_blocks * 512
+        looked: list[int] = []
+
+        def pids() -> list[int]:
+            looked.append(1)
+            return [os.getpid()]
+
+        deleted = measure.DeletedFiles(pids, os.stat(tmp_path).st_dev)
+        deleted.advance(measure.DESCRIPTORS_PER_LOOK)
+        assert deleted.whole == 0  # under way: 450 descriptors are more than a look's 100
+        for _ in range(10):
+            deleted.advance(measure.DESCRIPTORS_PER_LOOK)
+        assert deleted.whole == size and deleted.counted == size  # whole, once
+        assert len(looked) >= 2  # and started again
+    finally:
+        for d in [fd, *dups]:
+            os.close(d)

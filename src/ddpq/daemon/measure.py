@@ -36,6 +36,8 @@ SECONDS_PER_LOOK = 1.0
 # seen are missed (a job holding over a million descriptors open); the exact bound is a
 # filesystem or a project quota of the job folders' own (docs/admin.md).
 DESCRIPTORS_PER_JOB = 1_000_000
+# ...and at most this many in one look (~0.2 s): the rest in the looks after it.
+DESCRIPTORS_PER_LOOK = 25_000
 _CHECK_EVERY = 256  # entries between two looks at the clock and the limit
 
 
@@ -100,27 +102,51 @@ class FolderWalk:
             os.close(fd)
 
 
-def open_deleted_bytes(pids: Iterable[int], dev: int, budget: int) -> int:
-    """Bytes in regular files on filesystem ``dev`` that processes ``pids`` hold open and
+class DeletedFiles:
+    """Bytes in regular files on filesystem ``dev`` that a job's processes hold open and
     that have no name left: a job's "deleted" files still fill the disk. Each file once,
-    however many descriptors share it; at most ``budget`` descriptors looked at."""
-    seen: dict[int, int] = {}
-    looked = 0
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue  # gone, or not ours to look at
-        for name in fds:
-            looked += 1
-            if looked > budget:
-                return sum(seen.values())
-            with contextlib.suppress(OSError):
-                # The descriptor's own file, even deleted: no path in the job's folder.
-                st = os.stat(f"/proc/{pid}/fd/{name}")
-                if st.st_nlink == 0 and st.st_dev == dev and stat.S_ISREG(st.st_mode):
-                    seen[st.st_ino] = st.st_blocks * 512
-    return sum(seen.values())
+    however many descriptors share it. Counted ``DESCRIPTORS_PER_LOOK`` descriptors a
+    look, over as many looks as it takes (a job can dup one deleted file a million times:
+    seconds of stat, which every other job's look would wait for), and started again once
+    whole; ``counted`` is the last whole count, or the one under way if it is more."""
+
+    def __init__(self, pids: Callable[[], Iterable[int]], dev: int) -> None:
+        self.pids, self.dev = pids, dev
+        self.whole = 0
+        self._seen: dict[int, int] = {}
+        self._steps = self._scan()
+
+    @property
+    def counted(self) -> int:
+        return max(self.whole, sum(self._seen.values()))
+
+    def advance(self, descriptors: int) -> None:
+        for _ in range(descriptors):
+            try:
+                next(self._steps)
+            except StopIteration:
+                self.whole = sum(self._seen.values())
+                self._seen = {}
+                self._steps = self._scan()
+                return
+
+    def _scan(self) -> Generator[None, None, None]:
+        looked = 0
+        for pid in self.pids():
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue  # gone, or not ours to look at
+            for name in fds:
+                looked += 1
+                if looked > DESCRIPTORS_PER_JOB:
+                    return
+                with contextlib.suppress(OSError):
+                    # The descriptor's own file, even deleted: no path in the job's folder.
+                    st = os.stat(f"/proc/{pid}/fd/{name}")
+                    if st.st_nlink == 0 and st.st_dev == self.dev and stat.S_ISREG(st.st_mode):
+                        self._seen[st.st_ino] = st.st_blocks * 512
+                yield
 
 
 class Measurer:
@@ -136,6 +162,7 @@ class Measurer:
         self.seconds = seconds
         self.min_share = min_share
         self._walks: dict[int, FolderWalk] = {}
+        self._deleted: dict[int, DeletedFiles] = {}
         self._after = -1  # rotation: the next look starts after this job
 
     def look(
@@ -144,6 +171,8 @@ class Measurer:
         """The jobs found holding more than their limit in this look, and the bytes."""
         for job_id in [j for j in self._walks if j not in running]:
             self._walks.pop(job_id).close()
+        for job_id in [j for j in self._deleted if j not in running]:
+            del self._deleted[job_id]
         ids = sorted(running)
         order = [j for j in ids if j > self._after] + [j for j in ids if j <= self._after]
         share = max(self.min_share, self.entries // max(1, len(ids)))
@@ -169,11 +198,13 @@ class Measurer:
         if walk is None:
             walk = self._walks[job_id] = FolderWalk(job.folder)
         walk.advance(share, deadline, limit)
-        hidden = (
-            open_deleted_bytes(job.pids(), walk.dev, DESCRIPTORS_PER_JOB)
-            if walk.dev is not None
-            else 0
-        )
+        hidden = 0
+        if walk.dev is not None:
+            deleted = self._deleted.get(job_id)
+            if deleted is None or deleted.dev != walk.dev:
+                deleted = self._deleted[job_id] = DeletedFiles(job.pids, walk.dev)
+            deleted.advance(DESCRIPTORS_PER_LOOK)
+            hidden = deleted.counted
         held = walk.counted + hidden
         if walk.done or held > limit:
             self._walks.pop(job_id).close()  # the next look counts afresh
@@ -183,3 +214,4 @@ class Measurer:
         for walk in self._walks.values():
             walk.close()
         self._walks.clear()
+        self._deleted.clear()
