@@ -250,17 +250,30 @@ def test_a_job_with_a_million_descriptors_is_counted_a_share_at_a_time(
     stats at most DESCRIPTORS_PER_LOOK of them, and the count goes on at the next."""
     monkeypatch.setattr(measure, "DESCRIPTORS_PER_LOOK", 100)
     path = tmp_path / "deleted"
-    path.write_bytes(b"\1" * MIB)
-    fd = os.open(path, os.O_RDONLY)
-    path.unlink()
-    dups = [os.dup(fd) for _ in range(450)]
+    holding = (
+        "import os, sys\n"
+        "p = sys.argv[1]\n"
+        "open(p, 'wb').write(b'\\1' * (1 << 20))\n"
+        "fd = os.open(p, os.O_RDONLY)\n"
+        "os.unlink(p)\n"
+        "dups = [os.dup(fd) for _ in range(450)]\n"
+        "print(os.fstat(fd).st_blocks * 512, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-S", "-c", holding, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        size = os.fstat(fd).st_blocks * 512
+        assert holder.stdout is not None
+        size = int(holder.stdout.readline())
         looked: list[int] = []
 
         def pids() -> list[int]:
             looked.append(1)
-            return [os.getpid()]
+            return [holder.pid]
 
         deleted = measure.DeletedFiles(pids, os.stat(tmp_path).st_dev)
         deleted.advance(measure.DESCRIPTORS_PER_LOOK)
@@ -270,5 +283,5 @@ def test_a_job_with_a_million_descriptors_is_counted_a_share_at_a_time(
         assert deleted.whole == size and deleted.counted == size  # whole, once
         assert len(looked) >= 2  # and started again
     finally:
-        for d in [fd, *dups]:
-            os.close(d)
+        holder.kill()
+        holder.wait()
