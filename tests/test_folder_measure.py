@@ -242,6 +242,29 @@ def test_a_run_of_empty_folders_gives_the_walk_its_clock(tmp_path: Path) -> None
         walk.close()
 
 
+def holding_deleted(path: Path, size: int, dups: int) -> tuple[subprocess.Popen[str], int]:
+    """A child process holding ``path``, ``size`` bytes, deleted, open through ``dups``
+    more descriptors; and its bytes on disk. Kill it when done."""
+    holding = (
+        "import os, sys\n"
+        "p, size, dups = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
+        "open(p, 'wb').write(b'\\1' * size)\n"
+        "fd = os.open(p, os.O_RDONLY)\n"
+        "os.unlink(p)\n"
+        "held = [os.dup(fd) for _ in range(dups)]\n"
+        "print(os.fstat(fd).st_blocks * 512, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-S", "-c", holding, str(path), str(size), str(dups)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    return holder, int(holder.stdout.readline())
+
+
 def test_a_job_with_a_million_descriptors_is_counted_a_share_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -249,26 +272,8 @@ def test_a_job_with_a_million_descriptors_is_counted_a_share_at_a_time(
     times: seconds of stat every look, which all other jobs' looks waited for): each look
     stats at most DESCRIPTORS_PER_LOOK of them, and the count goes on at the next."""
     monkeypatch.setattr(measure, "DESCRIPTORS_PER_LOOK", 100)
-    path = tmp_path / "deleted"
-    holding = (
-        "import os, sys\n"
-        "p = sys.argv[1]\n"
-        "open(p, 'wb').write(b'\\1' * (1 << 20))\n"
-        "fd = os.open(p, os.O_RDONLY)\n"
-        "os.unlink(p)\n"
-        "dups = [os.dup(fd) for _ in range(450)]\n"
-        "print(os.fstat(fd).st_blocks * 512, flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-    holder = subprocess.Popen(
-        [sys.executable, "-S", "-c", holding, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder, size = holding_deleted(tmp_path / "deleted", MIB, 450)
     try:
-        assert holder.stdout is not None
-        size = int(holder.stdout.readline())
         looked: list[int] = []
 
         def pids() -> list[int]:
@@ -285,3 +290,22 @@ def test_a_job_with_a_million_descriptors_is_counted_a_share_at_a_time(
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_retry_is_counted_afresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count under way was the first attempt's processes': once the job runs again,
+    its new attempt's deleted files are the ones counted, from the next look."""
+    monkeypatch.setattr(measure, "DESCRIPTORS_PER_LOOK", 100)
+    folder = tmp_path / "7"
+    folder.mkdir()
+    first, _ = holding_deleted(tmp_path / "first", MIB, 450)
+    second, size = holding_deleted(tmp_path / "second", 3 * MIB, 0)
+    try:
+        measurer = Measurer()
+        measurer.look({7: Running(folder, lambda: [first.pid], 1)}, lambda _: 0)
+        held = measurer.look({7: Running(folder, lambda: [second.pid], 2)}, lambda _: 0)
+        assert held[7] >= size
+    finally:
+        for p in (first, second):
+            p.kill()
+            p.wait()

@@ -47,6 +47,7 @@ class Running:
 
     folder: Path
     pids: Callable[[], Iterable[int]]  # its processes now
+    attempt: int = 0  # which: a retry's processes are another count's
 
 
 class FolderWalk:
@@ -110,8 +111,8 @@ class DeletedFiles:
     seconds of stat, which every other job's look would wait for), and started again once
     whole; ``counted`` is the last whole count, or the one under way if it is more."""
 
-    def __init__(self, pids: Callable[[], Iterable[int]], dev: int) -> None:
-        self.pids, self.dev = pids, dev
+    def __init__(self, pids: Callable[[], Iterable[int]], dev: int, attempt: int = 0) -> None:
+        self.pids, self.dev, self.attempt = pids, dev, attempt
         self.whole = 0
         self._seen: dict[int, int] = {}
         self._steps = self._scan()
@@ -201,8 +202,9 @@ class Measurer:
         hidden = 0
         if walk.dev is not None:
             deleted = self._deleted.get(job_id)
-            if deleted is None or deleted.dev != walk.dev:
-                deleted = self._deleted[job_id] = DeletedFiles(job.pids, walk.dev)
+            if deleted is None or (deleted.dev, deleted.attempt) != (walk.dev, job.attempt):
+                deleted = DeletedFiles(job.pids, walk.dev, job.attempt)
+                self._deleted[job_id] = deleted
             deleted.advance(DESCRIPTORS_PER_LOOK)
             hidden = deleted.counted
         held = walk.counted + hidden

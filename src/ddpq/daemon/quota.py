@@ -104,7 +104,9 @@ class DiskWatch:
             folders = quota_store.running_folders(s)
         trees = cgroups.remembered_trees(self.settings.home)
         running = {
-            job_id: Running(Path(job_dir), functools.partial(_job_pids, trees, job_id, attempt))
+            job_id: Running(
+                Path(job_dir), functools.partial(_job_pids, trees, job_id, attempt), attempt
+            )
             for job_id, (job_dir, attempt) in folders.items()
         }
 

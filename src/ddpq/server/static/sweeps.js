@@ -329,6 +329,10 @@ function niceTicks(lo, hi, count) {
   const digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
   const first = Math.floor(lo / step + 1e-9);
   const last = Math.ceil(hi / step - 1e-9);
+  // Past 2^53 a step no longer moves the count (1e17 and 1e17 + 16): the ends alone.
+  if (!Number.isSafeInteger(first) || !Number.isSafeInteger(last) || last - first > 1000) {
+    return { lo, hi, ticks: [lo, hi], digits: 0 };
+  }
   const ticks = [];
   for (let i = first; i <= last; i++) {
     ticks.push(digits <= MAX_DIGITS ? Number((i * step).toFixed(digits)) : i * step);
