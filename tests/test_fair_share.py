@@ -87,6 +87,8 @@ def test_one_accounts_flood_waits_in_its_own_line() -> None:
     [
         {"auth": False},  # one trusted user
         {"path": "/v1/jobs/7/log", "query": b"follow=true&offset=0"},  # a followed log
+        {"path": "/v1/jobs/7/log", "query": b"follow=1"},  # as FastAPI reads a bool
+        {"path": "/v1/jobs/7/log", "query": b"offset=0&follow=True"},
     ],
 )
 def test_what_is_not_counted(uncounted: dict[str, Any]) -> None:
@@ -118,6 +120,53 @@ def test_tcp_callers_are_told_apart_by_their_tokens() -> None:
         await settle()
         assert sorted(app.inside) == sorted(["Bearer ddpq_aaa", "Bearer ddpq_bbb"] * IN_FLIGHT)
         assert all(b"ddpq_" not in repr(key).encode() for key in fair.lines)  # hashed
+        app.release.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "query", [b"follow=false&x=follow=true", b"follow=true&follow=false", b"limit=16777216"]
+)
+def test_a_log_read_that_does_not_follow_is_counted(query: bytes) -> None:
+    """Only a request the route will stream for ever goes past the line: not one whose
+    text holds "follow=true" somewhere while its last ``follow`` says no."""
+
+    async def run() -> None:
+        app = Blocked()
+        fair = FairShare(app)
+        tasks = [
+            asyncio.create_task(
+                fair(a_request("bob", 1002, path="/v1/jobs/7/log", query=query), receive, send)
+            )
+            for _ in range(IN_FLIGHT + 2)
+        ]
+        await settle()
+        assert app.inside.count("bob") == IN_FLIGHT
+        app.release.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(run())
+
+
+def test_one_token_is_one_line_however_it_is_written() -> None:
+    async def run() -> None:
+        app = Blocked()
+        fair = FairShare(app)
+        tasks = []
+        for i in range(IN_FLIGHT + 3):
+            written = [
+                b"Bearer ddpq_aaa",
+                b"bearer ddpq_aaa",
+                b"BEARER  ddpq_aaa ",
+                b" Bearer ddpq_aaa",
+            ]
+            scope = a_request("bob")
+            scope["headers"] = [(b"authorization", written[i % len(written)])]
+            tasks.append(asyncio.create_task(fair(scope, receive, send)))
+        await settle()
+        assert app.inside.count("bob") == IN_FLIGHT and len(fair.lines) == 1
         app.release.set()
         await asyncio.gather(*tasks)
 

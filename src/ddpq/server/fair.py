@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass, field
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -59,14 +60,20 @@ class FairShare:
                 del self.lines[key]
 
 
+# What FastAPI reads as a true ``follow`` (pydantic's words for a bool), in any case.
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+
+
 def _counted(scope: Scope) -> bool:
     settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
     if not getattr(settings, "auth", False):
         return False
-    follows = scope.get("path", "").endswith("/log") and b"follow=true" in scope.get(
-        "query_string", b""
-    )
-    return not follows
+    if not scope.get("path", "").endswith("/log"):
+        return True
+    # The query read as the route reads it: its last ``follow``, not any text in it.
+    query = scope.get("query_string", b"").decode("latin-1")
+    said = [v for k, v in parse_qsl(query, keep_blank_values=True) if k == "follow"]
+    return not (said and said[-1].strip().lower() in _TRUE)
 
 
 def caller_of(scope: Scope) -> tuple[str, object] | None:
@@ -76,6 +83,9 @@ def caller_of(scope: Scope) -> tuple[str, object] | None:
         return None if peer.uid == 0 else ("uid", peer.uid)
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            return ("token", hashlib.sha256(value).digest()[:16])
+            # The token as ``deps`` reads it (any case of "Bearer", blanks around it), so
+            # that one token is one line however it is written.
+            _scheme, _, token = value.strip().partition(b" ")
+            return ("token", hashlib.sha256(token.strip()).digest()[:16])
     client = scope.get("client")
     return ("address", client[0] if client else "")
