@@ -360,11 +360,31 @@ def test_an_sbatch_that_names_another_job_is_not_believed(
     cancels nothing but the job it gave sbatch, found by its name and comment."""
     slurm.jobs[named] = SlurmJob(named, "PENDING", states.HELD)  # someone else's, held
     slurm.answer = named
-    with pytest.raises(LaunchFailed, match=f"sbatch answered Slurm job {named}, which is not"):
+    with pytest.raises(
+        LaunchFailed, match=f"sbatch answered Slurm job {named}, which is not"
+    ) as failed:
         executor.start(a_launch(tmp_path))
+    assert not failed.value.interrupted  # for good: the account's own sbatch lied
     acted_on = [c for c in slurm.calls if c[0] in ("release", "scancel")]
     assert acted_on == [("scancel", "100")]  # the attempt's own, held: never run
     assert slurm.jobs[named].reason == states.HELD
+
+
+def test_a_lookup_that_fails_after_sbatch_queues_the_job_again(
+    executor: SlurmExecutor, slurm: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """squeue cannot say whether the id sbatch answered is this attempt's (a controller
+    too busy): nothing ran, so the launch is interrupted (queued again, no retry used),
+    not a failure for good."""
+
+    def busy(name: str, comment: str) -> list[str]:
+        raise SlurmError("squeue: error: Socket timed out on send/recv operation")
+
+    monkeypatch.setattr(slurm, "find", busy)
+    with pytest.raises(LaunchFailed, match="Socket timed out") as failed:
+        executor.start(a_launch(tmp_path))
+    assert failed.value.interrupted
+    assert not slurm.made("release")
 
 
 def test_never_submitted_as_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -64,6 +64,10 @@ class Watched:
     waits_for: str = ""  # the latest reason Slurm gave for keeping it waiting
 
 
+class NotItsJob(SlurmError):
+    """sbatch answered the id of a job that is not the one it was given."""
+
+
 class SlurmExecutor:
     name = "slurm"
 
@@ -97,11 +101,18 @@ class SlurmExecutor:
         submission = prepare(launch, self.settings)
         try:
             slurm_id = self.slurm.submit_held(submission.script, submission.env, submission.account)
-            self._check_answer(launch, slurm_id)
         except SlurmError as exc:
             # sbatch may have queued it before it failed to answer: nothing may be left.
             self._cancel_unrecorded(launch.job_id, launch.attempt)
             raise LaunchFailed(f"Slurm did not take the job: {exc}") from None
+        try:
+            self._check_answer(launch, slurm_id)
+        except SlurmError as exc:
+            # squeue could not say (a controller too busy to answer), or sbatch named
+            # another job: nothing of this one ran; it is held, and found by its mark.
+            self._cancel_unrecorded(launch.job_id, launch.attempt)
+            unsure = not isinstance(exc, NotItsJob)  # the lookup failed: try again later
+            raise LaunchFailed(f"Slurm did not take the job: {exc}", interrupted=unsure) from None
         folder = JobDir(launch.job_dir)
         self._watched[launch.job_id] = Watched(slurm_id, launch.attempt, folder, held=True)
         return slurm_id
@@ -113,7 +124,7 @@ class SlurmExecutor:
         releases and cancels the id, and must never act on someone else's job."""
         mark = script.comment(self.tag, launch.job_id, launch.attempt)
         if slurm_id not in self.slurm.find(script.job_name(launch.job_id), mark):
-            raise SlurmError(
+            raise NotItsJob(
                 f"sbatch answered Slurm job {slurm_id}, which is not the job it was given"
             )
 
