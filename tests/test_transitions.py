@@ -334,3 +334,29 @@ def test_a_users_repeated_changes_keep_a_bounded_history(
     assert [line[2] for line in lines[-5:]] == [f"edit {i}" for i in range(5)]
     assert [line[3] for line in lines[1:5]] == [211.0, 212.0, 213.0, 214.0]  # the newest holds
     assert len(history(db, theirs)) == 2
+
+
+def test_a_sweeps_members_held_and_released_keep_bounded_histories(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's hold and release move every waiting member in one call: each member's
+    history is bounded as a job's is."""
+    from ddpq.store import sweeps
+
+    monkeypatch.setattr(transitions, "KEPT_EVENTS", 6)
+    members = new(db, 3)
+    with db.write() as s:
+        s.execute(
+            text(
+                "INSERT INTO sweeps (id, name, owner, submitted_at, size, params, template)"
+                " VALUES (1, 's', 'alice', 100.0, 3, '{}', '{}')"
+            )
+        )
+        s.execute(text("UPDATE jobs SET sweep_id = 1"))
+    for i in range(12):
+        with db.write() as s:
+            sweeps.set_sweep_hold(s, 1, i % 2 == 0, 200.0 + i)
+    for job in members:
+        lines = history(db, job)
+        assert len(lines) == 6 and lines[0] == SUBMITTED
+        assert [line[3] for line in lines[1:]] == [207.0, 208.0, 209.0, 210.0, 211.0]

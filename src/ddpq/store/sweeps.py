@@ -308,6 +308,7 @@ def set_sweep_hold(session: Session, sweep_id: int, hold: bool, now: float) -> A
             continue
         moves.append(transitions.Change(row.id, row.state, state, why))
     moved = transitions.move_many(session, moves, now)
+    transitions.trim_histories(session, moved)  # hold, release, hold...: bounded histories
     for job_id, why in doomed:
         settling.finish(session, job_store.get_job(session, job_id), JobState.CANCELLED, why, now)
     return Acted(changed=len(moved) + len(doomed), untouched=others)

@@ -13,6 +13,7 @@ job's state or an event.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -65,12 +66,15 @@ _INSERT_GUARDED_EVENT = insert(_events).from_select(
 # A job's history keeps at most KEPT_EVENTS lines, its first and its newest: what a user can
 # repeat on their own job (hold and release, an edit) must not grow the database unbounded.
 KEPT_EVENTS = 1000
-_TRIM_HISTORY = text(
-    "DELETE FROM job_events WHERE job_id = :job"
-    " AND id < (SELECT id FROM job_events WHERE job_id = :job"
-    " ORDER BY id DESC LIMIT 1 OFFSET :keep)"
-    " AND id > (SELECT min(id) FROM job_events WHERE job_id = :job)"
+_TRIM_HISTORIES = text(
+    "DELETE FROM job_events WHERE id IN ("
+    " SELECT id FROM ("
+    "  SELECT id, row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS newer,"
+    "   min(id) OVER (PARTITION BY job_id) AS first"
+    "  FROM job_events WHERE job_id IN (SELECT value FROM json_each(:jobs))"
+    " ) WHERE newer >= :keep AND id != first)"
 )
+_TRIM_CHUNK = 500  # jobs a statement: a sweep's 10,000 members in a few
 
 
 @dataclass(frozen=True)
@@ -253,4 +257,12 @@ def note(session: Session, job_id: int, state: JobState, reason: str, now: float
 def trim_history(session: Session, job_id: int) -> None:
     """Keep ``KEPT_EVENTS`` of a job's history lines, its first and its newest (after a
     user's own repeatable change: the worker's own lines are a few an attempt)."""
-    session.connection().execute(_TRIM_HISTORY, {"job": job_id, "keep": KEPT_EVENTS - 2})
+    trim_histories(session, [job_id])
+
+
+def trim_histories(session: Session, job_ids: Sequence[int]) -> None:
+    """``trim_history`` for many jobs (a sweep's members held or released together)."""
+    conn = session.connection()
+    for start in range(0, len(job_ids), _TRIM_CHUNK):
+        chunk = json.dumps(list(job_ids[start : start + _TRIM_CHUNK]))
+        conn.execute(_TRIM_HISTORIES, {"jobs": chunk, "keep": KEPT_EVENTS})
