@@ -309,3 +309,22 @@ def test_a_retry_is_counted_afresh(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         for p in (first, second):
             p.kill()
             p.wait()
+
+
+def test_climbing_out_of_a_deep_chain_is_a_step_a_level(tmp_path: Path) -> None:
+    """A chain of nested folders is walked down a folder a step, and back up as well: the
+    climb out of a million levels was one step, seconds past the look's deadline."""
+    folder = tmp_path / "job"
+    deep = folder
+    for i in range(300):
+        deep = deep / f"d{i}"
+    deep.mkdir(parents=True)
+    walk = FolderWalk(folder)
+    steps = 0
+    try:
+        while not walk.done:
+            steps += walk.advance(1, float("inf"), None)
+    finally:
+        walk.close()
+    # Down: each folder entered and its one entry; up: each level climbed.
+    assert steps >= 3 * 300

@@ -141,7 +141,11 @@ def tree_sizes(top: int, dev: int) -> Iterator[int]:
                 yield _bytes(st)
             pending.append(todo)
             fd, current = -1, fd  # closed by _next_folder, whatever it finds
-            fd = _next_folder(current, pending, path, dev)
+            fd, entered = _next_folder(current, pending, path, dev)
+            while fd >= 0 and not entered:  # a level up: a step too (a deep chain's climb)
+                yield 0
+                fd, current = -1, fd
+                fd, entered = _next_folder(current, pending, path, dev)
             if fd < 0:
                 return
     finally:
@@ -149,9 +153,12 @@ def tree_sizes(top: int, dev: int) -> Iterator[int]:
             os.close(fd)
 
 
-def _next_folder(fd: int, pending: list[list[str]], path: list[tuple[int, int]], dev: int) -> int:
-    """The next folder to walk, open (``fd`` is closed either way), or -1: done, or a
-    folder above was moved meanwhile or is gone (what was counted stands)."""
+def _next_folder(
+    fd: int, pending: list[list[str]], path: list[tuple[int, int]], dev: int
+) -> tuple[int, bool]:
+    """The next folder to walk, open, and True; or, having climbed one level, that folder
+    open and False (the caller comes back for the next); or -1: done, or a folder above
+    was moved meanwhile or is gone (what was counted stands). ``fd`` is closed either way."""
     try:
         while pending:
             if not pending[-1]:
@@ -163,17 +170,17 @@ def _next_folder(fd: int, pending: list[list[str]], path: list[tuple[int, int]],
                 fd = parent
                 if _identity(fd) != path.pop():
                     break
-                continue
+                return fd, False
             child = _open_below(fd, pending[-1].pop(), dev)
             if child is None:
                 continue
             path.append(_identity(fd))
             os.close(fd)
-            return child
+            return child, True
     except OSError:
         pass
     os.close(fd)
-    return -1
+    return -1, False
 
 
 def _open_below(fd: int, name: str, dev: int) -> int | None:
