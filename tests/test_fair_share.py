@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import types
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -59,27 +60,48 @@ def a_request(
     return scope
 
 
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
+@dataclass
+class Crowd:
+    """What ``crowd`` saw with every request in: who was inside the app, the lines kept
+    (by key), the most of each caller inside at once, and the lines left at the end."""
+
+    inside: list[str]
+    keys: list[tuple[str, object]]
+    most: dict[str, int]
+    left: dict[tuple[str, object], object]
+
+
+def crowd(scopes: list[dict[str, Any]]) -> Crowd:
+    """Every request of ``scopes`` sent at once through FairShare to an app that holds
+    them until all that may enter have: who got in, then all let go."""
+
+    async def run() -> Crowd:
+        app = Blocked()
+        fair = FairShare(app)
+        tasks = [asyncio.create_task(fair(scope, receive, send)) for scope in scopes]
+        for _ in range(20):  # every request as far as it goes: in, or waiting its turn
+            await asyncio.sleep(0)
+        inside, keys = list(app.inside), list(fair.lines)
+        app.release.set()
+        await asyncio.gather(*tasks)
+        return Crowd(inside, keys, app.most, dict(fair.lines))
+
+    return asyncio.run(run())
+
+
+def with_token(who: str, header: bytes) -> dict[str, Any]:
+    scope = a_request(who)
+    scope["headers"] = [(b"authorization", header)]
+    return scope
 
 
 def test_one_accounts_flood_waits_in_its_own_line() -> None:
-    async def run() -> None:
-        app = Blocked()
-        fair = FairShare(app)
-        bobs = [asyncio.create_task(fair(a_request("bob", 1002), receive, send)) for _ in range(12)]
-        await settle()
-        assert app.inside.count("bob") == IN_FLIGHT  # the rest wait in bob's line
-        alice = asyncio.create_task(fair(a_request("alice", 1001), receive, send))
-        root = [asyncio.create_task(fair(a_request("root", 0), receive, send)) for _ in range(6)]
-        await settle()
-        assert "alice" in app.inside and app.inside.count("root") == 6  # past bob's line
-        app.release.set()
-        await asyncio.gather(*bobs, alice, *root)
-        assert app.most["bob"] == IN_FLIGHT and fair.lines == {}  # each line gone once empty
-
-    asyncio.run(run())
+    scopes = [a_request("bob", 1002) for _ in range(12)]
+    scopes += [a_request("alice", 1001)] + [a_request("root", 0) for _ in range(6)]
+    seen = crowd(scopes)
+    assert seen.inside.count("bob") == IN_FLIGHT  # the rest wait in bob's line
+    assert "alice" in seen.inside and seen.inside.count("root") == 6  # past bob's line
+    assert seen.most["bob"] == IN_FLIGHT and seen.left == {}  # each line gone once empty
 
 
 @pytest.mark.parametrize(
@@ -92,38 +114,15 @@ def test_one_accounts_flood_waits_in_its_own_line() -> None:
     ],
 )
 def test_what_is_not_counted(uncounted: dict[str, Any]) -> None:
-    async def run() -> None:
-        app = Blocked()
-        fair = FairShare(app)
-        tasks = [
-            asyncio.create_task(fair(a_request("bob", 1002, **uncounted), receive, send))
-            for _ in range(IN_FLIGHT + 3)
-        ]
-        await settle()
-        assert app.inside.count("bob") == IN_FLIGHT + 3
-        app.release.set()
-        await asyncio.gather(*tasks)
-
-    asyncio.run(run())
+    seen = crowd([a_request("bob", 1002, **uncounted) for _ in range(IN_FLIGHT + 3)])
+    assert seen.inside.count("bob") == IN_FLIGHT + 3
 
 
 def test_tcp_callers_are_told_apart_by_their_tokens() -> None:
-    async def run() -> None:
-        app = Blocked()
-        fair = FairShare(app)
-        tasks = []
-        for token in (b"Bearer ddpq_aaa", b"Bearer ddpq_bbb"):
-            for _ in range(IN_FLIGHT + 2):
-                scope = a_request(token.decode())
-                scope["headers"] = [(b"authorization", token)]
-                tasks.append(asyncio.create_task(fair(scope, receive, send)))
-        await settle()
-        assert sorted(app.inside) == sorted(["Bearer ddpq_aaa", "Bearer ddpq_bbb"] * IN_FLIGHT)
-        assert all(b"ddpq_" not in repr(key).encode() for key in fair.lines)  # hashed
-        app.release.set()
-        await asyncio.gather(*tasks)
-
-    asyncio.run(run())
+    tokens = [b"Bearer ddpq_aaa", b"Bearer ddpq_bbb"]
+    seen = crowd([with_token(t.decode(), t) for t in tokens for _ in range(IN_FLIGHT + 2)])
+    assert sorted(seen.inside) == sorted([t.decode() for t in tokens] * IN_FLIGHT)
+    assert all(b"ddpq_" not in repr(key).encode() for key in seen.keys)  # hashed
 
 
 @pytest.mark.parametrize(
@@ -132,42 +131,12 @@ def test_tcp_callers_are_told_apart_by_their_tokens() -> None:
 def test_a_log_read_that_does_not_follow_is_counted(query: bytes) -> None:
     """Only a request the route will stream for ever goes past the line: not one whose
     text holds "follow=true" somewhere while its last ``follow`` says no."""
-
-    async def run() -> None:
-        app = Blocked()
-        fair = FairShare(app)
-        tasks = [
-            asyncio.create_task(
-                fair(a_request("bob", 1002, path="/v1/jobs/7/log", query=query), receive, send)
-            )
-            for _ in range(IN_FLIGHT + 2)
-        ]
-        await settle()
-        assert app.inside.count("bob") == IN_FLIGHT
-        app.release.set()
-        await asyncio.gather(*tasks)
-
-    asyncio.run(run())
+    log = "/v1/jobs/7/log"
+    seen = crowd([a_request("bob", 1002, path=log, query=query) for _ in range(IN_FLIGHT + 2)])
+    assert seen.inside.count("bob") == IN_FLIGHT
 
 
 def test_one_token_is_one_line_however_it_is_written() -> None:
-    async def run() -> None:
-        app = Blocked()
-        fair = FairShare(app)
-        tasks = []
-        for i in range(IN_FLIGHT + 3):
-            written = [
-                b"Bearer ddpq_aaa",
-                b"bearer ddpq_aaa",
-                b"BEARER  ddpq_aaa ",
-                b" Bearer ddpq_aaa",
-            ]
-            scope = a_request("bob")
-            scope["headers"] = [(b"authorization", written[i % len(written)])]
-            tasks.append(asyncio.create_task(fair(scope, receive, send)))
-        await settle()
-        assert app.inside.count("bob") == IN_FLIGHT and len(fair.lines) == 1
-        app.release.set()
-        await asyncio.gather(*tasks)
-
-    asyncio.run(run())
+    written = [b"Bearer ddpq_aaa", b"bearer ddpq_aaa", b"BEARER  ddpq_aaa ", b" Bearer ddpq_aaa"]
+    seen = crowd([with_token("bob", written[i % 4]) for i in range(IN_FLIGHT + 3)])
+    assert seen.inside.count("bob") == IN_FLIGHT and len(seen.keys) == 1
