@@ -108,14 +108,21 @@ def _header_caller(x_ddpq_user: str | None) -> Caller:
     return Caller(name=x_ddpq_user, admin=True, via="header")
 
 
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header (any case of "Bearer");
+    None for any other header."""
+    scheme, _, token = header.partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
 def _looked_up_caller(
     settings: Settings, db: Database, request: Request, peer: Peer | None
 ) -> Caller:
     """On the Unix socket, or over TCP with --auth (a token)."""
     if peer is not None:
         return _socket_caller(settings, peer)
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(request.headers.get("authorization", ""))
+    if token is None:
         raise ApiError(
             401,
             "unauthorized",

@@ -9,9 +9,9 @@ With the bound, a flood is that caller's own wait.
 
 A caller is its Unix account on the socket (root's requests are not counted: the admin's
 own tools), else its token (a hash of it: the token itself is not kept), else its address.
-Only with ``--auth``: without it the machine has one trusted user. A followed log
-(``?follow=true``) is not counted: it lasts as long as its job, and has a bound of its own
-(``routes/logs``).
+Only with ``--auth``: without it the machine has one trusted user. A turn is given back
+when the answer starts, not when it ends: a followed log streams for as long as its job,
+outside the line (it has a bound of its own, ``routes/logs``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ddpq.server.deps import bearer_token
 from ddpq.server.peer import PeerCredentials, peer_of
 
 IN_FLIGHT = 4
@@ -51,29 +51,32 @@ class FairShare:
             return
         line = self.lines.setdefault(key, _Line())
         line.waiting += 1
+        turn = False
         try:
-            async with line.turns:
-                await self.app(scope, receive, send)
+            await line.turns.acquire()
+            turn = True
+
+            async def answering(message: Message) -> None:
+                # The work is done once the answer starts: a stream that lasts as long as
+                # its job (a followed log) holds no turn while it lasts.
+                nonlocal turn
+                if turn and message["type"] == "http.response.start":
+                    turn = False
+                    line.turns.release()
+                await send(message)
+
+            await self.app(scope, receive, answering)
         finally:
+            if turn:
+                line.turns.release()
             line.waiting -= 1
             if not line.waiting:
                 del self.lines[key]
 
 
-# What FastAPI reads as a true ``follow`` (pydantic's words for a bool), in any case.
-_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
-
-
 def _counted(scope: Scope) -> bool:
     settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
-    if not getattr(settings, "auth", False):
-        return False
-    if not scope.get("path", "").endswith("/log"):
-        return True
-    # The query read as the route reads it: its last ``follow``, not any text in it.
-    query = scope.get("query_string", b"").decode("latin-1")
-    said = [v for k, v in parse_qsl(query, keep_blank_values=True) if k == "follow"]
-    return not (said and said[-1].strip().lower() in _TRUE)
+    return bool(getattr(settings, "auth", False))
 
 
 def caller_of(scope: Scope) -> tuple[str, object] | None:
@@ -83,9 +86,8 @@ def caller_of(scope: Scope) -> tuple[str, object] | None:
         return None if peer.uid == 0 else ("uid", peer.uid)
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            # The token as ``deps`` reads it (any case of "Bearer", blanks around it), so
-            # that one token is one line however it is written.
-            _scheme, _, token = value.strip().partition(b" ")
-            return ("token", hashlib.sha256(token.strip()).digest()[:16])
+            # The token as ``deps`` reads it: one token is one line however it is written.
+            token = bearer_token(value.decode("latin-1")) or ""
+            return ("token", hashlib.sha256(token.encode()).digest()[:16])
     client = scope.get("client")
     return ("address", client[0] if client else "")
