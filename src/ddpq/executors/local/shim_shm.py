@@ -61,24 +61,27 @@ def refused_here() -> str | None:
     a child that makes one and exits: where mounting is refused (a container without the
     right to mount), every job runs with the host's without each log saying so, and the
     fork server says it once on its stderr (the daemon's log)."""
-    if not _REFUSED_HERE:
-        why = _try_in_child()
+    if _REFUSED_HERE:
+        return _REFUSED_HERE[0] or None
+    why, settled = _try_in_child()
+    if settled:  # the host's answer, kept; a trial that failed on its own is tried again
         _REFUSED_HERE.append(why)
         if why:
             sys.stderr.write(f"ddpq fork server: jobs get the host's /dev/shm: {why}\n")
-    return _REFUSED_HERE[0] or None
+    return why or None
 
 
-def _try_in_child() -> str:
-    """Why a child could not make a /dev/shm of its own; "" if it could. A child that says
-    nothing (it failed before it could answer) counts as refused."""
+def _try_in_child() -> tuple[str, bool]:
+    """Why a child could not make a /dev/shm of its own ("" if it could), and whether that
+    is the host's answer: a fork that failed, or a child that said nothing (killed before
+    it could), tells nothing of the host, and this job alone gets the host's /dev/shm."""
     read, write = os.pipe()
     try:
         pid = os.fork()
     except OSError as exc:
         os.close(read)
         os.close(write)
-        return f"cannot try a /dev/shm of a job's own: {exc.strerror or exc}"
+        return f"cannot try a /dev/shm of a job's own: {exc.strerror or exc}", False
     if pid == 0:
         try:
             os.close(read)
@@ -93,8 +96,10 @@ def _try_in_child() -> str:
     except ChildProcessError:
         pass  # reaped by the fork server's SIGCHLD handler already
     if answer == OK:
-        return ""
-    return answer or "cannot give a job a /dev/shm of its own: the trial child said nothing"
+        return "", True
+    if not answer:
+        return "cannot give a job a /dev/shm of its own: the trial child said nothing", False
+    return answer, True
 
 
 def failed(what: str) -> str:

@@ -24,7 +24,7 @@ from ddpq.core.disposition import attempt_header
 from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_env
-from ddpq.executors.local import cgroups, gpu_fence, limits, procs
+from ddpq.executors.local import cgroups, gpu_fence, limits, procs, shim_shm
 from ddpq.executors.local.forkclient import (
     ForkServer,
     ForkServerLost,
@@ -127,7 +127,7 @@ class Spawner:
             # A job's own /dev/shm would hide its folder from its shim (benchmarks put a
             # state folder on that tmpfs): every job would be lost.
             self.private_shm = False
-            warn("private-shm", f"job folders under {SHM}: jobs get the host's /dev/shm")
+            warn("private-shm", "job folders under /dev/shm: jobs get the host's /dev/shm")
 
     def describe(self) -> str:
         return "shims forked by a fork server" if self.forkserver else "shims started by exec"
@@ -370,13 +370,15 @@ class Spawner:
         return b"c" if self.settings.fake_gpus is not None else b"f"
 
 
-SHM = "/dev/shm"
-
-
 def under_shm(path: str) -> bool:
-    """Whether ``path`` lies on the host's /dev/shm, which a job's own would hide."""
-    where = os.path.realpath(path)
-    return where == SHM or where.startswith(SHM + "/")
+    """Whether ``path`` lies on the host's /dev/shm, which a job's own would hide. As
+    text, never by looking: the worker is root and a job's cwd is its user's word (a link
+    there would be followed with root's rights, a hung mount would hang the pass). A
+    path that reaches /dev/shm only through a link finds the job's own, empty, and the
+    job fails to enter it, saying so."""
+    shm = os.fsdecode(shim_shm.SHM)
+    where = os.path.normpath(path)
+    return where == shm or where.startswith(shm + "/")
 
 
 def let_run(spawned: Spawned) -> None:
