@@ -54,7 +54,6 @@ def fork_job(
     its own two real-time signals ignored in the job. Forked where neither can say it: a
     signal to ignore in the job, or a command that cannot start (the fork's child writes
     why into the log and to this process, exit 127)."""
-    cannot_run = None
     if not (preempt_with is not None and shield):
         try:
             job = subprocess.Popen(
@@ -66,11 +65,8 @@ def fork_job(
                 process_group=0,
                 restore_signals=True,  # SIGPIPE and SIGXFSZ back to their defaults
             )
-        except OSError as exc:
-            # Said by the fork below, as for any command that cannot start. Only the
-            # exec's own failure names the program (a fork that failed names none).
-            if exc.filename is not None:
-                cannot_run = not_run(cmd[0], exc)
+        except OSError:
+            pass  # said by the fork below, as for any command that cannot start
         else:
             # Kept for the shim's life: a Popen collected would wait for the job itself
             # and take the exit status the relay reaps (shim_procs.reap_children).
@@ -89,7 +85,7 @@ def fork_job(
         os.close(said_w)
         with os.fdopen(said_r, "rb") as said:
             why = said.read(MAX_WHY_BYTES).decode(errors="replace")
-        return pid, why or cannot_run
+        return pid, why or None
     try:  # the job
         os.close(said_r)
         os.setpgid(0, 0)
