@@ -60,20 +60,32 @@ def one_request(path: str) -> float:
         s.sendall(REQUEST)
         reply = b""
         while b"\r\n\r\n" not in reply:
-            reply += s.recv(65536)
+            chunk = s.recv(65536)
+            if not chunk:
+                raise SystemExit(f"the daemon closed the connection: {reply[:200]!r}")
+            reply += chunk
         head, _, body = reply.partition(b"\r\n\r\n")
         fields = (line.partition(b":") for line in head.split(b"\r\n"))
         length = int(next(v for k, _, v in fields if k.lower() == b"content-length"))
         while len(body) < length:
-            body += s.recv(65536)
+            chunk = s.recv(65536)
+            if not chunk:
+                raise SystemExit("the daemon closed the connection mid-answer")
+            body += chunk
     return time.perf_counter() - started
 
 
 def flood(path: str, connections: int) -> int:
-    """A child, as nobody, keeping ``connections`` requests in flight until killed."""
+    """A child, as nobody, keeping ``connections`` requests in flight until killed; back
+    once its first answer came (the flood is under way)."""
+    under_way, said = os.pipe()
     pid = os.fork()
     if pid:
+        os.close(said)
+        os.read(under_way, 1)
+        os.close(under_way)
         return pid
+    os.close(under_way)
     try:
         nobody = pwd.getpwnam("nobody")
         os.setgroups([])
@@ -87,8 +99,12 @@ def flood(path: str, connections: int) -> int:
             s.connect(path)
             s.sendall(REQUEST)
             sel.register(s, selectors.EVENT_READ)
+        first = True
         while True:
             for key, _ in sel.select():
+                if first:
+                    os.write(said, b".")
+                    first = False
                 s = key.fileobj  # type: ignore[assignment]
                 data = s.recv(1 << 20)  # type: ignore[union-attr]
                 if not data:
@@ -124,7 +140,6 @@ def main() -> None:
         measure(path, 5)  # warm
         alone = measure(path, args.samples)
         child = flood(path, args.connections)
-        time.sleep(1.0)  # the flood under way
         flooded = measure(path, args.samples)
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)

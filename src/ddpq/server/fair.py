@@ -4,7 +4,8 @@ on at once; the rest wait their turn, in their caller's own line.
 The API's work runs on one event loop and a pool of threads that every caller shares. One
 user's script that keeps 48 requests in flight (a loop of `ddpq ls` on many connections)
 took as many threads, and everyone else's requests queued behind them: another caller's
-`GET /v1/queue` went from 1.4 ms to 123 ms at the median (``bench/request_flood.py``).
+(root's, in the bench) `GET /v1/queue` went from 1.4 ms to 123 ms at the median
+(``bench/request_flood.py``).
 With the bound, a flood is that caller's own wait.
 
 A caller is its Unix account on the socket (root's requests are not counted: the admin's
