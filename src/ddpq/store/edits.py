@@ -21,10 +21,7 @@ def update_job(
 ) -> bool:
     """Set ``values`` on ``job``'s row with an event (its state and the reason it waits
     unchanged); False, with nothing written, if it is not in the state it was read in."""
-    if not transitions.edit(session, job.id, job.state, reason, now, **values):
-        return False
-    transitions.trim_history(session, job.id)  # edits repeated: a bounded history
-    return True
+    return transitions.edit(session, job.id, job.state, reason, now, **values)
 
 
 def note_restart(session: Session, new: Job, of: int, by: str, now: float) -> None:

@@ -76,10 +76,8 @@ def record_idle(session: Session, changes: Mapping[int, tuple[float | None, floa
 
 
 def note(session: Session, job_id: int, reason: str, now: float) -> None:
-    """A line in a running job's history that changes no state (warned, in use again:
-    as often as the job's GPUs go quiet and busy again, so its history is bounded)."""
+    """A line in a running job's history that changes no state (warned, in use again)."""
     transitions.note(session, job_id, JobState.RUNNING, reason, now)
-    transitions.trim_history(session, job_id)
 
 
 def request_idle_stop(session: Session, job_id: int, reason: str, now: float) -> bool:

@@ -231,6 +231,7 @@ def edit(
     conn = session.connection()
     if not conn.execute(_INSERT_GUARDED_EVENT, [event]).rowcount:
         return False
+    trim_history(session, job_id)  # an edit can be repeated at will: a bounded history
     conn.execute(update(_jobs).where(_jobs.c.id == job_id, _jobs.c.state == state).values(**values))
     job = session.identity_map.get(identity_key(Job, job_id)) if session.identity_map else None
     if job is not None:
@@ -252,6 +253,7 @@ def note(session: Session, job_id: int, state: JobState, reason: str, now: float
     """A line in a job's history that changes no state (a preemption asked for, a warning)."""
     row = {"job_id": job_id, "at": now, "from_state": state, "to_state": state, "reason": reason}
     session.connection().execute(_INSERT_EVENT, row)
+    trim_history(session, job_id)  # notes repeat (idle warnings, resizes): a bounded history
 
 
 def trim_history(session: Session, job_id: int) -> None:
