@@ -78,7 +78,7 @@ class Plan:
     removals: tuple[Removal, ...]
     total_bytes: int  # all job folders before
     left_bytes: int  # after the removals
-    over_budget: bool  # still over the budget after them: not-finished jobs hold the rest
+    over_budget: bool  # still over after them: jobs not finished, or users within their share
 
     def of(self, what: What) -> list[Removal]:
         return [r for r in self.removals if r.what is what]
@@ -98,11 +98,11 @@ def plan(
     age_label: str = "",
 ) -> Plan:
     """The removals that meet ``policy`` at ``now``, in the order to make them: by age
-        (oldest first, each folder then its row), then for the budget the oldest finished
-        jobs' checkpoints, then their folders. ``newest_id``: the highest job id there is, whose
-        row stays. ``other_bytes``: what the job folders hold that retention may not remove
-    (folders of no job it knows) but counts. ``age_label``: how the age limit is written in
-    the reasons ("30d")."""
+    (oldest first, each folder then its row), then for the budget finished jobs'
+    checkpoints, then their folders, from the user holding the most (``_Trim``).
+    ``newest_id``: the highest job id there is, whose row stays. ``other_bytes``: what the
+    job folders hold that retention may not remove (folders of no job it knows) but
+    counts. ``age_label``: how the age limit is written in the reasons ("30d")."""
     jobs = list(jobs)
     total = other_bytes + sum(j.total_bytes for j in jobs)
     finished = sorted((j for j in jobs if is_finished(j)), key=_age_order)
