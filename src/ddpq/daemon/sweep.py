@@ -142,7 +142,7 @@ def tree_sizes(top: int, dev: int) -> Iterator[int]:
             pending.append(todo)
             fd, current = -1, fd  # closed by _next_folder, whatever it finds
             fd, entered = _next_folder(current, pending, path, dev)
-            while fd >= 0 and not entered:  # a level up: a step too (a deep chain's climb)
+            while fd >= 0 and not entered:  # a climb or a skip: a step too
                 yield 0
                 fd, current = -1, fd
                 fd, entered = _next_folder(current, pending, path, dev)
@@ -156,9 +156,11 @@ def tree_sizes(top: int, dev: int) -> Iterator[int]:
 def _next_folder(
     fd: int, pending: list[list[str]], path: list[tuple[int, int]], dev: int
 ) -> tuple[int, bool]:
-    """The next folder to walk, open, and True; or, having climbed one level, that folder
-    open and False (the caller comes back for the next); or -1: done, or a folder above
-    was moved meanwhile or is gone (what was counted stands). ``fd`` is closed either way."""
+    """One step of the walk: the next folder to walk, open, and True; or, having climbed
+    one level or skipped a folder it could not enter, the folder it is in, open, and
+    False (the caller, having seen its clock, comes back for the next); or -1: done, or a
+    folder above was moved meanwhile or is gone (what was counted stands). ``fd`` is
+    closed, or returned."""
     try:
         while pending:
             if not pending[-1]:
@@ -172,8 +174,8 @@ def _next_folder(
                     break
                 return fd, False
             child = _open_below(fd, pending[-1].pop(), dev)
-            if child is None:
-                continue
+            if child is None:  # gone meanwhile, or another filesystem: skipped, a step
+                return fd, False
             path.append(_identity(fd))
             os.close(fd)
             return child, True
