@@ -28,6 +28,15 @@ def page_function(name: str) -> str:
     return found.group(0)
 
 
+def run_node(script: str) -> str:
+    """What ``script`` prints, run by Node (a script that never ends fails the test)."""
+    assert NODE is not None
+    out = subprocess.run(
+        [NODE, "-e", script], capture_output=True, text=True, check=True, timeout=30
+    )
+    return out.stdout
+
+
 def ticks(lo: float, hi: float, count: int) -> dict[str, object]:
     script = (
         page_function("niceTicks")
@@ -35,11 +44,7 @@ def ticks(lo: float, hi: float, count: int) -> dict[str, object]:
         + f"const a = niceTicks({lo!r}, {hi!r}, {count});"
         + "console.log(JSON.stringify({...a, text: a.ticks.map((t) => tickText(t, a.digits))}));"
     )
-    assert NODE is not None
-    out = subprocess.run(
-        [NODE, "-e", script], capture_output=True, text=True, check=True, timeout=30
-    )
-    result: dict[str, object] = json.loads(out.stdout)
+    result: dict[str, object] = json.loads(run_node(script))
     return result
 
 
@@ -98,9 +103,7 @@ def test_the_extent_of_hundreds_of_thousands_of_points() -> None:
         "const v = Array.from({length: 300000}, (_, i) => (i * 7919) % 100003 - 5);"
         "console.log(JSON.stringify(extent(v)));"
     )
-    assert NODE is not None
-    out = subprocess.run([NODE, "-e", script], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [-5, 99997]
+    assert json.loads(run_node(script)) == [-5, 99997]
 
 
 def app_source() -> str:

@@ -177,9 +177,9 @@ def placeholder_counts(args: Sequence[str]) -> Counter[str]:
 
 def filled_bytes(args: Sequence[str], params: Mapping[str, Sequence[str]]) -> int:
     """A bound on the length of ``args`` filled with any member's values (the longest of
-    each parameter wherever its placeholder is; an index has at most 5 digits)."""
+    each parameter wherever its placeholder is; an array's index as its largest)."""
     longest = {name: max(map(len, values), default=0) for name, values in params.items()}
-    longest[INDEX] = 5
+    longest[INDEX] = len(str(MAX_ARRAY_INDEX))
     counts = placeholder_counts(args)
     return sum(map(len, args)) + sum(n * longest.get(name, 0) for name, n in counts.items())
 

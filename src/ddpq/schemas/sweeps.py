@@ -19,27 +19,15 @@ from ddpq.schemas.submit import JobSubmit
 MAX_SWEEP_BYTES = 64 * 1024 * 1024
 
 
-def _member_bytes(t: JobSubmit, params: dict[str, list[str]]) -> int:
+def _member_bytes(t: JobSubmit, params: dict[str, list[str]], filled: int) -> int:
     """A bound on what one member stores: its command and args filled with the longest
-    values (each placeholder as often as it occurs), its environment, each parameter in
+    values (``filled``: ``core_sweeps.filled_bytes``), its environment, each parameter in
     DDPQ_SWEEP_PARAMS and as a workload's option, some JSON."""
-    argv = [*t.command, *t.args]
-    base = core_sweeps.filled_bytes(argv, params) + 4 * len(argv)
+    base = filled + 4 * (len(t.command) + len(t.args))
     env = {**(t.exported_env or {}), **t.env}
     base += sum(len(k) + len(v) + 6 for k, v in env.items())
     swept = sum(2 * (len(n) + max(map(len, vs), default=0) + 8) for n, vs in params.items())
     return base + swept + 256
-
-
-def _check_filled(t: JobSubmit, params: dict[str, list[str]]) -> None:
-    """A member's command, filled, within what one job may have: the template's is checked
-    before its placeholders are filled, and a value used many times multiplies."""
-    filled = core_sweeps.filled_bytes([*t.command, *t.args], params)
-    if filled > MAX_COMMAND_BYTES:
-        raise core_sweeps.SweepError(
-            f"template.command: filled with the longest values a member's command would be "
-            f"{filled} characters; at most {MAX_COMMAND_BYTES}"
-        )
 
 
 def _check_template(t: JobSubmit, names: list[str]) -> None:
@@ -128,10 +116,19 @@ class SweepSubmit(BaseModel):
             else:
                 size = core_sweeps.check_params(self.params)
             _check_template(self.template, list(self.params))
-            _check_filled(self.template, self.params)
         except core_sweeps.SweepError as exc:
             raise ValueError(str(exc)) from None
-        total = size * _member_bytes(self.template, self.params)
+        # A member's command filled, within what one job may have: the template's is
+        # checked before its placeholders are filled, and a value used many times multiplies.
+        filled = core_sweeps.filled_bytes(
+            [*self.template.command, *self.template.args], self.params
+        )
+        if filled > MAX_COMMAND_BYTES:
+            raise ValueError(
+                f"template.command: filled with the longest values a member's command would "
+                f"be {filled} characters; at most {MAX_COMMAND_BYTES}"
+            )
+        total = size * _member_bytes(self.template, self.params, filled)
         if total > MAX_SWEEP_BYTES:
             raise ValueError(
                 f"{size} members of this template would store about {total >> 20} MiB; "

@@ -167,9 +167,7 @@ class GuardedH11Protocol(H11Protocol):
         self.waiting_since = None
 
     def _too_slow(self) -> None:
-        self._header_timer = None
-        self._timing_body = False
-        self.waiting_since = None
+        self._stop_timer()  # the timer that fired: cancelling it is harmless
         waiting = self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
         if waiting and not self.transport.is_closing():
             self.transport.close()

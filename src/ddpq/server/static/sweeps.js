@@ -323,16 +323,15 @@ function niceTicks(lo, hi, count) {
   const rough = (hi - lo) / count;
   const power = 10 ** Math.floor(Math.log10(rough));
   const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= rough);
-  if (!(rough > 0) || !Number.isFinite(step) || !(step > 0)) {
+  const first = Math.floor(lo / step + 1e-9);
+  const last = Math.ceil(hi / step - 1e-9);
+  // No step (an empty or infinite range: NaN or Infinity here), or one that no longer
+  // moves the count past 2^53 (1e17 and 1e17 + 16): the ends alone.
+  const counted = Number.isSafeInteger(first) && Number.isSafeInteger(last);
+  if (!Number.isFinite(step) || !counted || last - first > 1000) {
     return { lo, hi, ticks: [lo, hi], digits: 0 };
   }
   const digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
-  const first = Math.floor(lo / step + 1e-9);
-  const last = Math.ceil(hi / step - 1e-9);
-  // Past 2^53 a step no longer moves the count (1e17 and 1e17 + 16): the ends alone.
-  if (!Number.isSafeInteger(first) || !Number.isSafeInteger(last) || last - first > 1000) {
-    return { lo, hi, ticks: [lo, hi], digits: 0 };
-  }
   const ticks = [];
   for (let i = first; i <= last; i++) {
     ticks.push(digits <= MAX_DIGITS ? Number((i * step).toFixed(digits)) : i * step);
