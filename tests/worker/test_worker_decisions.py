@@ -470,3 +470,29 @@ def test_a_forged_end_in_the_exit_record_is_held_to_the_attempt(
         ended = s.execute(select(Attempt.ended_at).where(Attempt.job_id == job)).scalar_one()
     assert rig.job(job).state is S
     assert ended == (started if forged < started else rig.clock())
+
+
+def test_a_failed_launch_whose_record_is_rolled_back_is_recorded_by_the_next_pass(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A launch that fails (a full disk: its log's header could not be written) while the
+    transaction that records it rolls back too: its job was left starting, holding its
+    leases, for good (found by hand, a disk filled from a shell). The next pass records it."""
+    real = attempt_store.mark_running_many
+    calls = []
+
+    def failing_once(*args: object, **kw: object) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(attempt_store, "mark_running_many", failing_once)
+    job = rig.submit()
+    rig.host.refuse[job] = "cannot write its log: No space left on device"
+    rig.step()  # the launch fails, and so does the write that records it
+    assert rig.job(job).state is JobState.STARTING
+    rig.step()
+    view = rig.job(job)
+    assert view.state is F and "No space left on device" in view.reason
+    assert view.gpus == [] and view.port is None  # its leases let go

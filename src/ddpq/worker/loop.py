@@ -22,8 +22,6 @@ from ddpq.core.disposition import INTERRUPTED
 from ddpq.core.gpus import Gpu
 from ddpq.core.rules import StopRequest
 from ddpq.core.sharing import peaks
-from ddpq.core.states import JobState
-from ddpq.core.untrusted import clean_text
 from ddpq.executors.base import Ended, Executor, Launch, LaunchFailed
 from ddpq.executors.capabilities import capabilities
 from ddpq.executors.local.freeze import pauser
@@ -41,6 +39,7 @@ from ddpq.worker.idle import IdleWatch, Sampler
 from ddpq.worker.inventory import Inventory
 from ddpq.worker.scheduling import Scheduler
 from ddpq.worker.stopping import Stopping
+from ddpq.worker.unlaunched import Unlaunched
 
 log = logging.getLogger("ddpq.worker")
 
@@ -114,6 +113,7 @@ class Worker:
         self._running: dict[int, JobDir] = {}  # the jobs the executor runs for us
         # Attempts the executor reported ended, kept until their recording has committed.
         self._exits: list[Ended] = []
+        self._unlaunched = Unlaunched()  # launches that failed, until recorded
         self._progress: dict[int, dict[str, Any]] = {}  # as last written, per job
         self._peaks: dict[int, int] = {}  # each running attempt's peak, as last written
         self._progress_at = float("-inf")
@@ -288,6 +288,7 @@ class Worker:
         now = self.clock()
         with self.db.write() as s:
             record_exits(s, self._exits, self.settings, now)
+            self._unlaunched.record(s, now)
             leased = self.scheduler.lease_next(
                 s,
                 self.inventory.usable(),
@@ -298,16 +299,16 @@ class Worker:
             )
             mapped = user_store.unix_accounts(s, {job.spec.owner for job in leased})
         self._exits.clear()  # committed
+        self._unlaunched.committed()
         window = self.scheduler.window
         self._pass_again = window is not None and len(leased) >= window
         if not leased:
             return
         launches = [self._launch(job, mapped) for job in leased]
         started: list[tuple[int, str]] = []
-        failed: list[tuple[int, LaunchFailed]] = []
         for launch, handle in zip(launches, self.executor.start_many(launches), strict=True):
             if isinstance(handle, LaunchFailed):
-                failed.append((launch.job_id, handle))
+                self._unlaunched.add(launch.job_id, handle)
                 continue
             started.append((launch.job_id, handle))
             self._running[launch.job_id] = JobDir(launch.job_dir)
@@ -315,13 +316,8 @@ class Worker:
         try:
             with self.db.write() as s:
                 attempt_store.mark_running_many(s, started, self.executor.name, "started", now)
-                for job_id, why in failed:
-                    reason = clean_text(str(why), 1000)
-                    if why.interrupted:  # nothing of it ran: queued again, no retry used
-                        reason = f"{INTERRUPTED} ({reason})"
-                        attempt_store.requeue_unlaunched(s, job_id, reason, now)
-                    else:
-                        attempt_store.end_unlaunched(s, job_id, JobState.FAILED, reason, now)
+                self._unlaunched.record(s, now)
+            self._unlaunched.committed()
         except BaseException:
             # Their handles are not stored, so nothing of them may run: each is reported
             # ended as never launched, and requeued once the database works again.

@@ -1,0 +1,36 @@
+"""Launches that failed, kept until their recording has committed.
+
+The worker records them in the transaction after the launches; one that rolls back (a full
+disk) would otherwise leave their jobs starting, holding their leases, for good: nothing
+watches a job the executor never started. Kept, they are recorded by the next
+transaction that commits, the next pass's first.
+"""
+
+from __future__ import annotations
+
+from ddpq.core.disposition import INTERRUPTED
+from ddpq.core.states import JobState
+from ddpq.core.untrusted import clean_text
+from ddpq.executors.base import LaunchFailed
+from ddpq.store import attempts as attempt_store
+from ddpq.store.db import Session
+
+
+class Unlaunched:
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, LaunchFailed]] = []
+
+    def add(self, job_id: int, why: LaunchFailed) -> None:
+        self.pending.append((job_id, why))
+
+    def record(self, s: Session, now: float) -> None:
+        """Each, in ``s``: queued again if nothing of it ran, else failed."""
+        for job_id, why in self.pending:
+            reason = clean_text(str(why), 1000)
+            if why.interrupted:  # nothing of it ran: queued again, no retry used
+                attempt_store.requeue_unlaunched(s, job_id, f"{INTERRUPTED} ({reason})", now)
+            else:
+                attempt_store.end_unlaunched(s, job_id, JobState.FAILED, reason, now)
+
+    def committed(self) -> None:
+        self.pending.clear()
