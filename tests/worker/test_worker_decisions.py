@@ -374,9 +374,8 @@ def test_nothing_runs_before_its_handle_is_stored(rig: Rig) -> None:
     assert seen == [launched_handle(rig, job)] and rig.host.attempt_of(job).proceeded
 
 
-def test_an_attempt_whose_handle_cannot_be_stored_never_runs_and_is_requeued(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def disk_full_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write that stores the launched attempts fails once, as on a full disk."""
     real = attempt_store.mark_running_many
     calls = []
 
@@ -387,6 +386,12 @@ def test_an_attempt_whose_handle_cannot_be_stored_never_runs_and_is_requeued(
         real(*args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(attempt_store, "mark_running_many", failing_once)
+
+
+def test_an_attempt_whose_handle_cannot_be_stored_never_runs_and_is_requeued(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk_full_once(monkeypatch)
     job = rig.submit()
     rig.step()  # the scheduling phase fails; the worker goes on
     first = rig.host.attempt_of(job)
@@ -478,16 +483,7 @@ def test_a_failed_launch_whose_record_is_rolled_back_is_recorded_by_the_next_pas
     """A launch that fails (a full disk: its log's header could not be written) while the
     transaction that records it rolls back too: its job was left starting, holding its
     leases, for good (found by hand, a disk filled from a shell). The next pass records it."""
-    real = attempt_store.mark_running_many
-    calls = []
-
-    def failing_once(*args: object, **kw: object) -> None:
-        calls.append(1)
-        if len(calls) == 1:
-            raise OSError(28, "No space left on device")
-        real(*args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(attempt_store, "mark_running_many", failing_once)
+    disk_full_once(monkeypatch)
     job = rig.submit()
     rig.host.refuse[job] = "cannot write its log: No space left on device"
     rig.step()  # the launch fails, and so does the write that records it
