@@ -266,7 +266,7 @@ def test_under_a_budget_no_user_within_an_equal_share_loses_anything(
     held = {j.owner: 0 for j in jobs}
     for j in jobs:
         held[j.owner] += j.total_bytes
-    share = budget / max(1, len(held))
+    share = budget / max(1, sum(1 for b in held.values() if b > 0))  # those holding anything
     by_id = {j.job_id: j for j in jobs}
     for owner, total in held.items():
         lost = [by_id[r.job_id] for r in p.removals if by_id[r.job_id].owner == owner]

@@ -121,6 +121,7 @@ def serve_anew(
     app.state.settings = settings
     app.state.pause_jobs = pause_jobs
     app.state.notify_lookups = NotifyLookups()
+    app.state.log_followers = {}  # routes.logs: each user's followed logs
     # The middleware are made again on the next request: they keep state (the fault that
     # StorageFaults logged last).
     app.middleware_stack = None

@@ -91,12 +91,9 @@ _FOLLOWERS_LOCK = threading.Lock()  # the route runs in the thread pool
 
 
 def followers_of(request: Request) -> Followers:
-    """The logs each user follows now, on this API: each stream while it lasts."""
-    state = request.app.state
-    with _FOLLOWERS_LOCK:
-        if not hasattr(state, "log_followers"):
-            state.log_followers = {}
-    followers: Followers = state.log_followers
+    """The logs each user follows now, on this API (``app.state.log_followers``, made with
+    the app's state, ``server.app.serve_anew``): each stream while it lasts."""
+    followers: Followers = request.app.state.log_followers
     return followers
 
 
