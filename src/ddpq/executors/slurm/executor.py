@@ -64,10 +64,6 @@ class Watched:
     waits_for: str = ""  # the latest reason Slurm gave for keeping it waiting
 
 
-class NotItsJob(SlurmError):
-    """sbatch answered the id of a job that is not the one it was given."""
-
-
 class SlurmExecutor:
     name = "slurm"
 
@@ -105,28 +101,28 @@ class SlurmExecutor:
             # sbatch may have queued it before it failed to answer: nothing may be left.
             self._cancel_unrecorded(launch.job_id, launch.attempt)
             raise LaunchFailed(f"Slurm did not take the job: {exc}") from None
+        # sbatch runs as the job's account with the job's environment (a preloaded
+        # library of its own included), so the id it answers is the job's word: root
+        # releases and cancels it, and must never act on someone else's job. It must be
+        # a job with this attempt's name and comment, as squeue says.
         try:
-            self._check_answer(launch, slurm_id)
-        except SlurmError as exc:
-            # squeue could not say (a controller too busy to answer), or sbatch named
-            # another job: nothing of this one ran; it is held, and found by its mark.
+            ours = self._marked(launch.job_id, launch.attempt)
+        except SlurmError as exc:  # the controller too busy to say: nothing of it ran
             self._cancel_unrecorded(launch.job_id, launch.attempt)
-            unsure = not isinstance(exc, NotItsJob)  # the lookup failed: try again later
-            raise LaunchFailed(f"Slurm did not take the job: {exc}", interrupted=unsure) from None
+            raise LaunchFailed(f"Slurm did not take the job: {exc}", interrupted=True) from None
+        if slurm_id not in ours:
+            self._cancel(ours)  # the attempt's own, held: never run
+            raise LaunchFailed(
+                f"Slurm did not take the job: sbatch answered Slurm job {slurm_id}, "
+                "which is not the job it was given"
+            )
         folder = JobDir(launch.job_dir)
         self._watched[launch.job_id] = Watched(slurm_id, launch.attempt, folder, held=True)
         return slurm_id
 
-    def _check_answer(self, launch: Launch, slurm_id: str) -> None:
-        """The id sbatch answered must be a job with this attempt's name and comment, as
-        Slurm itself says. sbatch runs as the job's account with the job's environment (a
-        preloaded library of its own included), so its answer is the job's word: root
-        releases and cancels the id, and must never act on someone else's job."""
-        mark = script.comment(self.tag, launch.job_id, launch.attempt)
-        if slurm_id not in self.slurm.find(script.job_name(launch.job_id), mark):
-            raise NotItsJob(
-                f"sbatch answered Slurm job {slurm_id}, which is not the job it was given"
-            )
+    def _marked(self, job_id: int, attempt: int) -> list[str]:
+        """The Slurm jobs with this attempt's name and comment, as squeue says."""
+        return self.slurm.find(script.job_name(job_id), script.comment(self.tag, job_id, attempt))
 
     def start_many(self, launches: Sequence[Launch]) -> list[str | LaunchFailed]:
         return one_by_one(self.start, launches)
@@ -169,8 +165,7 @@ class SlurmExecutor:
 
     def _cancel_unrecorded(self, job_id: int, attempt: int) -> None:
         try:
-            mark = script.comment(self.tag, job_id, attempt)
-            found = self.slurm.find(script.job_name(job_id), mark)
+            found = self._marked(job_id, attempt)
         except SlurmError as exc:
             log.warning("job %s: cannot look for its Slurm job (%s)", job_id, exc)
             return
