@@ -444,14 +444,15 @@ def test_a_shim_is_found_by_its_command_line_only_as_its_folders_account(tmp_pat
     folder is never taken for its shim."""
     folder = tmp_path / "jobs" / "7"
     folder.mkdir(parents=True)
-    fake = [sys.executable, "-S", "-c", "import time; time.sleep(60)", "shim.py"]
-    fake += ["--job-dir", str(folder), "--"]
-    stranger = subprocess.Popen(fake, user="nobody", cwd="/")
+    # bash, not this Python: nobody may not reach a venv under root's home. bash stays
+    # (two commands) with the shim's words as its arguments.
+    fake = ["/bin/bash", "-c", "sleep 60; exit", "shim.py", "--job-dir", str(folder), "--"]
+    stranger = subprocess.Popen(fake, user="nobody", cwd="/", start_new_session=True)
     try:
         wait_for(lambda: b"shim.py" in Path(f"/proc/{stranger.pid}/cmdline").read_bytes())
         assert procs.find_shim(str(folder)) is None
         os.chown(folder, pwd.getpwnam("nobody").pw_uid, -1)  # now its own folder's
         assert procs.find_shim(str(folder)) == stranger.pid
     finally:
-        stranger.kill()
+        os.killpg(stranger.pid, signal.SIGKILL)
         stranger.wait()
