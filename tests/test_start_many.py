@@ -4,6 +4,8 @@ and nothing of a failed one left behind."""
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from ddpq.executors.base import Ended, Launch, LaunchFailed
 from ddpq.executors.local import cgroups, procs
 from ddpq.executors.local.executor import LocalExecutor
 from ddpq.executors.local.forkclient import ForkServer, ForkServerLost, Ticket
+from ddpq.jobdir import JobDir, make_folder
 from tests.helpers import wait_for
 from tests.launches import a_launch, leaving_nothing
 
@@ -79,6 +82,37 @@ def test_a_job_that_cannot_start_fails_alone(executor: LocalExecutor, tmp_path: 
     executor.proceed([1, 3])
     ended = all_ended(executor, 2)
     assert {n: e.record.exit_code for n, e in ended.items()} == {1: 0, 3: 0}
+
+
+@pytest.mark.parametrize(
+    ("fault", "put_off"),
+    [(errno.ENOSPC, True), (errno.EDQUOT, True), (errno.EIO, False), (errno.EACCES, False)],
+    ids=["disk-full", "quota-full", "io-error", "denied"],
+)
+def test_a_job_whose_folder_finds_no_room_is_put_off_and_other_faults_fail_it(
+    executor: LocalExecutor,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: int,
+    put_off: bool,
+) -> None:
+    """A full disk or quota is the host's state, not the job's fault: its launch is put
+    off (the worker queues it again for later); any other fault fails it, as before."""
+    launches = three_launches(tmp_path)
+
+    def second_has_no_room(folder: JobDir, *args: object, **kwargs: object) -> None:
+        if folder.path == launches[1].job_dir:
+            raise OSError(fault, os.strerror(fault), str(folder.path))
+        make_folder(folder, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("ddpq.executors.local.spawn.make_folder", second_has_no_room)
+    handles = executor.start_many(launches)
+    second = handles[1]
+    assert isinstance(second, LaunchFailed) and not second.interrupted
+    assert second.put_off is put_off, second
+    assert ("no room on the disk of its folder" in str(second)) is put_off
+    executor.proceed([1, 3])
+    assert sorted(all_ended(executor, 2)) == [1, 3]
 
 
 @pytest.mark.parametrize("lost", [False, True], ids=["refused", "lost"])

@@ -699,7 +699,7 @@ def test_the_plan_says_why_each_unplaced_job_waits() -> None:
         1: "needs 9 GPUs; only 4 can be handed out",
         2: "waiting for 3 free GPUs (next in line)",
         3: "waiting in line",
-        4: "waiting out its retry back-off",
+        4: "waiting out its back-off",
     }
     no_ports = plan_explained([head], [0, 1, 2, 3], [], [], {}, now).reasons
     assert no_ports == {2: "waiting for a free rendezvous port"}

@@ -63,7 +63,7 @@ def test_the_gates_are_asked_in_the_order_their_reasons_are_worth_saying() -> No
 )
 def test_back_off(not_before: float | None, waits: bool) -> None:
     why = back_off(q(not_before=not_before), world())
-    assert why == ("waiting out its retry back-off" if waits else None)
+    assert why == ("waiting out its back-off" if waits else None)
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,7 @@ def test_behind_a_fifo_head_jobs_wait_in_line_unless_their_own_gate_says_more() 
     assert result.reasons == {
         1: "needs 9 GPUs; only 2 can be handed out",  # never the head
         2: "waiting for 2 free GPUs (next in line)",
-        3: "waiting out its retry back-off",
+        3: "waiting out its back-off",
         4: "waiting in line",
     }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import subprocess
 import sys
@@ -12,7 +14,7 @@ import pytest
 from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header, rendezvous_port_clash
 from ddpq.executors.base import Launch, LaunchFailed
-from ddpq.executors.slurm import port_check, script
+from ddpq.executors.slurm import port_check, script, submit
 from tests import launches
 from tests.slurm.cluster import GPUS_PER_NODE, NODES, SlurmCluster
 
@@ -159,3 +161,18 @@ def test_a_stored_option_users_may_not_set_fails_the_launch(tmp_path: Path) -> N
     narrowed = Settings(home=tmp_path, slurm_user_options=("constraint",))
     with pytest.raises(LaunchFailed, match="'--qos=high' is --qos to sbatch, which users may"):
         script.batch_job(launch(tmp_path, slurm_options=("--qos=high",)), narrowed)
+
+
+@pytest.mark.parametrize(("fault", "put_off"), [(errno.ENOSPC, True), (errno.EIO, False)])
+def test_a_folder_with_no_room_puts_the_launch_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: int, put_off: bool
+) -> None:
+    """As the local executor's: a full disk puts the launch off, another fault fails it."""
+
+    def no_room(*_: object) -> None:
+        raise OSError(fault, os.strerror(fault))
+
+    monkeypatch.setattr(submit, "make_folder", no_room)
+    with pytest.raises(LaunchFailed, match="cannot prepare the job's folder") as failed:
+        submit.prepare(launch(tmp_path), Settings(home=tmp_path))
+    assert failed.value.put_off is put_off and not failed.value.interrupted

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from ddpq.core.disposition import MAX_RELAUNCHES, attempt_header
+from ddpq.core.disposition import MAX_RELAUNCHES, PUT_OFF_S, attempt_header
 from ddpq.core.rules import ExitRecord
 from ddpq.core.states import JobState
 from ddpq.executors.base import Launch
@@ -21,6 +21,7 @@ from ddpq.executors.fake import FakeExecutor
 from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
 from ddpq.store import endings as ending_store
+from ddpq.store import unlaunched as unlaunched_store
 from ddpq.store.db import Session
 from ddpq.store.models import Attempt
 from ddpq.worker import exits
@@ -86,7 +87,7 @@ def test_a_failed_job_is_retried_after_a_growing_back_off(rig: Rig) -> None:
     assert view.state is Q and view.not_before == rig.clock() + 2.0
     assert "retry 1 of 2 in 2s" in view.events[-1][2]
     rig.step()  # still backing off: not started, and it says why
-    assert rig.host.running() == [] and rig.job(job).reason == "waiting out its retry back-off"
+    assert rig.host.running() == [] and rig.job(job).reason == "waiting out its back-off"
     rig.clock.advance(2.0)
     rig.step()
     assert rig.job(job).state is R and rig.host.attempt_of(job).launch.attempt == 2
@@ -305,6 +306,46 @@ def test_a_launch_lost_again_and_again_fails_in_the_end(rig: Rig) -> None:
     view = rig.job(job)
     assert view.state is F and view.attempt == MAX_RELAUNCHES + 1
     assert view.reason == f"launch interrupted before the job started, {MAX_RELAUNCHES + 1} times"
+
+
+def test_a_launch_with_no_room_waits_for_room_however_often_with_nothing_used(
+    tmp_path: Path,
+) -> None:
+    """A launch that found the job folders' disk full (another user's files may have
+    filled it): the job is not failed, and uses no retry nor relaunch; it waits PUT_OFF_S
+    with its GPU free for others, and starts once there is room."""
+    rig = one_gpu(tmp_path)
+    try:
+        job, other = rig.submit(max_retries=0), rig.submit()
+        full = "cannot start the job: no room on the disk of its folder (No space left on device)"
+        for _ in range(MAX_RELAUNCHES + 2):  # more often than a lost launch may be
+            rig.host.no_room[job] = full
+            rig.step()
+            view = rig.job(job)
+            assert view.state is Q and view.reason == f"{full}; tried again in {PUT_OFF_S:g}s"
+            assert (view.gpus, view.port) == ([], None)
+            rig.step()  # its back-off: the GPU is the other job's meanwhile
+            assert rig.job(job).reason == "waiting out its back-off"
+            assert rig.host.running() == [other]
+            rig.host.finish(other, 0)
+            other = rig.submit()
+            rig.clock.advance(PUT_OFF_S)
+        rig.step()  # room at last: it goes first, as it was submitted first
+        assert rig.job(job).state is R and rig.host.running() == [job]
+    finally:
+        rig.close()
+
+
+def test_a_job_cancelled_while_its_launch_found_no_room_ends_cancelled(rig: Rig) -> None:
+    job = rig.submit()
+    with rig.worker.db.write() as s:
+        rig.worker.scheduler.lease_next(s, [0, 1], rig.clock(), rig.clock())
+    rig.cancel(job)  # while it is starting: the launch that follows finds no room
+    with rig.worker.db.write() as s:
+        unlaunched_store.requeue_unlaunched(s, job, "no room", rig.clock(), put_off=True)
+    view = rig.job(job)
+    assert view.state is JobState.CANCELLED and view.reason == "cancelled before it started"
+    assert (view.gpus, view.port) == ([], None)
 
 
 def test_a_finished_jobs_gpu_goes_to_the_next_job_in_the_same_pass(tmp_path: Path) -> None:

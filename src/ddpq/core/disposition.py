@@ -28,6 +28,11 @@ REQUEUE_EXIT = 75
 # Interrupted launches requeued for free, at most: the shim's "nothing ran" record is written
 # into a folder the job owns, so a job could forge one after running; this bounds the reruns.
 MAX_RELAUNCHES = 3
+# A launch the host had no room for (the job folders' disk, or the account's quota, was
+# full): nothing ran and nothing of the job is to blame, so it waits this long and tries
+# again, as often as it takes. A full disk is not the job's to fail for: another user's
+# files may be what filled it.
+PUT_OFF_S = 30.0
 # A sharing job that runs out of GPU memory is requeued on whole GPUs this often, at most
 # (its log says so; a job could print those words itself: this bounds what that gains it).
 MAX_OOM_REQUEUES = 1
@@ -172,6 +177,15 @@ def after_interrupted_launch(stop: StopRequest | None, relaunches: int) -> Dispo
         why = f"{INTERRUPTED}, {relaunches + 1} times"
         return Disposition(JobState.FAILED, why, JobState.FAILED, why)
     return Disposition(JobState.QUEUED, INTERRUPTED, JobState.QUEUED, INTERRUPTED, relaunch=True)
+
+
+def after_put_off_launch(stop: StopRequest | None, reason: str, now: float) -> Disposition:
+    """A launch the host had no room for: back in the queue for PUT_OFF_S, no retry nor
+    relaunch used; unless the job was cancelled meanwhile."""
+    if stop is StopRequest.CANCEL:
+        return after_interrupted_launch(stop, 0)
+    why = f"{reason}; tried again in {PUT_OFF_S:g}s"
+    return Disposition(JobState.QUEUED, why, JobState.QUEUED, why, not_before=now + PUT_OFF_S)
 
 
 # The first line ddpq writes into a job's log at each attempt. The port it names is how

@@ -68,11 +68,16 @@ class LaunchFailed(Exception):
     ``interrupted``: the executor itself lost the launch (the local one's fork server went
     away before it answered) and nothing of the job ran, so the worker queues it again
     (``core.disposition.after_interrupted_launch``: no retry used, a bounded number of
-    times) instead of failing it."""
+    times) instead of failing it.
 
-    def __init__(self, reason: str, interrupted: bool = False) -> None:
+    ``put_off``: the host had no room for it (``is_out_of_room``: the job folders' disk or
+    the account's quota is full) and nothing of the job ran: it waits in the queue and
+    tries again (``core.disposition.after_put_off_launch``), for as long as that lasts."""
+
+    def __init__(self, reason: str, interrupted: bool = False, put_off: bool = False) -> None:
         super().__init__(reason)
         self.interrupted = interrupted
+        self.put_off = put_off
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ class FakeHost:
     refuse: dict[int, str] = field(default_factory=dict)
     # Launches the executor itself loses, by job id, each once (``LaunchFailed.interrupted``).
     lose_launch: dict[int, str] = field(default_factory=dict)
+    # Launches the host had no room for, by job id, each once (``LaunchFailed.put_off``).
+    no_room: dict[int, str] = field(default_factory=dict)
     # When set, an attempt asked to stop ends at once, killed by this signal.
     stop_ends_with_signal: int | None = 15
     # When set, an attempt asked to preempt itself exits at once with this status.
@@ -96,6 +98,8 @@ class FakeExecutor:
         lost = self.host.lose_launch.pop(launch.job_id, None)
         if lost is not None:
             raise LaunchFailed(lost, interrupted=True)
+        if launch.job_id in self.host.no_room:
+            raise LaunchFailed(self.host.no_room.pop(launch.job_id), put_off=True)
         handle = f"fake-{next(self.host._numbers)}"
         self.host.attempts[handle] = FakeAttempt(launch, handle)
         self.watched[launch.job_id] = handle

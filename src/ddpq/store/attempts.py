@@ -27,15 +27,14 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import BindParameter
 
-from ddpq.core.disposition import after_interrupted_launch, lease_text
+from ddpq.core.disposition import lease_text
 from ddpq.core.rules import StopRequest
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, JobState
 from ddpq.core.units import size_for_people
-from ddpq.store import jobs as job_store
 from ddpq.store import leases as lease_store
 from ddpq.store import progress as progress_store
-from ddpq.store import settling, transitions
+from ddpq.store import transitions
 from ddpq.store.batches import batches
 from ddpq.store.gpu_time import gpu_seconds
 from ddpq.store.models import (
@@ -280,35 +279,6 @@ def active_attempts(session: Session) -> list[ActiveAttempt]:
         .order_by(Job.id)
     )
     return [ActiveAttempt(*row) for row in rows]
-
-
-# ---- a launch that never ran: requeue or finish ----------------------------------
-
-
-def end_unlaunched(session: Session, job_id: int, state: JobState, reason: str, now: float) -> None:
-    """End an attempt whose job never ran: free its leases; requeue or finish the job."""
-    job = job_store.get_job(session, job_id)
-    job_store.end_attempt(
-        session, job, exit_code=None, exit_signal=None, state=state, reason=reason, now=now
-    )
-    lease_store.release(session, job.id, now)
-    if state is JobState.QUEUED:
-        transitions.move_job(session, job, state, reason, now)
-    else:
-        settling.finish(session, job, state, reason, now)
-
-
-def requeue_unlaunched(session: Session, job_id: int, reason: str, now: float) -> None:
-    """A launch that was cut short before the job ran: back to the queue, unless it was
-    cancelled meanwhile (then it ends cancelled: a cancel is never undone by a restart)."""
-    job = job_store.get_job(session, job_id)
-    stop = StopRequest(job.stop_request) if job.stop_request else None
-    disposition = after_interrupted_launch(stop, job.relaunches)
-    if disposition.relaunch:
-        job.relaunches += 1
-        end_unlaunched(session, job_id, JobState.QUEUED, reason, now)
-    else:
-        end_unlaunched(session, job_id, disposition.job_state, disposition.job_reason, now)
 
 
 # ---- stops and progress -------------------------------------------------------------

@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session as Session
 from sqlalchemy.orm import sessionmaker
 
+from ddpq.core.out_of_room import out_of_room
 from ddpq.store.headroom import Reserve
 from ddpq.store.schema_version import is_current
 from ddpq.store.write_gate import gate_for
@@ -238,7 +239,7 @@ class LogNotSynced(OSError):
 def is_disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` says the disk (or the account's quota) is full."""
     if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        return out_of_room(exc)
     cause = getattr(exc, "orig", exc)  # SQLAlchemy wraps sqlite3's error
     if not isinstance(cause, sqlite3.Error):
         return False

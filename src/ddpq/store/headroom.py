@@ -26,7 +26,6 @@ by it), so no job can put a link where the file is; it is opened without followi
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import threading
@@ -34,6 +33,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+from ddpq.core.out_of_room import out_of_room
 from ddpq.core.units import size_for_people
 
 log = logging.getLogger("ddpq.store")
@@ -129,7 +129,7 @@ class Reserve:
                 finally:
                     os.close(fd)
             except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                if not out_of_room(exc):
                     log.warning("cannot make the database's reserve %s: %s", self.path, exc)
                 return False
             if self._given_back:
@@ -164,7 +164,7 @@ class Reserve:
                         os.close(fd)
                     return
                 except OSError as exc:
-                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    if not out_of_room(exc):
                         log.warning("cannot take back the database's reserve: %s", exc)
                         return
                     target -= RECLAIM_STEP  # metadata took a few blocks: a little less

@@ -27,6 +27,7 @@ from ddpq.executors.capabilities import capabilities
 from ddpq.executors.local.freeze import pauser
 from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
+from ddpq.store import unlaunched as unlaunched_store
 from ddpq.store import users as user_store
 from ddpq.store import waits as wait_store
 from ddpq.store.db import Database, storage_fault
@@ -234,7 +235,7 @@ class Worker:
         now = self.clock()
         if a.job_dir is None:
             with self.db.write() as s:
-                attempt_store.requeue_unlaunched(s, a.job_id, INTERRUPTED, now)
+                unlaunched_store.requeue_unlaunched(s, a.job_id, INTERRUPTED, now)
             return
         name = self.executor.name
         if a.executor is not None and a.executor != name:
@@ -245,7 +246,7 @@ class Worker:
         handle = self.executor.adopt(a.job_id, a.attempt, Path(a.job_dir), mine)
         if handle is None:
             with self.db.write() as s:
-                attempt_store.requeue_unlaunched(s, a.job_id, INTERRUPTED, now)
+                unlaunched_store.requeue_unlaunched(s, a.job_id, INTERRUPTED, now)
             return
         self._running[a.job_id] = JobDir(Path(a.job_dir))
         if a.handle != handle or a.executor != name:

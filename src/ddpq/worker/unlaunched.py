@@ -12,7 +12,7 @@ from ddpq.core.disposition import INTERRUPTED
 from ddpq.core.states import JobState
 from ddpq.core.untrusted import clean_text
 from ddpq.executors.base import LaunchFailed
-from ddpq.store import attempts as attempt_store
+from ddpq.store import unlaunched as unlaunched_store
 from ddpq.store.db import Session
 
 
@@ -27,10 +27,12 @@ class Unlaunched:
         """Each, in ``s``: queued again if nothing of it ran, else failed."""
         for job_id, why in self.pending:
             reason = clean_text(str(why), 1000)
-            if why.interrupted:  # nothing of it ran: queued again, no retry used
-                attempt_store.requeue_unlaunched(s, job_id, f"{INTERRUPTED} ({reason})", now)
+            if why.put_off:  # no room for it on the host: it waits, no retry used
+                unlaunched_store.requeue_unlaunched(s, job_id, reason, now, put_off=True)
+            elif why.interrupted:  # nothing of it ran: queued again, no retry used
+                unlaunched_store.requeue_unlaunched(s, job_id, f"{INTERRUPTED} ({reason})", now)
             else:
-                attempt_store.end_unlaunched(s, job_id, JobState.FAILED, reason, now)
+                unlaunched_store.end_unlaunched(s, job_id, JobState.FAILED, reason, now)
 
     def committed(self) -> None:
         self.pending.clear()

@@ -34,9 +34,10 @@ IN_LINE = "waiting in line"
 
 
 def back_off(job: QueuedJob, p: Pass) -> str | None:
-    """A retried job waits out its back-off."""
+    """A retried job, or one whose launch was put off (no room on the disk), waits out its
+    back-off."""
     if job.not_before is not None and job.not_before > p.now:
-        return "waiting out its retry back-off"
+        return "waiting out its back-off"
     return None
 
 

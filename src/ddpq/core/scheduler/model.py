@@ -26,7 +26,7 @@ class QueuedJob:
     priority: int
     submitted_at: float
     time_limit_s: float | None = None
-    not_before: float | None = None  # retry back-off: not eligible before this time
+    not_before: float | None = None  # back-off (a retry, a put-off launch): not before this
     # Only jobs that rendezvous (torchrun, or any job on GPUs) lease a port: a CPU-only
     # helper job must not use up the range that DDP jobs need.
     needs_port: bool = True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import sys
 import time
 
@@ -16,9 +17,11 @@ if TYPE_CHECKING:
     from ddpq.executors.local import shim_log
 
 RECORD_SPACE = 4096
-# The exit record's file, written with blanks when the shim starts. A job that fills
-# the disk must still get its end recorded ("the disk is full"), not end "lost": the
-# record is later written over those blanks, which needs no new disk block.
+# The exit record's file, RECORD_SPACE blanks written by the worker at the launch (or by
+# the shim at its start, where those are gone). A disk filled while the job runs, by the
+# job or by anyone, must still let its end be recorded ("the disk is full", or its exit
+# status), not leave it "lost": the record is written over those blanks, which needs no
+# new disk block.
 RESERVED = {"fd": -1}
 
 NOT_LAUNCHED: dict[str, object] = {
@@ -61,8 +64,28 @@ def still_at(fd: int, path: str) -> bool:
     return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
 
 
+def room_left_at_launch(tmp: str) -> int:
+    """A descriptor writing the blanks the worker left at ``tmp``, if they are as it left
+    them (this account's regular file of RECORD_SPACE bytes, one name); else -1. Opened
+    non-blocking: a FIFO put there instead refuses at once rather than hanging the shim."""
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return -1
+    st = os.fstat(fd)
+    own = st.st_uid == os.geteuid() and st.st_nlink == 1
+    if own and stat.S_ISREG(st.st_mode) and st.st_size == RECORD_SPACE:
+        return fd
+    os.close(fd)
+    return -1
+
+
 def reserve_record(path: str) -> None:
     tmp = path + ".tmp"
+    left = room_left_at_launch(tmp)
+    if left >= 0:
+        RESERVED["fd"] = left
+        return
     try:
         fd = fresh_file(tmp)
     except OSError:
@@ -90,7 +113,8 @@ def write_record(path: str, record: dict[str, object]) -> None:
         record["error"] = str(record["error"])[:500]
         data = json.dumps(record).encode()
     tmp = path + ".tmp"
-    fd, RESERVED["fd"] = RESERVED["fd"], -1
+    fd = RESERVED["fd"] if RESERVED["fd"] >= 0 else room_left_at_launch(tmp)
+    RESERVED["fd"] = -1
     if fd >= 0 and len(data) <= RECORD_SPACE and still_at(fd, tmp):
         # Trailing blanks are valid JSON whitespace: the reader ignores them.
         os.pwrite(fd, data.ljust(RECORD_SPACE), 0)

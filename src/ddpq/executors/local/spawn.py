@@ -21,6 +21,7 @@ from typing import BinaryIO, TypeVar
 
 from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header
+from ddpq.core.out_of_room import out_of_room
 from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_env
@@ -32,7 +33,8 @@ from ddpq.executors.local.forkclient import (
     Ticket,
 )
 from ddpq.executors.local.shim_command import SHIM, attempt_args, gated
-from ddpq.jobdir import JobDir, make_folder, open_for_append
+from ddpq.executors.local.shim_record import RECORD_SPACE
+from ddpq.jobdir import SHIM_SCRATCH, JobDir, make_folder, open_for_append
 
 SPAWN_ENV = "DDPQ_SPAWN"  # fork (the fork server, the default) | exec
 # The daemon itself runs with umask 077; a job gets the usual one. Its folder is 0700,
@@ -93,8 +95,8 @@ def launch_error(exc: BaseException) -> str:
         return f"cannot start the job: {exc.filename} does not exist"
     if isinstance(exc, PermissionError):
         return f"cannot start the job: permission denied ({exc.filename or exc})"
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return "cannot start the job: no space left on device"
+    if out_of_room(exc):
+        return f"cannot start the job: no room on the disk of its folder ({exc.strerror})"
     return f"cannot start the job: {exc}"
 
 
@@ -162,8 +164,9 @@ class Spawner:
             return step(given)
         except Exception as exc:  # whatever it is, it fails this job, not the others
             # A lost fork: its gate is closed, so a shim forked for it ends without running
-            # the job, which may start again.
-            failed = LaunchFailed(launch_error(exc), interrupted=isinstance(exc, ForkServerLost))
+            # the job, which may start again. No room: nothing started, it waits for room.
+            lost = isinstance(exc, ForkServerLost)
+            failed = LaunchFailed(launch_error(exc), interrupted=lost, put_off=out_of_room(exc))
             failed.__cause__ = exc
             return failed
 
@@ -180,6 +183,10 @@ class Spawner:
         owner = (account.uid, account.gid) if account is not None and switch else None
         # A folder that was there before the first attempt is not this job's: set aside.
         make_folder(folder, launch.attempt == 1, owner)
+        # The exit record's room, taken before anything runs (shim_record.RESERVED): a disk
+        # filled later still lets the end be recorded; one full now puts the launch off.
+        with open_for_append(folder.path / SHIM_SCRATCH[0], owner) as room:
+            room.write(b" " * RECORD_SPACE)
         env = job_env(launch, os.environ, self.omp_threads, cfg.preempt_grace_s)
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header
+from ddpq.core.out_of_room import out_of_room
 from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_env
@@ -102,7 +103,8 @@ def prepare(launch: Launch, settings: Settings) -> Submission:
                 log.write(f"{note}\n".encode())
         write_script(folder, text, owner)
     except OSError as exc:
-        raise LaunchFailed(f"cannot prepare the job's folder: {exc}") from None
+        why = f"cannot prepare the job's folder: {exc}"
+        raise LaunchFailed(why, put_off=out_of_room(exc)) from None
     return Submission(text, env, account, owner)
 
 
