@@ -194,7 +194,7 @@ class Daemon:
             self.proc = zygote.spawn("ddpq", argv, env, self.log.fileno())
         else:
             self.proc = subprocess.Popen(
-                [python, "-m", "ddpq", *argv],
+                [python, "-X", "faulthandler", "-m", "ddpq", *argv],
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -243,8 +243,26 @@ class Daemon:
         self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            why = f"the daemon did not stop within {timeout:g}s; its log ends:\n"
+            raise AssertionError(why + self.stacks()) from None
         finally:
             self.log.close()
+
+    def stacks(self) -> str:
+        """Where each of the daemon's processes is stuck (its threads' stacks, which the
+        fault handler writes into the log on SIGABRT), then the session killed."""
+        assert self.proc is not None
+        log = self.home / "daemon.log"
+        start = log.stat().st_size
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        self.kill_session()
+        with open(log, "rb") as f:
+            f.seek(max(0, start - 4000))  # what it said last, then the stacks
+            return f.read().decode(errors="replace")
 
     def cli(self, *args: str, check: bool = True, **kw: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "DDPQ_URL": self.url, **kw}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import faulthandler
 import json
 import os
 import selectors
@@ -168,6 +169,7 @@ def _become(spec: dict[str, Any], log_fd: int) -> None:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # Popen's close_fds
+        faulthandler.enable()  # as `python -X faulthandler`: stacks into the log on SIGABRT
         os.chdir(spec["cwd"])
         os.environ.clear()
         os.environ.update(spec["env"])
