@@ -7,28 +7,20 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from ddpq.config import Settings
 from ddpq.executors.base import Ended, LaunchFailed
 from ddpq.executors.local import shim_record
 from ddpq.executors.local.executor import LocalExecutor
 from tests.helpers import wait_for
-from tests.launches import a_launch, leaving_nothing
+from tests.launches import a_launch
 from tests.test_resources import small_disk
+from tests.test_start_many import executor
 
-__all__ = ["small_disk"]  # a fixture, used by name
-
-
-@pytest.fixture
-def executor(tmp_path: Path) -> Iterator[LocalExecutor]:
-    settings = Settings(home=tmp_path / "home", grace_s=0.3)
-    settings.home.mkdir()
-    with leaving_nothing(settings) as made:
-        yield made
+__all__ = ["executor", "small_disk"]  # fixtures, used by name
 
 
 def fill(disk: Path) -> Path:
