@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import socket
 import stat
 import subprocess
 from collections.abc import Callable
@@ -81,6 +82,46 @@ def test_missing_or_wrong_token_is_401(authed: tuple[Daemon, str, str, str]) -> 
     assert r.status_code == 401 and r.json()["detail"] == "unknown token"
     cli = d.cli("ls", check=False, DDPQ_TOKEN="nope")
     assert cli.returncode == 5 and "unknown token" in cli.stderr
+
+
+@pytest.mark.parametrize(
+    ("authorization", "why"),
+    [
+        (None, "this daemon needs a token"),
+        ("Bearer made-up", "unknown token"),
+        ("Basic YWxpY2U6eA==", "this daemon needs a token"),
+        ("Bearer ", "this daemon needs a token"),
+    ],
+    ids=["none", "made-up", "basic", "empty"],
+)
+def test_a_write_without_a_known_token_is_refused_before_its_body_is_read(
+    authed: tuple[Daemon, str, str, str], authorization: str | None, why: str
+) -> None:
+    """A client with no token, or a made-up one, announces an 8 MiB body and sends one
+    byte of it: the 401 comes at once. Before, the daemon waited for the body, then
+    parsed all of it (about 200 MB of memory for 8 MiB of ``{}``) before refusing."""
+    d, *_ = authed
+    head = "POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    if authorization is not None:
+        head += f"Authorization: {authorization}\r\n"
+    head += f"Content-Length: {8 << 20}\r\n\r\n{{"
+    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as s:
+        s.sendall(head.encode())
+        answer = b""
+        while b"}" not in answer and (more := s.recv(65536)):  # its JSON body, whole
+            answer += more
+    assert answer.startswith(b"HTTP/1.1 401 ") and why.encode() in answer, answer
+
+
+def test_a_write_with_a_known_token_is_its_users(authed: tuple[Daemon, str, str, str]) -> None:
+    d, alice, _, _ = authed
+    r = httpx.post(
+        d.url + "/v1/jobs",
+        json={"command": ["true"], "hold": True},
+        headers={"Authorization": f"Bearer {alice}"},
+    )
+    assert r.status_code == 201 and r.json()["owner"] == "alice", r.text
+    assert d.client(alice).cancel(r.json()["id"]).state == "cancelled"
 
 
 def test_cli_reads_a_0600_token_file_and_refuses_a_readable_one(

@@ -11,6 +11,7 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
+from ddpq.server.deps import KNOWN_CALLER, Caller
 from ddpq.server.fair import IN_FLIGHT, FairShare
 from ddpq.server.peer import PEER_KEY, PeerCredentials
 
@@ -128,3 +129,17 @@ def test_one_token_is_one_line_however_it_is_written() -> None:
     written = [b"Bearer ddpq_aaa", b"bearer ddpq_aaa", b"BEARER  ddpq_aaa "]  # as deps reads
     seen = crowd([with_token("bob", written[i % 3]) for i in range(IN_FLIGHT + 3)])
     assert seen.inside.count("bob") == IN_FLIGHT and len(seen.keys) == 1
+
+
+def test_a_writes_line_is_its_proven_users_whatever_token_it_used() -> None:
+    """A write's caller, proven before its body (``server.token_first``): one user's line,
+    whichever of their tokens each request carries."""
+
+    def proven(token: bytes) -> dict[str, Any]:
+        scope = with_token("bob", token)
+        scope["state"] = {KNOWN_CALLER: Caller("bob", admin=False, via="user_token")}
+        return scope
+
+    tokens = [b"Bearer ddpq_aaa", b"Bearer ddpq_own_bbb"]
+    seen = crowd([proven(tokens[i % 2]) for i in range(IN_FLIGHT + 3)])
+    assert seen.inside.count("bob") == IN_FLIGHT and seen.keys == [("user", "bob")]

@@ -34,6 +34,7 @@ from ddpq.server.routes import (
     tokens,
     usage,
 )
+from ddpq.server.token_first import TokenFirst
 from ddpq.store.db import Database
 from ddpq.store.headroom import Reserve
 
@@ -94,10 +95,12 @@ def create_app(
     # FastAPI 0.137 it holds an included router as one entry, not the router's routes.
     app.state.routes = [*app.router.routes, *(route for r in ROUTERS for route in r.routes)]
 
-    # The last added runs first: the guard refuses foreign requests before anything else,
-    # then each caller waits its turn in its own line.
-    app.add_middleware(StorageFaults)
+    # The last added runs first: the guard refuses foreign requests before anything else;
+    # a storage fault anywhere after it is a 503; a write's token is proven before its
+    # body is read; then each caller waits its turn in its own line.
     app.add_middleware(FairShare)
+    app.add_middleware(TokenFirst)
+    app.add_middleware(StorageFaults)
     app.add_middleware(RequestGuard, names=guard_names(settings))
     serve_anew(app, settings, pause_jobs)
     return app

@@ -43,6 +43,11 @@ class Caller:
     token_id: int | None = None  # an account's own token: its id
 
 
+# Where a caller found before the route (``server.token_first``) waits in the request's
+# scope (``request.state``): ``get_caller`` takes it instead of looking again.
+KNOWN_CALLER = "ddpq.caller"
+
+
 # async: a plain def would cost every request a trip through the thread pool for a lookup.
 async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
@@ -89,6 +94,9 @@ async def get_caller(
     it enforces nothing between them (no owner checks, no priority cap). With it, admins
     are the users made with --admin, root, and the members of ``admin_group``.
     """
+    known = request.scope.get("state", {}).get(KNOWN_CALLER)
+    if isinstance(known, Caller):  # told apart before the body was read (server.token_first)
+        return known
     peer = peer_of(request.scope)
     if peer is None and not settings.auth:
         # Answered here: a sync dependency is a trip through the thread pool, and each hop
@@ -121,7 +129,13 @@ def _looked_up_caller(
     """On the Unix socket, or over TCP with --auth (a token)."""
     if peer is not None:
         return _socket_caller(settings, peer)
-    token = bearer_token(request.headers.get("authorization", ""))
+    return token_caller(settings, db, request.headers.get("authorization", ""))
+
+
+def token_caller(settings: Settings, db: Database, authorization: str) -> Caller:
+    """Over TCP with --auth: the caller its ``Authorization`` header's token names; raises
+    ApiError (401) for none, an unknown one or an expired one."""
+    token = bearer_token(authorization)
     if token is None:
         raise ApiError(
             401,

@@ -9,7 +9,9 @@ took as many threads, and everyone else's requests queued behind them: another c
 With the bound, a flood is that caller's own wait.
 
 A caller is its Unix account on the socket (root's requests are not counted: the admin's
-own tools), else its token (a hash of it: the token itself is not kept), else its address.
+own tools), else for a write the user its token names (proven first, ``server.token_first``:
+a made-up token never gets this far), else its token (a hash of it: the token itself is
+not kept), else its address.
 Only with ``--auth``: without it the machine has one trusted user. A turn is given back
 when the answer starts, not when it ends: a followed log streams for as long as its job,
 outside the line (it has a bound of its own, ``routes/logs``).
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ddpq.server.deps import bearer_token
+from ddpq.server.deps import KNOWN_CALLER, Caller, bearer_token
 from ddpq.server.peer import PeerCredentials, peer_of
 
 IN_FLIGHT = 4
@@ -82,6 +84,9 @@ def _counted(scope: Scope) -> bool:
 
 def caller_of(scope: Scope) -> tuple[str, object] | None:
     """Whose request this is, for its line: None for root on the socket."""
+    known = scope.get("state", {}).get(KNOWN_CALLER)
+    if isinstance(known, Caller):  # a write's, proven before its body (server.token_first)
+        return ("user", known.name)
     peer = peer_of(scope)
     if isinstance(peer, PeerCredentials):
         return None if peer.uid == 0 else ("uid", peer.uid)
