@@ -287,7 +287,12 @@ def test_limits_and_reservations(db: Database) -> None:
                 s, "bob", 1, 150.0, 250.0, by="root", now=50.0, total_gpus=2
             )
         limit_store.add_reservation(s, "bob", 2, 200.0, 250.0, by="root", now=50.0, total_gpus=2)
-        for start, end, why in ((10.0, 5.0, "ends before"), (10.0, 20.0, "over already")):
+        for start, end, why in (
+            (10.0, 5.0, "ends before"),
+            (10.0, 20.0, "over already"),
+            (100.0, 1e300, "between the years 1 and 9999"),
+            (-1e300, 200.0, "between the years 1 and 9999"),
+        ):
             with pytest.raises(limit_store.ReservationRefused, match=why):
                 limit_store.add_reservation(
                     s, "bob", 1, start, end, by="root", now=50.0, total_gpus=2

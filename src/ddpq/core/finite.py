@@ -20,3 +20,15 @@ def finite_float(value: object) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+# The moments a datetime holds in every time zone: years 1 to 9999, a day in from each end.
+# A time outside them cannot be shown (``datetime.fromtimestamp`` raises), so it is refused
+# where it comes in, and shown at the nearest end where it is already stored.
+FIRST_MOMENT = -62135510400.0  # 0001-01-02T00:00Z
+LAST_MOMENT = 253402128000.0  # 9999-12-30T00:00Z
+
+
+def showable(moment: float) -> float:
+    """``moment`` (UNIX seconds) brought within FIRST_MOMENT..LAST_MOMENT."""
+    return min(max(moment, FIRST_MOMENT), LAST_MOMENT)

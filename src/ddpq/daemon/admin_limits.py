@@ -28,7 +28,9 @@ def _count(option: str, value: str | None) -> int | None:
 def _when(at: float) -> str:
     from datetime import datetime
 
-    return f"{datetime.fromtimestamp(at):%Y-%m-%d %H:%M}"
+    from ddpq.core.finite import showable
+
+    return f"{datetime.fromtimestamp(showable(at)):%Y-%m-%d %H:%M}"
 
 
 def _nudge(home: Path | None, config: Path | None, settings_of: Callable[..., Any]) -> None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from ddpq.core.dependency_text import text_of
 from ddpq.core.deps import Kind
+from ddpq.core.finite import showable
 from ddpq.core.spec import JobSpec
 from ddpq.core.states import ACTIVE, JobState
 from ddpq.core.untrusted import clean_text
@@ -68,11 +69,11 @@ def servable(value: T) -> T:
 
 
 def ts(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
+    return None if value is None else ts_req(value)
 
 
 def ts_req(value: float) -> datetime:
-    return datetime.fromtimestamp(value, UTC)
+    return datetime.fromtimestamp(showable(value), UTC)
 
 
 def job_out(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
+from ddpq.core.finite import FIRST_MOMENT, LAST_MOMENT
 from ddpq.core.limits import EVERYONE, Limit, Limits, Reservation, peak_reserved
 from ddpq.store.columns import flushed
 from ddpq.store.models import GpuReservation, UserLimit
@@ -91,6 +92,8 @@ def add_reservation(
         raise ReservationRefused("--gpus: a reservation keeps at least 1 GPU")
     if end <= start:
         raise ReservationRefused("the reservation ends before it starts")
+    if not (start >= FIRST_MOMENT and end <= LAST_MOMENT):
+        raise ReservationRefused("a reservation's times lie between the years 1 and 9999")
     if end <= now:
         raise ReservationRefused("the reservation would be over already")
     new = Reservation(0, user, gpus, start, end)
