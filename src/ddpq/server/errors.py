@@ -116,6 +116,11 @@ async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         byte = bad.object[bad.start : bad.start + 1].hex()
         detail = f"the body is not valid JSON: not UTF-8 (byte 0x{byte} at {bad.start})"
         return error_response(422, "invalid", detail)
+    if exc.status_code == 400 and isinstance(bad, RecursionError | ValueError):
+        # json.loads' own limits: an integer of over 4300 digits, or nesting deeper than
+        # the interpreter's recursion allows.
+        why = "nested too deeply" if isinstance(bad, RecursionError) else "a number too long"
+        return error_response(422, "invalid", f"the body is not valid JSON here: {why}")
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error")
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
