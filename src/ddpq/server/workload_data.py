@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Iterable
 
 from ddpq.config import Settings
+from ddpq.core import sweeps as core_sweeps
+from ddpq.core.spec import JobSpec
 from ddpq.executors.capabilities import capabilities
 from ddpq.schemas import JobSubmit
 from ddpq.server import identity, paths
@@ -76,6 +79,35 @@ def check_cifar(body: JobSubmit, cwd: str, account_name: str | None, judge_as: b
         f"CIFAR-10 not found at {root} (nor in {BATCHES_DIR}/ there) for the job's account; "
         "use --data-dir DIR or --synthetic N",
     )
+
+
+def check_members_data(
+    settings: Settings,
+    db: Database,
+    template: JobSubmit,
+    job: JobSpec,
+    members_args: list[list[str]],
+    params: Iterable[str],
+) -> None:
+    """``check_workload_data`` for a sweep's members (their args as they get them, which
+    the workload's parser has accepted): a sweep that cannot find its data is refused
+    whole, as one job is, not queued to fail member by member.
+
+    Members read from one place unless a parameter or a placeholder sets where: then each
+    distinct place is checked once (a parameter may name an option by a prefix of it, as
+    the parser allows: ``--sweep data=...``)."""
+    where_options = ("data-dir", "synthetic")
+    varies = core_sweeps.placeholders(template.args) or any(
+        option.startswith(name) for name in params for option in where_options
+    )
+    seen: set[tuple[str | None, str | None]] = set()
+    for args in members_args if varies else members_args[:1]:
+        given = given_options(args)
+        where = (given["data_dir"], given["synthetic"])
+        if where not in seen:
+            seen.add(where)
+            member = template.model_copy(update={"args": args})
+            check_workload_data(settings, db, member, job.cwd, job.owner, job.run_as)
 
 
 def check_workload_data(

@@ -124,7 +124,7 @@ def job_spec(
     refuse_beyond_host(spec, settings)
     if body.cwd is not None:
         check_cwd(settings, db, body.cwd, owner, run_as)
-    if not swept:  # a workload's data, where it will look (a sweep's members: not yet)
+    if not swept:  # a workload's data, where it will look (a sweep's members: its route)
         check_workload_data(settings, db, body, spec.cwd, owner, run_as)
     if body.notify is not None:
         check_notify(body.notify, settings, lookups, who.name)

@@ -23,6 +23,7 @@ from ddpq.server.errors import NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiError, error
 from ddpq.server.params import INT64_MAX, Offset
 from ddpq.server.routes.jobs import job_spec
 from ddpq.server.submission_checks import check_gpus, refuse_if_disk_short, workload_command
+from ddpq.server.workload_data import check_members_data
 from ddpq.store import notifications as notification_store
 from ddpq.store import sweeps as sweep_store
 from ddpq.store.db import Database, Session
@@ -51,9 +52,13 @@ def submit(
     array = core_sweeps.parse_array(body.array) if body.array is not None else None
     members = core_sweeps.members(body.params, array)
     job = job_spec(t, who, settings, db, lookups, command=list(t.command))
+    commands = _commands(body, members)  # the workload's parser accepts each member's args
+    if t.workload is not None:
+        args = _members_args(body, members)
+        check_members_data(settings, db, t, job, args, body.params)
     built = [
         sweep_store.NewMember(m.index, core_sweeps.member_name(job.name, m), cmd, m.params)
-        for m, cmd in zip(members, _commands(body, members), strict=True)
+        for m, cmd in zip(members, commands, strict=True)
     ]
     spec = sweep_store.NewSweep(
         job=job,
@@ -83,7 +88,7 @@ def _commands(body: SweepSubmit, members: list[core_sweeps.Member]) -> list[list
     if t.workload is None:
         return [core_sweeps.fill(t.command, m) for m in members]
     workload = t.workload
-    args = [[*core_sweeps.fill(t.args, m), *core_sweeps.workload_args(m)] for m in members]
+    args = _members_args(body, members)
     if core_sweeps.placeholders(t.args):
         # {index} in the args: every member's differ, so each is checked.
         return [
@@ -100,6 +105,13 @@ def _commands(body: SweepSubmit, members: list[core_sweeps.Member]) -> list[list
     first = workload_command(workload, args[0], "params")
     prefix = first[: len(first) - len(args[0])]
     return [[*prefix, *a] for a in args]
+
+
+def _members_args(body: SweepSubmit, members: list[core_sweeps.Member]) -> list[list[str]]:
+    """A workload's args as each member gets them: the template's, filled, and its
+    parameters as options."""
+    t = body.template
+    return [[*core_sweeps.fill(t.args, m), *core_sweeps.workload_args(m)] for m in members]
 
 
 @router.get("", response_model=SweepList)
