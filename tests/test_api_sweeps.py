@@ -74,7 +74,12 @@ def stored(home: Path, job_id: int) -> tuple[list[str], dict[str, str]]:
 
 def test_one_call_queues_the_product_of_a_workloads_parameters(api: TestClient, home: Path) -> None:
     body = {
-        "template": {"workload": "resnet18", "args": ["--epochs", "2"], "gpus": 1, "name": "rn"},
+        "template": {
+            "workload": "resnet18",
+            "args": ["--epochs", "2", "--synthetic", "64"],  # no CIFAR-10 here
+            "gpus": 1,
+            "name": "rn",
+        },
         "params": {"lr": ["0.05", "0.1"], "batch-size": ["64", "128"]},
     }
     r = post(api, "/v1/sweeps", body)
@@ -95,6 +100,8 @@ def test_one_call_queues_the_product_of_a_workloads_parameters(api: TestClient, 
         "ddpq.workloads.resnet18",
         "--epochs",
         "2",
+        "--synthetic",
+        "64",
         "--lr",
         "0.1",
         "--batch-size",
