@@ -17,6 +17,7 @@ import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
+from ddpq.client.listing import hidden_text
 from tests.inprocess import client_with_gpus
 
 ACTIVE = "state=queued&state=held&state=starting&state=running"
@@ -189,3 +190,29 @@ def test_the_limit_picks_the_oldest_across_states_and_sweeps(api: TestClient) ->
 @pytest.mark.parametrize("query", ["limit=0", "limit=1001", "user=" + "x" * 65, "state=nope"])
 def test_a_bad_query_is_refused(api: TestClient, query: str) -> None:
     assert api.get(f"/v1/queue?{query}").status_code == 422
+
+
+def test_asked_for_finished_jobs_too_the_limit_picks_the_newest(api: TestClient) -> None:
+    """`ls --all` on a busy server: the newest rows, not the first jobs it ever ran (found
+    by a new user's walk through the README)."""
+    old = [job(api, "alice", hold=False).json()["id"] for _ in range(3)]
+    for j in old:
+        assert api.post(f"/v1/jobs/{j}/cancel").status_code == 200
+    held = job(api, "alice").json()["id"]
+    sweeps = [sweep(api, "alice", 1).json()["id"] for _ in range(3)]
+    everything = view(api, "state=cancelled&state=held&limit=2&user=alice")
+    assert [j["id"] for j in everything["jobs"]] == [old[2], held]  # printed oldest first
+    assert [sw["id"] for sw in everything["sweeps"]] == sweeps[1:]
+    assert everything["hidden"] == [{"owner": "alice", "counts": {"cancelled": 2, "held": 1}}]
+    waiting = view(api, "state=held&limit=2&user=alice&expand=true")  # the queue's head
+    assert waiting["jobs"][0]["id"] == held and len(waiting["jobs"]) == 2
+    assert waiting["hidden"] == [{"owner": "alice", "counts": {"held": 2}}]  # newer members
+
+
+def test_the_footer_says_whose_rows_are_listed_and_how_many_at_most() -> None:
+    view_ = {"hidden": [{"owner": "bob", "counts": {"held": 3}}], "only_owner": "ann", "limit": 2}
+    assert hidden_text(view_) == (
+        "not listed (only ann's are listed, 2 at most; --user NAME or --limit 0 for more): "
+        "bob 3 held"
+    )
+    assert hidden_text({**view_, "hidden": []}) == ""

@@ -61,7 +61,8 @@ def hidden_text(view: dict[str, Any]) -> str:
     from ddpq.client.sweeps import counts_text
 
     parts = [f"{safe(h['owner'])} {safe(counts_text(h['counts']))}" for h in view["hidden"]]
-    why = f"only {safe(view['only_owner'])}'s are listed; " if view.get("only_owner") else ""
+    owner = view.get("only_owner")
+    why = f"only {safe(owner)}'s are listed, {view['limit']} at most; " if owner else ""
     return f"not listed ({why}--user NAME or --limit 0 for more): " + "; ".join(parts)
 
 

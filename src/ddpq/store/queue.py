@@ -53,38 +53,48 @@ class Group:
     sweep_id: int | None
     jobs: int
     first_id: int
+    last_id: int
 
 
 def groups(session: Session, states: Sequence[JobState], owner: str | None) -> list[Group]:
     """The matching jobs counted by state, owner and sweep (the index alone answers)."""
-    query = select(Job.state, Job.owner, Job.sweep_id, func.count(), func.min(Job.id))
+    query = select(
+        Job.state, Job.owner, Job.sweep_id, func.count(), func.min(Job.id), func.max(Job.id)
+    )
     if states:
         query = query.where(Job.state.in_(list(states)))
     if owner is not None:
         query = query.where(Job.owner == owner)
     query = query.group_by(Job.state, Job.owner, Job.sweep_id)
     return [
-        Group(JobState(st), o, sw, int(n), int(first))
-        for st, o, sw, n, first in session.execute(query)
+        Group(JobState(st), o, sw, int(n), int(first), int(last))
+        for st, o, sw, n, first, last in session.execute(query)
     ]
 
 
-def first_jobs(session: Session, chosen: Iterable[Group], limit: int) -> list[Job]:
-    """The ``limit`` oldest jobs of these groups, oldest first, without their environment
-    (listings never show it). Each group is one index range already in id order; groups
-    are asked in the order of their oldest job, and not at all once ``limit`` jobs older
-    than a group's oldest are in hand."""
+def shown_jobs(
+    session: Session, chosen: Iterable[Group], limit: int, *, newest: bool = False
+) -> list[Job]:
+    """The ``limit`` oldest (or ``newest``) jobs of these groups, oldest first, without
+    their environment (listings never show it). Each group is one index range already in
+    id order; groups are asked in the order of their oldest (newest) job, and not at all
+    once ``limit`` jobs that come before any of a group's are in hand."""
+    sign = -1 if newest else 1  # ids in the order rows are taken: ascending, or not
+
+    def first_of(g: Group) -> int:
+        return sign * (g.last_id if newest else g.first_id)
+
     found: list[Job] = []
-    for g in sorted(chosen, key=lambda g: g.first_id):
-        if len(found) >= limit and found[limit - 1].id < g.first_id:
+    for g in sorted(chosen, key=first_of):
+        if len(found) >= limit and sign * found[limit - 1].id < first_of(g):
             break
         sweep = Job.sweep_id.is_(None) if g.sweep_id is None else Job.sweep_id == g.sweep_id
         query = (
             select(Job)
             .options(defer(Job.env, raiseload=True))
             .where(Job.state == g.state, Job.owner == g.owner, sweep)
-            .order_by(Job.id)
+            .order_by(Job.id.desc() if newest else Job.id)
             .limit(limit)
         )
-        found = sorted([*found, *session.scalars(query)], key=lambda j: j.id)[:limit]
-    return found
+        found = sorted([*found, *session.scalars(query)], key=lambda j: sign * j.id)[:limit]
+    return sorted(found, key=lambda j: j.id)

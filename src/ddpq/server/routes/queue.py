@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from ddpq.core.states import JobState
+from ddpq.core.states import TERMINAL, JobState
 from ddpq.schemas import HiddenOut, QueueView
 from ddpq.server import views
 from ddpq.server.deps import Auth, DatabaseDep
@@ -35,7 +35,9 @@ def queue(
 ) -> QueueView:
     """Jobs and sweeps oldest first, a sweep folded into one row with its jobs' counts by
     state (unless ``expand``). Past ``limit`` rows without ``user``/``mine``: the caller's
-    own rows, and everyone else's jobs counted by owner and state (``hidden``)."""
+    own rows, and everyone else's jobs counted by owner and state (``hidden``). Past
+    ``limit`` rows of a table, the oldest are shown (the queue's head), or the newest where
+    finished states are asked for."""
     owner = who.name if mine else user
     with db.read() as s:
         return _view(s, list(state or []), owner, who.name, limit, expand)
@@ -53,8 +55,12 @@ def _view(
         only = caller
         rows = [g for g in rows if g.owner == caller]
         folded = [g for g in folded if g.owner == caller]
-    jobs = queue_store.first_jobs(s, rows, limit)
-    sweep_ids = sorted({g.sweep_id for g in folded if g.sweep_id is not None})[:limit]
+    # Past ``limit``, the queue's head; but asked for finished jobs too (``ls --all``), the
+    # newest: on a busy server the oldest are jobs of months ago.
+    newest = not states or any(st in TERMINAL for st in states)
+    jobs = queue_store.shown_jobs(s, rows, limit, newest=newest)
+    ids = sorted({g.sweep_id for g in folded if g.sweep_id is not None})
+    sweep_ids = ids[-limit:] if newest else ids[:limit]
     sweeps, _ = sweep_store.list_sweeps(s, ids=sweep_ids, limit=limit)
     counts = sweep_store.counts(s, sweep_ids)
     shown_sweeps = set(sweep_ids)
