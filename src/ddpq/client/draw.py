@@ -261,8 +261,9 @@ def job_lines(j: Data) -> list[str]:
         lines.append(f"  after      {', '.join(map(str, j['after']))}")
     lines.append(f"  attempt    {j['attempt']} (retries allowed: {j['retries']})")
     if j["exit_code"] is not None or j["exit_signal"] is not None:
-        signal = f", signal {j['exit_signal']}" if j["exit_signal"] else ""
-        lines.append(f"  exit       code {j['exit_code']}{signal}")
+        parts = [f"code {j['exit_code']}"] if j["exit_code"] is not None else []
+        parts += [f"signal {j['exit_signal']}"] if j["exit_signal"] else []
+        lines.append(f"  exit       {', '.join(parts)}")
     if j["progress"]:
         lines.append(f"  progress   {sanitize(progress_line(j['progress']))}")
     if j["job_dir"]:
