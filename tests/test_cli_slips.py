@@ -103,3 +103,47 @@ def test_an_empty_sweep_value_is_refused_by_the_cli_and_the_daemon(spec: str) ->
 def test_sweep_values_that_are_there_are_taken() -> None:
     assert sweep_params(["lr=0.1,0.2", "bs= 64"]) == {"lr": ["0.1", "0.2"], "bs": [" 64"]}
     assert check_params({"lr": ["0.1", "0.2"], "bs": ["64"]}) == 2
+
+
+@pytest.mark.parametrize(
+    ("words", "misplaced"),
+    [
+        (["--gpus", "1", "python", "train.py", "--gpus", "3"], "--gpus"),
+        (["python", "train.py", "--gpus=3"], "--gpus=3"),
+        (["python", "x.py", "-n", "5"], "-n"),
+        (["--name", "x", "sleep", "1", "--no-hold"], "--no-hold"),
+        (["--env", "A=1", "./run.sh", "--time-limit", "1h"], "--time-limit"),
+    ],
+)
+def test_ddpqs_option_after_the_command_is_refused_not_taken(
+    api: list[Request],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    words: list[str],
+    misplaced: str,
+) -> None:
+    """Click reads options anywhere before `--`: `submit --gpus 1 python train.py --gpus 3`
+    queued train.py with no argument on 3 GPUs (a new user's walk through the README)."""
+    code, _, err = run(monkeypatch, capsys, "submit", *words)
+    assert code == 2 and one_line(err), err
+    assert err.startswith(f"ddpq: {misplaced}: after the command") and "after `--`" in err
+    assert not any(r.method == "POST" for r in api)  # nothing queued
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--gpus", "1", "--", "python", "train.py", "--gpus", "3"],  # the command's, after --
+        ["--gpus", "1", "python", "train.py", "--lr", "0.1"],  # no option of ddpq's
+        ["--name", "python", "--hold", "--", "sleep", "1"],  # a value is no command
+        ["resnet18", "--gpus", "1", "--epochs", "1"],  # a workload's name, then ddpq's options
+    ],
+)
+def test_a_command_with_only_its_own_options_is_sent(
+    api: list[Request],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    words: list[str],
+) -> None:
+    run(monkeypatch, capsys, "submit", *words)
+    assert [r.path for r in api if r.method == "POST"] == ["/v1/jobs"]

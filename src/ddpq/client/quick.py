@@ -131,6 +131,53 @@ def read(spec: Spec, words: Sequence[str], arguments: bool) -> tuple[dict[str, A
     return params, args
 
 
+def option_after_command(argv: Sequence[str]) -> tuple[str, str] | None:
+    """The first of submit's own options that ``argv`` gives after the command's first word,
+    with that word; None if none does (or the command follows ``--``, or is a built-in
+    workload's name, which ddpq's options follow by design: `submit resnet18 --gpus 2`).
+
+    Click reads a command's options anywhere before ``--``: `ddpq submit --gpus 1 python
+    train.py --gpus 3` ran train.py with no argument, on 3 GPUs. Such an option is much
+    more likely the command's own, so it is refused (``refuse_option_after_command``)."""
+    from ddpq.client.submitting import is_workload
+
+    at = next((i for i, word in enumerate(argv) if word == "submit"), len(argv)) + 1
+    kinds = {name: kind for _, kind, _, opts in SUBMIT for name in opts}
+    kinds.update((f"--no-{n[2:]}", FLAG) for n, kind in list(kinds.items()) if kind == SWITCH)
+    command = None
+    while at < len(argv):
+        word = argv[at]
+        at += 1
+        if word == "--":
+            return None
+        name = word.partition("=")[0]
+        if command is not None:
+            if name in kinds:
+                return word, command
+        elif word.startswith("-") and word != "-":
+            at += kinds.get(name, FLAG) not in (FLAG, SWITCH) and "=" not in word
+        elif is_workload(word):
+            return None
+        else:
+            command = word
+    return None
+
+
+def refuse_option_after_command(argv: Sequence[str]) -> None:
+    """Bad usage (exit 2) if ``option_after_command`` finds one: said before any request."""
+    misplaced = option_after_command(argv)
+    if misplaced is not None:
+        from ddpq.client.format import sanitize
+        from ddpq.client.runtime import fail
+
+        word, command = (sanitize(w) for w in misplaced)
+        fail(
+            f"{word}: after the command ({command}) it is read as ddpq's option, not the "
+            f"command's; put the command after `--`: ddpq submit [OPTIONS] -- {command} ...",
+            2,
+        )
+
+
 def _value(kind: str, value: str) -> Any:
     if kind == INT:
         if not re.fullmatch(_INT, value):
@@ -158,6 +205,7 @@ def _submit(params: dict[str, Any], args: list[str]) -> Callable[[], None]:
         raise Declined(args[0] if args else "submit")
     from ddpq.client import submitting
 
+    refuse_option_after_command(sys.argv[1:])
     return lambda: submitting.submit_with(args, params)
 
 

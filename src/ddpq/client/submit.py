@@ -6,6 +6,7 @@ there: ``client.quick`` runs them too); they are re-exported here under their ol
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -184,8 +185,10 @@ def submit(
     gives a workload `--lr 0.05` and `--lr 0.1`, a command `{lr}`.
     """
     from ddpq.client import batch
+    from ddpq.client.quick import refuse_option_after_command
     from ddpq.workloads.registry import WORKLOADS
 
+    refuse_option_after_command(sys.argv[1:])
     argv = command_words(ctx)
     params = dict(ctx.params)
     if argv[0] not in WORKLOADS and (script := batch.script_of(argv[0])) is not None:
