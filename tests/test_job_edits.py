@@ -147,7 +147,7 @@ def test_sharing_or_typed_jobs_keep_a_gpu(c: TestClient) -> None:
 
 
 def test_a_change_is_held_to_the_rules_a_submission_is(c: TestClient) -> None:
-    linked = submit(c, gpus=2, gpu_link="nvlink")
+    linked = submit(c, gpus=2, gpu_link="sys")  # any set: the fake GPUs have no NVLink
     r = patch(c, linked["id"], gpus=1)
     assert r.status_code == 422 and "2 or more GPUs" in r.json()["detail"]
     session = submit(c, gpus=1, interactive=True, command=["serve", "--port", "{port}"])

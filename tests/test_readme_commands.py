@@ -57,6 +57,12 @@ NOT_RUN = {
     ),
     "ddpq submit --array 0-99 --notify https://hooks.slack.com/services/T0/B0/XXXX -- "
     "python seed.py": "as above",
+    "ddpq submit --gpus 2 --gpu-link nvlink --torchrun -- ddp.py": (
+        "an NVLink pair, which 4 fake GPUs without a topology never have: refused at "
+        "submission (tests/test_topology_e2e.py runs it on a fake topology)"
+    ),
+    "ddpq submit --gpus 4 --gpu-type h100 --torchrun -- ddp.py": "H100s: as above",
+    "ddpq submit --gpu-type 1g.10gb -- python small.py": "a MIG instance: as above",
     "ddpq submit resnet18 --gpus 4 --stem cifar --batch-size 256 --amp": (
         "CIFAR-10 in the job's account's ~/.cache/ddpq/cifar10, checked at submission "
         "(tests/test_workload_data.py); the --data-dir line above runs"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpq.client.errors import DdpqError
 from ddpq.schemas import JobSubmit
 from tests.helpers import Daemon, free_port, root_flags, wait_done, wait_for
 
@@ -60,10 +61,22 @@ def test_fake_hardware_places_jobs_and_names_mig_instances(
     assert visible(d, tmp_path, gpu_type="1g.10gb") == "MIG-FAKE-0-1"
     assert visible(d, tmp_path, gpus=3, gpu_type="h100") == "1,2,3"
     c = d.client()
-    never = c.submit(JobSubmit(command=["true"], gpus=3, gpu_link="nvlink"))
-    assert wait_for(lambda: (r := c.show(never.id).reason) and "no such set exists" in r)
-    assert c.show(never.id).gpu_link == "NV"
-    assert "hardware   link NV or better" in d.cli("show", str(never.id)).stdout
+    # What no set of this host's GPUs could ever give is refused at submission, in the
+    # words the scheduler's gate has for a job queued before (gates.hardware_refusal).
+    for ask, option in (
+        ({"gpu_link": "nvlink"}, "--gpu-link"),
+        ({"gpu_type": "a100"}, "--gpu-type"),
+    ):
+        never = d.cli(
+            "submit", "--gpus", "3", option, next(iter(ask.values())), "--", "true", check=False
+        )
+        assert never.returncode == 2 and never.stderr.startswith(f"ddpq: {option}: needs 3 GPUs")
+        with pytest.raises(DdpqError) as refused:
+            c.submit(JobSubmit(command=["true"], gpus=3, **ask))  # type: ignore[arg-type]
+        assert refused.value.status == 422
+    held = c.submit(JobSubmit(command=["true"], gpus=2, gpu_link="nvlink", hold=True))
+    assert c.show(held.id).gpu_link == "NV"
+    assert "hardware   link NV or better" in d.cli("show", str(held.id)).stdout
     out = d.cli("submit", "--gpus", "2", "--gpu-link", "fast", "--", "true", check=False)
     assert out.returncode == 2 and "no link class: 'fast'" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1

@@ -9,6 +9,8 @@ import os
 from ddpq import notify_target
 from ddpq.config import Settings
 from ddpq.core import slurm as core_slurm
+from ddpq.core.gpus import hardware_of
+from ddpq.core.scheduler.gates import hardware_refusal
 from ddpq.core.sharing import MIB, GpuMemory
 from ddpq.core.spec import JobSpec
 from ddpq.core.units import size_for_people
@@ -94,6 +96,20 @@ def check_gpus(
             f"the GPUs here have at most {size_for_people(memory.largest())} to share "
             f"({size_for_people(headroom)} of each is kept free)",
         )
+
+
+def check_hardware(s: Session, gpus: int, gpu_type: str | None, gpu_link: str | None) -> None:
+    """Refuse a GPU type or link class no set of this server's GPUs could ever give (the
+    scheduler's gate says the same of a job queued before, ``gates.hardware_refusal``);
+    nothing to judge before the worker has said what GPUs there are."""
+    if gpu_type is None and gpu_link is None:
+        return
+    devices = device_store.all_devices(s)
+    hw, here = hardware_of(devices), [d.index for d in devices]
+    why = hardware_refusal(hw, here, gpus, gpu_type, gpu_link) if devices else None
+    if why is not None:
+        typed = hardware_refusal(hw, here, gpus, gpu_type, None) is None
+        raise ApiError(422, "invalid", f"{'gpu_link' if typed else 'gpu_type'}: {why}")
 
 
 def check_priority(priority: int | None, who: Caller) -> None:

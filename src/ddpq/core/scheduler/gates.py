@@ -15,14 +15,14 @@ the GPUs a placer chose (an owner's GPU limit for sharing jobs, reservations), a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ddpq.core.limits import plural
 from ddpq.core.scheduler.model import QueuedJob
 from ddpq.core.scheduler.placers import best_set
 from ddpq.core.scheduler.state import Pass
 from ddpq.core.sharing import GpuMemory
-from ddpq.core.topology import CLASSES, describe_class
+from ddpq.core.topology import CLASSES, Hardware, describe_class
 from ddpq.core.units import size_for_people
 
 Gate = Callable[[QueuedJob, Pass], "str | None"]
@@ -68,22 +68,30 @@ def too_big(mem_bytes: int, gpus: int, memory: GpuMemory) -> str:
 
 def no_such_hardware(job: QueuedJob, p: Pass) -> str | None:
     """A job that asks for a GPU type or link class this host could never give it."""
-    if job.gpu_type is None and job.gpu_link is None:
+    return hardware_refusal(p.world.hardware, p.usable, job.gpus, job.gpu_type, job.gpu_link)
+
+
+def hardware_refusal(
+    hw: Hardware, gpus_here: Iterable[int], gpus: int, gpu_type: str | None, gpu_link: str | None
+) -> str | None:
+    """Why ``gpus`` GPUs of ``gpu_type`` linked by ``gpu_link`` or better can never be had
+    of ``gpus_here``, or None: the gate's words, and the API's at submission."""
+    if gpu_type is None and gpu_link is None:
         return None
-    hw = p.world.hardware
-    typed = hw.of_type(sorted(p.usable), job.gpu_type, job.gpus)
-    kind = f" of type {job.gpu_type!r}" if job.gpu_type else ""
-    if len(typed) < job.gpus:
-        models = sorted({hw.names.get(g, "?") for g in p.usable})
+    here = sorted(gpus_here)
+    typed = hw.of_type(here, gpu_type, gpus)
+    kind = f" of type {gpu_type!r}" if gpu_type else ""
+    if len(typed) < gpus:
+        models = sorted({hw.names.get(g, "?") for g in here})
         have = ", ".join(models[:6]) or "none"
-        mig = " (MIG instances only for one-GPU jobs)" if hw.mig and job.gpus > 1 else ""
-        return f"needs {job.gpus} GPUs{kind}; this host has {len(typed)}{mig} (models: {have})"
-    if job.gpu_link is None or job.gpus < 2:
+        mig = " (MIG instances only for one-GPU jobs)" if hw.mig and gpus > 1 else ""
+        return f"needs {gpus} GPUs{kind}; this host has {len(typed)}{mig} (models: {have})"
+    if gpu_link is None or gpus < 2:
         return None
-    if hw.worst(best_set(hw, typed, job.gpus, typed)) <= CLASSES.index(job.gpu_link):
+    if hw.worst(best_set(hw, typed, gpus, typed)) <= CLASSES.index(gpu_link):
         return None
     return (
-        f"needs {job.gpus} GPUs{kind} linked by {describe_class(job.gpu_link)} or better; "
+        f"needs {gpus} GPUs{kind} linked by {describe_class(gpu_link)} or better; "
         "no such set exists on this host (ddpq gpus --topology)"
     )
 

@@ -26,6 +26,7 @@ from ddpq.server.params import JobId
 from ddpq.server.submission_checks import (
     check_cwd,
     check_gpus,
+    check_hardware,
     check_priority,
     cluster_options,
     refuse_if_disk_short,
@@ -162,3 +163,4 @@ def checked(s: Session, spec: JobSpec, settings: Settings) -> None:
             raise ApiError(422, "invalid", why)
     refuse_beyond_host(spec, settings)
     check_gpus(s, spec.gpus_max or spec.gpus, spec.gpu_mem_bytes, settings)
+    check_hardware(s, spec.gpus, spec.gpu_type, spec.gpu_link)

@@ -44,6 +44,7 @@ from ddpq.server.params import JobId, Offset
 from ddpq.server.submission_checks import (
     check_cwd,
     check_gpus,
+    check_hardware,
     check_notify,
     check_priority,
     cluster_options,
@@ -81,6 +82,7 @@ def submit(
     refuse_if_disk_short(db)
     with db.write() as s:
         check_gpus(s, body.gpus_max or body.gpus, body.gpu_mem_bytes, settings)  # an elastic's most
+        check_hardware(s, body.gpus, body.gpu_type, body.gpu_link)  # its least, of the kind
         queue_caps.refuse_if_over(s, settings, spec.owner, 1)
         job = job_store.create_job(s, spec, time.time())
         # In the transaction, serialized too: an answer that cannot be made undoes the job,

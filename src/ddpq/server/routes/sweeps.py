@@ -22,7 +22,12 @@ from ddpq.server.deps import Auth, Caller, DatabaseDep, NotifyLookupsDep, Settin
 from ddpq.server.errors import NO_ROOM, QUEUE_CAP, WRITE_ERRORS, ApiError, error_response
 from ddpq.server.params import INT64_MAX, Offset
 from ddpq.server.routes.jobs import job_spec
-from ddpq.server.submission_checks import check_gpus, refuse_if_disk_short, workload_command
+from ddpq.server.submission_checks import (
+    check_gpus,
+    check_hardware,
+    refuse_if_disk_short,
+    workload_command,
+)
 from ddpq.server.workload_data import check_members_data
 from ddpq.store import notifications as notification_store
 from ddpq.store import sweeps as sweep_store
@@ -74,6 +79,7 @@ def submit(
     refuse_if_disk_short(db)
     with db.write() as s:
         check_gpus(s, t.gpus_max or t.gpus, t.gpu_mem_bytes, settings)
+        check_hardware(s, t.gpus, t.gpu_type, t.gpu_link)
         queue_caps.refuse_if_over(s, settings, job.owner, len(built))
         sweep = sweep_store.create_sweep(s, spec, time.time())
         out = views.sweep_out(sweep, sweep_store.counts(s, [sweep.id])[sweep.id])
