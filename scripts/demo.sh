@@ -73,9 +73,9 @@ echo "submitted sweep $sweep"
 
 deadline=$((SECONDS + ${DDPQ_DEMO_TIMEOUT:-900}))
 while :; do
-  states=$(ddpq ls --all --json | python3 -c 'import json,sys; print(" ".join(j["state"] for j in json.load(sys.stdin)))')
+  active=$(ddpq ls --json)  # the jobs not ended yet: [] once all have
   echo; echo "== $(date +%T)"; ddpq ls --all --expand; echo; ddpq gpus
-  case "$states" in *queued*|*starting*|*running*|*held*) ;; *) break ;; esac
+  [ "$active" = "[]" ] && break
   if [ $SECONDS -gt $deadline ]; then echo "demo timed out"; exit 1; fi
   sleep 5
 done
@@ -84,7 +84,8 @@ echo
 echo "== ddpq show $sweep --sort -test_acc"
 ddpq show "$sweep" --sort -test_acc
 ddpq show "$sweep" --json | python3 -c '
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)  # a Ctrl-C ends it quietly, as the demo
 sweep = json.load(sys.stdin)
 sys.exit(0 if sweep["counts"] == {"succeeded": sweep["size"]} else 1)
 '

@@ -147,3 +147,17 @@ def test_a_command_with_only_its_own_options_is_sent(
 ) -> None:
     run(monkeypatch, capsys, "submit", *words)
     assert [r.path for r in api if r.method == "POST"] == ["/v1/jobs"]
+
+
+def test_a_ctrl_c_before_the_command_runs_is_exit_130_without_a_trace(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while `ddpq` still imports (found interrupting `make demo`): no traceback."""
+    from ddpq.client import quick
+
+    def interrupted(_argv: object) -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(quick, "run", interrupted)
+    code, out, err = run(monkeypatch, capsys, "ls")
+    assert (code, out, err) == (130, "", "")

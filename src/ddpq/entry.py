@@ -61,6 +61,15 @@ def invoked(cli: TyperGroup, argv: Sequence[str]) -> str | None:
 
 
 def main() -> None:
+    try:
+        _main()
+    except KeyboardInterrupt:
+        # A Ctrl-C while the command is still importing, before ``client.runtime.run``
+        # would answer it so: the shell's status for it, without a trace of the imports.
+        sys.exit(130)
+
+
+def _main() -> None:
     import gc
 
     # `ddpq submit` and `ddpq ls` end in a moment: the collector, which would run a dozen
