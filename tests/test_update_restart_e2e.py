@@ -74,3 +74,8 @@ def test_bad_dependencies_and_changes_say_one_line(
         assert r.returncode != 0, args
         assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
         assert "Traceback" not in r.stderr
+    # A change the daemon refuses as invalid is bad usage, said as the option, as submit's.
+    held = ddpq_in_process(d.url, "submit", "--hold", "--", "true").stdout.strip()
+    r = ddpq_in_process(d.url, "update", held, "--gpus", "9")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == "ddpq: --gpus: asked for 9 GPUs but this server has 1"

@@ -11,6 +11,7 @@ import typer
 
 from ddpq.client.coercion import QuickCommand
 from ddpq.client.common import client, fail, print_json
+from ddpq.client.submission import usage_if_refused
 
 JobArg = Annotated[int, typer.Argument(metavar="ID", help="the job's id")]
 PriorityOpt = Annotated[int | None, typer.Option(help="higher starts first")]
@@ -75,7 +76,7 @@ def update(
             "nothing to change: give --priority, --time-limit, --gpus, --name, --hold or --release",
             2,
         )
-    with client() as c:
+    with client() as c, usage_if_refused():
         out = c.update(job_id, changes)
     if as_json:
         print_json(out)
@@ -98,7 +99,7 @@ def restart(
     changes = changes_of(priority, time_limit, gpus, name)
     if hold:
         changes["hold"] = True
-    with client() as c:
+    with client() as c, usage_if_refused():
         out = c.restart(job_id, changes)
     if as_json:
         print_json(out)

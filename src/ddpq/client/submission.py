@@ -9,8 +9,9 @@ the options' names in place of the fields' (``time_limit_s`` is ``--time-limit``
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from ddpq.core import jobenv
 
@@ -77,6 +78,21 @@ def exported_env(spec: str, environ: Mapping[str, str]) -> tuple[dict[str, str],
     except ValueError as exc:
         raise BadOption(f"--export: {exc}") from None
     return jobenv.exported(environ, names)
+
+
+@contextlib.contextmanager
+def usage_if_refused(workload: str | None = None) -> Iterator[None]:
+    """The daemon validates what a command sends (a submission, an update, a restart): its
+    422 is bad usage (exit 2), said as the options (``refusal``)."""
+    from ddpq.client.errors import DdpqError
+    from ddpq.client.runtime import fail
+
+    try:
+        yield
+    except DdpqError as exc:
+        if exc.status != 422:
+            raise
+        fail(refusal(exc.detail, workload), 2)
 
 
 def refusal(detail: str, workload: str | None = None) -> str:

@@ -15,7 +15,6 @@ import os
 import sys
 
 from ddpq.client import sharing
-from ddpq.client.api import DdpqError
 from ddpq.client.runtime import client, echo, fail, print_json
 
 # Not typing.TYPE_CHECKING: `ddpq submit` and `ddpq ls` import no ``typing`` (``client.quick``).
@@ -207,14 +206,8 @@ def send(body: dict[str, Any], many: bool, workload: str | None) -> dict[str, An
     """The daemon's answer to the submission: the job, or the sweep."""
     from ddpq.client import submission
 
-    with client() as c:
-        try:
-            out: dict[str, Any] = c.submit_sweep(body) if many else c.submit(body)
-        except DdpqError as exc:
-            if exc.status != 422:
-                raise
-            # The daemon validates submissions: a 422 is bad usage, said as the options.
-            fail(submission.refusal(exc.detail, workload), 2)
+    with client() as c, submission.usage_if_refused(workload):
+        out: dict[str, Any] = c.submit_sweep(body) if many else c.submit(body)
     return out
 
 
