@@ -75,6 +75,23 @@ def test_into_a_pipe_too(daemon: Daemon) -> None:
     assert r.stdout.strip() == "x"  # the output on stdout, ddpq's lines on stderr
 
 
+@pytest.mark.parametrize(("given", "status"), [("", 0), ("echo piped\nexit 4\n", 4)])
+def test_a_shell_ends_where_its_input_does(daemon: Daemon, given: str, status: int) -> None:
+    """Input from a file or a pipe that ends: its end reaches the shell as its terminal's
+    EOF key, as ssh sends it (`ddpq shell < /dev/null` waited for good)."""
+    env = {**os.environ, "DDPQ_URL": daemon.url}
+    r = subprocess.run(
+        [sys.executable, "-m", "ddpq", "shell", "--gpus", "0", "--", "sh"],
+        input=given,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == status, r.stderr
+    assert ("piped" in r.stdout) is bool(given)
+
+
 def test_attaching_shows_no_stray_nul(daemon: Daemon, terminals: Callable[..., Terminal]) -> None:
     t = terminals(daemon, "shell", "--gpus", "1", "--", "sh", "-c", "sleep 2; echo done-here")
     t.expect("attached")

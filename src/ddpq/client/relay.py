@@ -31,6 +31,8 @@ ENDED = b"x"
 HEADER = struct.Struct("!cI")
 MAX_FRAME = 256 * 1024
 READ_CHUNK = 65536
+# What a terminal reads as the end of its input (Ctrl-D, VEOF) at the start of a line.
+EOF_KEY = b"\x04"
 DEFAULT_DETACH = "^\\"
 # A socket's address holds 108 bytes; a longer path is reached from inside its folder.
 SUN_PATH_MAX = 107
@@ -202,7 +204,12 @@ def _loop(sock: socket.socket, stdin: int, stdout: int, detach: int | None, wake
         if stdin in ready:
             data = os.read(stdin, READ_CHUNK)
             if not data:
-                reading_input = False  # input ended; the session goes on to its own end
+                # Input ended (a file or a pipe; a terminal in raw mode never ends): said to
+                # the session's terminal as its EOF key, as ssh does, so that a shell reading
+                # it ends (`ddpq shell < /dev/null` waited for good); a program that does
+                # not read it goes on to its own end.
+                reading_input = False
+                sock.sendall(frame(INPUT, EOF_KEY))
             elif detach is not None and detach in data:
                 before = data[: data.index(detach)]
                 if before:
