@@ -161,3 +161,34 @@ def test_a_ctrl_c_before_the_command_runs_is_exit_130_without_a_trace(
     monkeypatch.setattr(quick, "run", interrupted)
     code, out, err = run(monkeypatch, capsys, "ls")
     assert (code, out, err) == (130, "", "")
+
+
+@pytest.mark.parametrize(
+    ("words", "warning"),
+    [
+        (
+            ["resnet"],
+            "resnet is not found where the job will look (did you mean the workload resnet18?)",
+        ),
+        (["--", "./no-such-script.sh"], "./no-such-script.sh is not found where the job will look"),
+        (
+            ["--", "no-such-program-here"],
+            "no-such-program-here is not found where the job will look",
+        ),
+        (["--", "sh", "-c", "true"], None),  # on PATH
+        (["--torchrun", "--", "train.py"], None),  # torchrun's script: torchrun's to find
+    ],
+)
+def test_a_program_nowhere_the_job_looks_is_sent_with_a_warning(
+    api: list[Request],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    words: list[str],
+    warning: str | None,
+) -> None:
+    """`ddpq submit resnet` (a slip for the workload) was queued silently and failed a
+    moment later: now it says so. Not refused: an earlier job may build the program."""
+    _, _, err = run(monkeypatch, capsys, "submit", *words)
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert warned == ([f"ddpq: warning: {warning}"] if warning else []), err
+    assert [r.path for r in api if r.method == "POST"] == ["/v1/jobs"]

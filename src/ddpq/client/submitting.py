@@ -59,11 +59,39 @@ def submit_with(argv: list[str], o: dict[str, Any]) -> None:
     plain["gpus"], plain["gpus_max"] = gpu_range(o["gpus"])
     plain["slurm_options"] = o["slurm_opt"] or []
     fields = job_fields(argv, plain, checked, o["cwd"], o["time_limit"])
+    warn_if_no_program(fields)
     many = bool(o["sweep"]) or o["array"] is not None
     if o["max_running"] is not None and not many:
         fail("--max-running: only with --sweep or --array", 2)
     body = sweep_body(fields, o["sweep"] or [], o["array"], o["max_running"]) if many else fields
     show_submitted(send(body, many, fields.get("workload")), many, o["as_json"])
+
+
+def warn_if_no_program(fields: dict[str, Any]) -> None:
+    """A warning, not a refusal, when the command's program is nowhere the job would find
+    it (its PATH, or its folder for a path): `ddpq submit resnet` (a slip for the workload)
+    was queued and failed a moment later. Not refused: a job may run what an earlier one
+    builds, and the server's files are not always the client's."""
+    command = fields.get("command")
+    if not command or fields.get("torchrun") or "{" in command[0]:
+        return  # a workload, torchrun's script (or -m), a sweep's placeholder
+    word, cwd = command[0], fields["cwd"]
+    if "/" in word:
+        found = os.path.exists(os.path.join(cwd, word))
+    else:
+        env = fields["exported_env"] or os.environ
+        dirs = env.get("PATH", os.defpath).split(os.pathsep)
+        found = any(os.access(os.path.join(cwd, d, word), os.X_OK) for d in dirs)
+    if found:
+        return
+    import difflib
+
+    from ddpq.client.format import sanitize
+    from ddpq.workloads.registry import WORKLOADS
+
+    near = difflib.get_close_matches(word, list(WORKLOADS), n=1, cutoff=0.6)
+    hint = f" (did you mean the workload {near[0]}?)" if near else ""
+    echo(f"ddpq: warning: {sanitize(word)} is not found where the job will look{hint}", err=True)
 
 
 def gpu_range(given: object) -> tuple[int, int | None]:
