@@ -192,3 +192,11 @@ def test_a_program_nowhere_the_job_looks_is_sent_with_a_warning(
     warned = [line for line in err.splitlines() if "warning" in line]
     assert warned == ([f"ddpq: warning: {warning}"] if warning else []), err
     assert [r.path for r in api if r.method == "POST"] == ["/v1/jobs"]
+
+
+def test_an_unknown_command_is_one_line(
+    api: list[Request], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(monkeypatch, capsys, "frobnicate")
+    assert code == 2 and one_line(err), err
+    assert err.strip() == "ddpq: No such command 'frobnicate'. (`ddpq --help` lists the commands)"

@@ -156,9 +156,20 @@ class QuickCommand(TyperCommand):
 
 
 class QuickGroup(TyperGroup):
-    """A Typer group (the global options) whose plain options are read likewise."""
+    """A Typer group (the global options) whose plain options are read likewise, and
+    whose unknown command is one line and exit 2, as a command's bad value is."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         params: list[Any] = super().get_params(ctx)
         use_stdlib_coercion(params)
         return params
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        from typer._click.exceptions import UsageError
+
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:
+            from ddpq.client.runtime import fail
+
+            fail(f"{exc.format_message()} (`ddpq --help` lists the commands)", 2)

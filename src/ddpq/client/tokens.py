@@ -95,7 +95,7 @@ def ls(
         print_json(items)
         return
     if not items:
-        typer.echo("no tokens (`ddpq token create` on the server makes one)", err=True)
+        typer.echo("no tokens (`ddpq token create` makes one, on a daemon with --auth)", err=True)
         return
     rows = [["ID", *(["OWNER"] if all_ else []), "NOTE", "MADE", "WORKS UNTIL"]]
     for t in items:

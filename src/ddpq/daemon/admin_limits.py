@@ -225,8 +225,8 @@ def _list_limits(db: Any) -> None:
     finally:
         db.dispose()
     d = limits.default
-    typer.echo(f"{'(default)':<16}\t{_limit_text(d.gpus, d.jobs)}")
+    typer.echo(f"{'(default)':<16}  {_limit_text(d.gpus, d.jobs)}")
     for user in sorted(limits.per_owner):
         if user != EVERYONE:
             own = limits.of(user)
-            typer.echo(f"{user:<16}\t{_limit_text(own.gpus, own.jobs)}")
+            typer.echo(f"{user:<16}  {_limit_text(own.gpus, own.jobs)}")
