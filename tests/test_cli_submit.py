@@ -200,6 +200,9 @@ def test_a_variable_that_is_not_utf8_is_left_out_with_a_warning(stub: StubApi) -
         ("args: argument --epochs: invalid", "resnet18: argument --epochs: invalid"),
         ("give either a command or a workload, not both", "give either a command"),
         ("owner: whatever", "owner: whatever"),
+        # A sweep's template: its fields are the job's (`template.command` was said as is).
+        ("template.command: {nope} names no parameter", "the command: {nope} names no"),
+        ("template.gpus: asked for 5 GPUs", "--gpus: asked for 5 GPUs"),
     ],
 )
 def test_refusal_names_the_options(detail: str, said: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from ddpq.client.draw import job_lines
+from ddpq.client.host import cores_named
 from tests.inprocess import client_with_gpus
 
 
@@ -30,3 +31,11 @@ def test_the_exit_line_says_what_is_known_and_no_none(
     exits = [line.split(None, 1)[1] for line in lines if line.startswith("  exit ")]
     assert exits == ([shown] if shown else [])
     assert not any("None" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("cores", "named"), [([0], "core 0"), ([0, 1], "cores 0-1"), ([3, 0, 1, 8], "cores 0-1,3,8")]
+)
+def test_cores_are_named_as_which_not_how_many(cores: list[int], named: str) -> None:
+    """ "(cpus 0)" read as "no cores" to a new user; it was core 0."""
+    assert cores_named(cores) == named

@@ -22,6 +22,11 @@ def cores_text(cores: list[int]) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
+def cores_named(cores: list[int]) -> str:
+    """ "core 0", "cores 0-3,8": which cores, never read as how many ("cpus 0")."""
+    return f"core{'s' if len(cores) > 1 else ''} {cores_text(cores)}"
+
+
 def host_lines(job: Data) -> list[str]:
     """`show`'s lines: "cpus  2 asked, held 0-1" and "memory  1G asked, 1G held"."""
     leases = job["leases"]
@@ -43,10 +48,10 @@ def host_lines(job: Data) -> list[str]:
 
 
 def attempt_host(attempt: Data) -> str:
-    """What `show` adds to an attempt's line: "  (cpus 0-1, memory 1G, peak 300M)"."""
+    """What `show` adds to an attempt's line: "  (cores 0-1, memory 1G, peak 300M)"."""
     parts = []
     if attempt.get("cores"):
-        parts.append(f"cpus {cores_text(attempt['cores'])}")
+        parts.append(cores_named(attempt["cores"]))
     if attempt.get("mem") is not None:
         parts.append(f"memory {_size(attempt['mem'])}")
     if attempt.get("peak_ram") is not None:
@@ -66,7 +71,7 @@ def host_summary(devices: Data) -> list[str]:
     memory = f"{held} of {_size(job_ram)} held" if job_ram else f"{held} held, not bounded"
     lines = [f"cpu cores  {cores}", f"memory     {memory}"]
     for job in host.get("jobs") or []:
-        parts = [f"cpus {cores_text(job['cores'])}" if job.get("cores") else "cores shared"]
+        parts = [cores_named(job["cores"]) if job.get("cores") else "cores shared"]
         if job.get("mem") is not None:
             parts.append(f"memory {_size(job['mem'])}")
         owner = sanitize(str(job.get("owner") or "?"))

@@ -105,6 +105,10 @@ def _one(part: str, workload: str | None) -> str:
     if not sep:
         return part
     field, _, rest = loc.partition(".")
+    if field == "template" and rest:  # a sweep's: its fields are the job's options too
+        return _one(f"{rest}: {message}", workload)
+    if field == "command":
+        return f"the command: {message}"
     if field == "args" and workload:
         return f"{workload}: {message}"
     option = OPTION_OF.get(field)
