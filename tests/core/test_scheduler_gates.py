@@ -72,7 +72,7 @@ def test_back_off(not_before: float | None, waits: bool) -> None:
         (q(gpus=4), [0, 1, 2, 3], GpuMemory(), None),
         (q(gpus=0), [], GpuMemory(), None),
         (q(gpus=5), [0, 1, 2, 3], GpuMemory(), "needs 5 GPUs; only 4 can be handed out"),
-        (q(gpus=1), [], GpuMemory(), "needs 1 GPUs; only 0 can be handed out"),
+        (q(gpus=1), [], GpuMemory(), "needs 1 GPU; only 0 can be handed out"),
         # Sharing jobs are measured against the GPUs' memory, external GPUs included.
         (q(gpus=1, mem_bytes=5 * G), [], GpuMemory({0: 16 * G}, {}, G), None),
         (

@@ -98,7 +98,7 @@ def test_an_outside_process_holding_10g_leaves_room_for_one(rig: Rig, gpus: Gpus
     rig.step()
     assert (rig.job(first).state, rig.job(second).state, rig.job(whole).state) == (R, Q, Q)
     # The external GPU is not handed out whole (--external-gpus avoid)...
-    assert rig.job(whole).reason == "needs 1 GPUs; only 0 can be handed out"
+    assert rig.job(whole).reason == "needs 1 GPU; only 0 can be handed out"
 
 
 def test_each_attempts_peak_is_sampled_and_auto_learns_it(rig: Rig, gpus: Gpus) -> None:

@@ -167,13 +167,18 @@ def refuse_option_after_command(argv: Sequence[str]) -> None:
     """Bad usage (exit 2) if ``option_after_command`` finds one: said before any request."""
     misplaced = option_after_command(argv)
     if misplaced is not None:
+        import difflib
+
         from ddpq.client.format import sanitize
         from ddpq.client.runtime import fail
+        from ddpq.workloads.registry import WORKLOADS
 
         word, command = (sanitize(w) for w in misplaced)
+        near = difflib.get_close_matches(misplaced[1], list(WORKLOADS), n=1, cutoff=0.6)
+        hint = f" (or did you mean the workload {near[0]}?)" if near else ""
         fail(
             f"{word}: after the command ({command}) it is read as ddpq's option, not the "
-            f"command's; put the command after `--`: ddpq submit [OPTIONS] -- {command} ...",
+            f"command's; put the command after `--`: ddpq submit [OPTIONS] -- {command} ..." + hint,
             2,
         )
 

@@ -47,7 +47,7 @@ def never_fits(job: QueuedJob, p: Pass) -> str | None:
     if job.mem_bytes is None:
         usable = len(p.usable)
         if job.gpus > usable:
-            return f"needs {job.gpus} GPUs; only {usable} can be handed out"
+            return f"needs {plural(job.gpus, 'GPU')}; only {usable} can be handed out"
         return None
     if p.world.memory.can_ever_hold(job.mem_bytes, job.gpus):
         return None
@@ -85,13 +85,15 @@ def hardware_refusal(
         models = sorted({hw.names.get(g, "?") for g in here})
         have = ", ".join(models[:6]) or "none"
         mig = " (MIG instances only for one-GPU jobs)" if hw.mig and gpus > 1 else ""
-        return f"needs {gpus} GPUs{kind}; this host has {len(typed)}{mig} (models: {have})"
+        return (
+            f"needs {plural(gpus, 'GPU')}{kind}; this host has {len(typed)}{mig} (models: {have})"
+        )
     if gpu_link is None or gpus < 2:
         return None
     if hw.worst(best_set(hw, typed, gpus, typed)) <= CLASSES.index(gpu_link):
         return None
     return (
-        f"needs {gpus} GPUs{kind} linked by {describe_class(gpu_link)} or better; "
+        f"needs {plural(gpus, 'GPU')}{kind} linked by {describe_class(gpu_link)} or better; "
         "no such set exists on this host (ddpq gpus --topology)"
     )
 
