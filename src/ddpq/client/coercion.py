@@ -164,12 +164,14 @@ class QuickGroup(TyperGroup):
         use_stdlib_coercion(params)
         return params
 
-    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         from typer._click.exceptions import UsageError
 
         try:
-            return super().resolve_command(ctx, args)
+            return super().invoke(ctx)
         except UsageError as exc:
+            if exc.ctx is not ctx:  # a command's own (its usage block says more)
+                raise
             from ddpq.client.runtime import fail
 
             fail(f"{exc.format_message()} (`ddpq --help` lists the commands)", 2)
