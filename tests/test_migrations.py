@@ -634,3 +634,36 @@ def test_progress_history_upgrade_keeps_jobs_and_downgrade_drops_its_table_and_c
         assert conn.execute("SELECT id FROM jobs").fetchall() == [(queued,)]
         assert "AUTOINCREMENT" in _table_sql(conn, "jobs")
     migrate(path)  # and up again
+
+
+def test_retries_used_start_as_the_attempts_less_the_free_requeues_and_go_on_downgrade(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ddpq.db"
+    _at(path, "0024e")
+    # (attempt, max_retries, port_retries, relaunches, preemptions, oom_requeues) -> used
+    cases = {
+        (1, 3, 0, 0, 0, 0): 0,  # its first attempt
+        (3, 5, 0, 0, 0, 0): 2,  # two failures retried
+        (4, 5, 1, 1, 1, 0): 0,  # a port clash, a lost launch, a preemption: all free
+        (5, 2, 0, 0, 0, 1): 2,  # more than it may: as many as it may
+    }
+    with sqlite3.connect(path) as conn:
+        ids = {}
+        for counts in cases:
+            job_id = _insert_job(conn, "queued")
+            conn.execute(
+                "UPDATE jobs SET attempt = ?, max_retries = ?, port_retries = ?, relaunches = ?,"
+                " preemptions = ?, oom_requeues = ? WHERE id = ?",
+                (*counts, job_id),
+            )
+            ids[counts] = job_id
+    _at(path, "0025r")
+    with sqlite3.connect(path) as conn:
+        for counts, used in cases.items():
+            row = conn.execute("SELECT retries_used FROM jobs WHERE id = ?", (ids[counts],))
+            assert row.fetchone() == (used,), counts
+    command.downgrade(alembic_config(path), "0024e")
+    with sqlite3.connect(path) as conn:
+        assert "retries_used" not in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (len(cases),)

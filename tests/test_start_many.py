@@ -86,7 +86,7 @@ def test_a_job_that_cannot_start_fails_alone(executor: LocalExecutor, tmp_path: 
 
 @pytest.mark.parametrize(
     ("fault", "put_off"),
-    [(errno.ENOSPC, True), (errno.EDQUOT, True), (errno.EIO, False), (errno.EACCES, False)],
+    [(errno.ENOSPC, True), (errno.EDQUOT, False), (errno.EIO, False), (errno.EACCES, False)],
     ids=["disk-full", "quota-full", "io-error", "denied"],
 )
 def test_a_job_whose_folder_finds_no_room_is_put_off_and_other_faults_fail_it(
@@ -96,8 +96,9 @@ def test_a_job_whose_folder_finds_no_room_is_put_off_and_other_faults_fail_it(
     fault: int,
     put_off: bool,
 ) -> None:
-    """A full disk or quota is the host's state, not the job's fault: its launch is put
-    off (the worker queues it again for later); any other fault fails it, as before."""
+    """A full disk is the host's state, not the job's fault: its launch is put off (the
+    worker queues it again for later); any other fault fails it, as before, a full quota
+    (the account's own) among them."""
     launches = three_launches(tmp_path)
 
     def second_has_no_room(folder: JobDir, *args: object, **kwargs: object) -> None:
@@ -171,3 +172,18 @@ def test_a_pass_larger_than_the_sockets_buffers_is_forked_by_the_server(
     executor.proceed(list(range(1, 401)))
     ended = all_ended(executor, 400)
     assert {e.record.exit_code for e in ended.values()} == {0}
+
+
+def test_no_room_outside_the_jobs_folder_fails_the_job_not_puts_it_off(
+    executor: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC where it does not mean a full disk (a v1 cpuset without memory nodes says it
+    when a process joins): put off, the job would wait for good."""
+
+    def cpuset_refuses(*_: object) -> object:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "cpuset.tasks")
+
+    monkeypatch.setattr("ddpq.executors.local.spawn.Spawner._request", cpuset_refuses)
+    [refused] = executor.start_many(three_launches(tmp_path)[:1])
+    assert isinstance(refused, LaunchFailed) and not refused.put_off
+    assert "no room" not in str(refused)

@@ -33,8 +33,9 @@ def decide(
     port_retries: int = 0,
     stop: StopRequest | None = None,
     relaunches: int = 0,
+    retries_used: int = 0,
 ) -> Disposition:
-    job = JobFacts(attempt, max_retries, port_retries, stop, relaunches)
+    job = JobFacts(attempt, max_retries, port_retries, stop, relaunches, retries_used=retries_used)
     return after_exit(
         record, job, grace_s=10.0, max_port_retries=3, now=NOW, port_clash=lambda: clash
     )
@@ -48,9 +49,20 @@ def test_success_and_plain_failure_finish() -> None:
 
 
 def test_a_failure_with_retries_left_is_requeued_after_its_back_off() -> None:
-    d = decide(rec(1), attempt=2, max_retries=3)
+    d = decide(rec(1), attempt=2, max_retries=3, retries_used=1)
     assert d.job_state is JobState.QUEUED and d.attempt_state is JobState.FAILED
-    assert d.not_before == NOW + 4.0 and not d.finished
+    assert d.not_before == NOW + 4.0 and not d.finished and d.retry
+    assert d.job_reason == "attempt 2 failed (exit code 1); retry 2 of 3 in 4s"
+
+
+def test_free_requeues_use_no_retry() -> None:
+    """Attempt 5 after two put-off launches, a preemption and a port clash: its failure is
+    the job's first, retried (the attempt number stood for the retries used: none left)."""
+    d = decide(rec(1), attempt=5, max_retries=1)
+    assert d.job_state is JobState.QUEUED and d.retry
+    assert d.job_reason == "attempt 5 failed (exit code 1); retry 1 of 1 in 2s"
+    spent = decide(rec(1), attempt=6, max_retries=1, retries_used=1)
+    assert spent.job_state is JobState.FAILED and not spent.retry
 
 
 def test_a_port_clash_is_requeued_at_once_within_its_bound_only() -> None:

@@ -249,24 +249,24 @@ def test_outcome_mapping(record: ExitRecord, stop: StopRequest | None) -> None:
 
 
 def test_should_retry_only_plain_failures_within_budget() -> None:
-    assert should_retry(JobState.FAILED, attempt=1, max_retries=2)
-    assert should_retry(JobState.FAILED, attempt=2, max_retries=2)
-    assert not should_retry(JobState.FAILED, attempt=3, max_retries=2)
-    assert not should_retry(JobState.FAILED, attempt=1, max_retries=0)
+    assert should_retry(JobState.FAILED, retries_used=0, max_retries=2)
+    assert should_retry(JobState.FAILED, retries_used=1, max_retries=2)
+    assert not should_retry(JobState.FAILED, retries_used=2, max_retries=2)
+    assert not should_retry(JobState.FAILED, retries_used=0, max_retries=0)
 
 
 @pytest.mark.parametrize(
     "state", [s for s in JobState if s is not JobState.FAILED], ids=lambda s: s.value
 )
 def test_should_retry_never_for_other_states(state: JobState) -> None:
-    assert not should_retry(state, attempt=1, max_retries=5)
+    assert not should_retry(state, retries_used=0, max_retries=5)
 
 
 @SETTINGS
 @given(st.integers(1, 200), st.integers(0, 100))
-def test_max_retries_means_that_many_extra_attempts(attempt: int, max_retries: int) -> None:
-    # Attempts 1 .. max_retries + 1 run in all: every failure but the last is retried.
-    assert should_retry(JobState.FAILED, attempt, max_retries) == (attempt <= max_retries)
+def test_max_retries_means_that_many_extra_attempts(failures: int, max_retries: int) -> None:
+    # Failures 1 .. max_retries + 1 in all: every one but the last is retried.
+    assert should_retry(JobState.FAILED, failures - 1, max_retries) == (failures <= max_retries)
 
 
 # --------------------------------------------------------------------------- time limits

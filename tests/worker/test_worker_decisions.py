@@ -312,8 +312,9 @@ def test_a_launch_with_no_room_waits_for_room_however_often_with_nothing_used(
     tmp_path: Path,
 ) -> None:
     """A launch that found the job folders' disk full (another user's files may have
-    filled it): the job is not failed, and uses no retry nor relaunch; it waits PUT_OFF_S
-    with its GPU free for others, and starts once there is room."""
+    filled it): the job is not failed, and uses no relaunch; it waits PUT_OFF_S, and so
+    does every other launch (a queue of doomed launches would otherwise hold the GPUs
+    pass after pass), and it starts once there is room."""
     rig = one_gpu(tmp_path)
     try:
         job, other = rig.submit(max_retries=0), rig.submit()
@@ -324,16 +325,35 @@ def test_a_launch_with_no_room_waits_for_room_however_often_with_nothing_used(
             view = rig.job(job)
             assert view.state is Q and view.reason == f"{full}; tried again in {PUT_OFF_S:g}s"
             assert (view.gpus, view.port) == ([], None)
-            rig.step()  # its back-off: the GPU is the other job's meanwhile
-            assert rig.job(job).reason == "waiting out its back-off"
-            assert rig.host.running() == [other]
-            rig.host.finish(other, 0)
-            other = rig.submit()
-            rig.clock.advance(PUT_OFF_S)
+            rig.clock.advance(PUT_OFF_S - 1)
+            rig.step()  # the pause: nothing is launched, the other job's neither
+            assert rig.host.running() == [] and rig.job(other).state is Q
+            rig.clock.advance(1)
         rig.step()  # room at last: it goes first, as it was submitted first
         assert rig.job(job).state is R and rig.host.running() == [job]
     finally:
         rig.close()
+
+
+def test_a_failure_after_put_off_launches_still_has_its_retries(rig: Rig) -> None:
+    """Each put-off launch opened an attempt, and the attempt number stood for the retries
+    used: two put-offs left a job of one retry none (found by review)."""
+    job = rig.submit(max_retries=1)
+    for _ in range(2):
+        rig.host.no_room[job] = "cannot start the job: no room on the disk of its folder"
+        rig.step()
+        rig.clock.advance(PUT_OFF_S)
+    rig.step()
+    assert rig.job(job).state is R and rig.job(job).attempt == 3
+    rig.host.finish(job, 1)
+    rig.step()
+    view = rig.job(job)
+    assert view.state is Q and view.events[-1][2].endswith("retry 1 of 1 in 2s"), view.events
+    rig.clock.advance(2)
+    rig.step()
+    rig.host.finish(job, 1)
+    rig.step()
+    assert rig.job(job).state is F and rig.job(job).reason == "exit code 1"
 
 
 def test_a_job_cancelled_while_its_launch_found_no_room_ends_cancelled(rig: Rig) -> None:

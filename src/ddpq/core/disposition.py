@@ -28,10 +28,10 @@ REQUEUE_EXIT = 75
 # Interrupted launches requeued for free, at most: the shim's "nothing ran" record is written
 # into a folder the job owns, so a job could forge one after running; this bounds the reruns.
 MAX_RELAUNCHES = 3
-# A launch the host had no room for (the job folders' disk, or the account's quota, was
-# full): nothing ran and nothing of the job is to blame, so it waits this long and tries
-# again, as often as it takes. A full disk is not the job's to fail for: another user's
-# files may be what filled it.
+# A launch the host had no room for (the job folders' disk was full): nothing ran and
+# nothing of the job is to blame, so it waits this long and tries again, as often as it
+# takes; so does every other launch (``worker.unlaunched``). A full disk is not the job's
+# to fail for: another user's files may be what filled it.
 PUT_OFF_S = 30.0
 # A sharing job that runs out of GPU memory is requeued on whole GPUs this often, at most
 # (its log says so; a job could print those words itself: this bounds what that gains it).
@@ -53,6 +53,7 @@ class JobFacts:
     # how often the job was requeued on whole GPUs after running out of memory (once).
     shared_mem_bytes: int | None = None
     oom_requeues: int = 0
+    retries_used: int = 0  # failures retried so far (free requeues are not)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Disposition:
     relaunch: bool = False  # requeued after an interrupted launch: counts against MAX_RELAUNCHES
     preempted: bool = False  # requeued after a preemption: no retry used, counted apart
     oom_requeue: bool = False  # requeued on whole GPUs after running out of memory sharing
+    retry: bool = False  # requeued after a failure: uses one of max_retries
 
     @property
     def finished(self) -> bool:
@@ -126,15 +128,17 @@ def after_exit(
             f"{size_for_people(job.shared_mem_bytes)} reserved; requeued once on a whole GPU",
             oom_requeue=True,
         )
-    if should_retry(outcome.state, job.attempt, job.max_retries):
-        delay = retry_backoff_s(job.attempt)
+    if should_retry(outcome.state, job.retries_used, job.max_retries):
+        retry = job.retries_used + 1
+        delay = retry_backoff_s(retry)
         return Disposition(
             outcome.state,
             outcome.reason,
             JobState.QUEUED,
             f"attempt {job.attempt} failed ({outcome.reason}); retry "
-            f"{job.attempt} of {job.max_retries} in {delay:g}s",
+            f"{retry} of {job.max_retries} in {delay:g}s",
             not_before=now + delay,
+            retry=True,
         )
     return Disposition(outcome.state, outcome.reason, outcome.state, outcome.reason)
 

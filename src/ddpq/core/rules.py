@@ -85,13 +85,13 @@ def stop_due(
     return None
 
 
-def retry_backoff_s(attempt: int, base_s: float = 2.0, cap_s: float = 300.0) -> float:
-    """Delay before attempt ``attempt + 1`` after ``attempt`` failed (1-based).
+def retry_backoff_s(retry: int, base_s: float = 2.0, cap_s: float = 300.0) -> float:
+    """Delay before retry ``retry`` (1-based).
 
     Doubles each time (2 s, 4 s, 8 s, ...) so a job that fails at once does not
     spin, capped so a retry still happens within minutes.
     """
-    return float(min(cap_s, base_s * (2 ** max(0, attempt - 1))))
+    return float(min(cap_s, base_s * (2 ** max(0, retry - 1))))
 
 
 def describe_exit(record: ExitRecord) -> str:
@@ -138,9 +138,9 @@ def outcome_of(
     return Outcome(JobState.FAILED, how)
 
 
-def should_retry(state: JobState, attempt: int, max_retries: int) -> bool:
+def should_retry(state: JobState, retries_used: int, max_retries: int) -> bool:
     """Only plain failures are retried; a cancel or a time limit is the user's word."""
-    return state is JobState.FAILED and attempt <= max_retries
+    return state is JobState.FAILED and retries_used < max_retries
 
 
 @dataclass(frozen=True)

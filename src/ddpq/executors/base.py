@@ -70,9 +70,10 @@ class LaunchFailed(Exception):
     (``core.disposition.after_interrupted_launch``: no retry used, a bounded number of
     times) instead of failing it.
 
-    ``put_off``: the host had no room for it (``is_out_of_room``: the job folders' disk or
-    the account's quota is full) and nothing of the job ran: it waits in the queue and
-    tries again (``core.disposition.after_put_off_launch``), for as long as that lasts."""
+    ``put_off``: the host had no room for it (the job folders' disk is full: ENOSPC; a full
+    quota is the account's own, and fails it) and nothing of the job ran: it waits in the
+    queue and tries again (``core.disposition.after_put_off_launch``), as long as it takes;
+    meanwhile no job is launched (``worker.unlaunched``)."""
 
     def __init__(self, reason: str, interrupted: bool = False, put_off: bool = False) -> None:
         super().__init__(reason)

@@ -55,6 +55,7 @@ _ENDINGS = (
         Job.max_retries,
         Job.port_retries,
         Job.relaunches,
+        Job.retries_used,
         Job.stop_request,
         Job.stop_sent_at,
         Job.stop_reason,
@@ -98,6 +99,7 @@ def endings(session: Session, job_ids: Iterable[int]) -> dict[int, Ending]:
             row.stop_reason,
             shared_mem_bytes=row.gpu_mem_bytes,
             oom_requeues=row.oom_requeues,
+            retries_used=row.retries_used,
         )
         out[row.id] = Ending(row.id, row.state, row.attempt, facts, row.job_dir, row.started_at)
     return out
@@ -221,4 +223,6 @@ def _job_values(e: Exit, now: float) -> dict[str, Any]:
         values.update(stop_request=None, stop_sent_at=None, stop_reason=None)
     if e.disposition.not_before is not None:
         values["not_before"] = e.disposition.not_before
+    if e.disposition.retry:  # a value, not an expression: recorded with the pass's others
+        values["retries_used"] = e.ending.facts.retries_used + 1
     return values

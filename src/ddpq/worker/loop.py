@@ -30,7 +30,7 @@ from ddpq.store import attempts as attempt_store
 from ddpq.store import unlaunched as unlaunched_store
 from ddpq.store import users as user_store
 from ddpq.store import waits as wait_store
-from ddpq.store.db import Database, storage_fault
+from ddpq.store.db import Database, Session, storage_fault
 from ddpq.store.headroom import Reserve
 from ddpq.worker.devices import discover
 from ddpq.worker.exits import record_exits
@@ -290,14 +290,7 @@ class Worker:
         with self.db.write() as s:
             record_exits(s, self._exits, self.settings, now)
             self._unlaunched.record(s, now)
-            leased = self.scheduler.lease_next(
-                s,
-                self.inventory.usable(),
-                self._woke_at,
-                now,
-                self.inventory.measured,
-                self.inventory.hardware,
-            )
+            leased = self._lease(s, now)
             mapped = user_store.unix_accounts(s, {job.spec.owner for job in leased})
         self._exits.clear()  # committed
         self._unlaunched.committed()
@@ -325,6 +318,16 @@ class Worker:
             self.executor.abandon([job_id for job_id, _ in started])
             raise
         self.executor.proceed([job_id for job_id, _ in started])
+
+    def _lease(self, s: Session, now: float) -> list[attempt_store.Leased]:
+        """What this pass starts: none for a while after a launch found the job folders'
+        disk full (``Unlaunched.paused_until``)."""
+        if now < self._unlaunched.paused_until:
+            return []
+        inv = self.inventory
+        return self.scheduler.lease_next(
+            s, inv.usable(), self._woke_at, now, inv.measured, inv.hardware
+        )
 
     def _launch(self, job: attempt_store.Leased, mapped: dict[str, str]) -> Launch:
         """What the executor is given to start a leased job."""

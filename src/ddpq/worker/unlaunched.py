@@ -8,7 +8,7 @@ transaction that commits, the next pass's first.
 
 from __future__ import annotations
 
-from ddpq.core.disposition import INTERRUPTED
+from ddpq.core.disposition import INTERRUPTED, PUT_OFF_S
 from ddpq.core.states import JobState
 from ddpq.core.untrusted import clean_text
 from ddpq.executors.base import LaunchFailed
@@ -19,6 +19,10 @@ from ddpq.store.db import Session
 class Unlaunched:
     def __init__(self) -> None:
         self.pending: list[tuple[int, LaunchFailed]] = []
+        # After a launch put off for a full disk, no job is launched for PUT_OFF_S: each
+        # pass would otherwise lease the GPUs to the next job of a long queue, fail its
+        # launch and requeue it, everyone's jobs waiting behind a queue of doomed launches.
+        self.paused_until = 0.0
 
     def add(self, job_id: int, why: LaunchFailed) -> None:
         self.pending.append((job_id, why))
@@ -29,6 +33,7 @@ class Unlaunched:
             reason = clean_text(str(why), 1000)
             if why.put_off:  # no room for it on the host: it waits, no retry used
                 unlaunched_store.requeue_unlaunched(s, job_id, reason, now, put_off=True)
+                self.paused_until = max(self.paused_until, now + PUT_OFF_S)
             elif why.interrupted:  # nothing of it ran: queued again, no retry used
                 unlaunched_store.requeue_unlaunched(s, job_id, f"{INTERRUPTED} ({reason})", now)
             else:

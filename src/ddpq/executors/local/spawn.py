@@ -21,8 +21,7 @@ from typing import BinaryIO, TypeVar
 
 from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header
-from ddpq.core.out_of_room import out_of_room
-from ddpq.executors.accounts import Account, NoAccount, account_for
+from ddpq.executors.accounts import Account, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_env
 from ddpq.executors.local import cgroups, gpu_fence, limits, procs, shim_shm
@@ -32,6 +31,7 @@ from ddpq.executors.local.forkclient import (
     ForkServerUnavailable,
     Ticket,
 )
+from ddpq.executors.local.launch_errors import FolderFull, folder_writes, launch_error
 from ddpq.executors.local.shim_command import SHIM, attempt_args, gated
 from ddpq.executors.local.shim_record import RECORD_SPACE
 from ddpq.jobdir import SHIM_SCRATCH, JobDir, make_folder, open_for_append
@@ -85,19 +85,6 @@ class Spawned:
     gate: int
     word: bytes
     child: subprocess.Popen[bytes] | None  # ours to reap (the exec path), else the server's
-
-
-def launch_error(exc: BaseException) -> str:
-    """Why a launch failed, in words for the job's reason."""
-    if isinstance(exc, NoAccount):
-        return str(exc)
-    if isinstance(exc, FileNotFoundError) and exc.filename:
-        return f"cannot start the job: {exc.filename} does not exist"
-    if isinstance(exc, PermissionError):
-        return f"cannot start the job: permission denied ({exc.filename or exc})"
-    if out_of_room(exc):
-        return f"cannot start the job: no room on the disk of its folder ({exc.strerror})"
-    return f"cannot start the job: {exc}"
 
 
 class Spawner:
@@ -166,7 +153,8 @@ class Spawner:
             # A lost fork: its gate is closed, so a shim forked for it ends without running
             # the job, which may start again. No room: nothing started, it waits for room.
             lost = isinstance(exc, ForkServerLost)
-            failed = LaunchFailed(launch_error(exc), interrupted=lost, put_off=out_of_room(exc))
+            full = isinstance(exc, FolderFull)
+            failed = LaunchFailed(launch_error(exc), interrupted=lost, put_off=full)
             failed.__cause__ = exc
             return failed
 
@@ -181,12 +169,13 @@ class Spawner:
         switch = account is not None and account.uid != os.geteuid()
         folder = JobDir(launch.job_dir)
         owner = (account.uid, account.gid) if account is not None and switch else None
-        # A folder that was there before the first attempt is not this job's: set aside.
-        make_folder(folder, launch.attempt == 1, owner)
-        # The exit record's room, taken before anything runs (shim_record.RESERVED): a disk
-        # filled later still lets the end be recorded; one full now puts the launch off.
-        with open_for_append(folder.path / SHIM_SCRATCH[0], owner) as room:
-            room.write(b" " * RECORD_SPACE)
+        with folder_writes():  # a full disk here puts the launch off (FolderFull)
+            # A folder that was there before the first attempt is not this job's: aside.
+            make_folder(folder, launch.attempt == 1, owner)
+            # The exit record's room, taken before anything runs (shim_record.RESERVED): a
+            # disk filled later still lets the end be recorded.
+            with open_for_append(folder.path / SHIM_SCRATCH[0], owner) as room:
+                room.write(b" " * RECORD_SPACE)
         env = job_env(launch, os.environ, self.omp_threads, cfg.preempt_grace_s)
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
@@ -194,10 +183,13 @@ class Spawner:
         # The log, its attempt's header written, is also the shim's stderr: what the shim
         # itself has to say (a record it cannot write, a fault of its own) is read where
         # the job's output is, and no file more is made per attempt.
-        with open_for_append(folder.log, owner) as log:
+        with folder_writes():
+            log = open_for_append(folder.log, owner)
+        with log:
             when = time.strftime("%Y-%m-%d %H:%M:%S")
-            log.write(attempt_header(when, launch.gpus, launch.port).encode())
-            log.flush()
+            with folder_writes():
+                log.write(attempt_header(when, launch.gpus, launch.port).encode())
+                log.flush()
             return self._request(launch, folder, log, env, ids)
 
     def _request(

@@ -10,13 +10,13 @@ submits every job, as it runs every local job.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import time
 from dataclasses import dataclass
 
 from ddpq.config import Settings
 from ddpq.core.disposition import attempt_header
-from ddpq.core.out_of_room import out_of_room
 from ddpq.executors.accounts import Account, NoAccount, account_for
 from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.contract import job_env
@@ -104,7 +104,8 @@ def prepare(launch: Launch, settings: Settings) -> Submission:
         write_script(folder, text, owner)
     except OSError as exc:
         why = f"cannot prepare the job's folder: {exc}"
-        raise LaunchFailed(why, put_off=out_of_room(exc)) from None
+        # A full disk is the host's state, put off; a full quota (EDQUOT) is the account's.
+        raise LaunchFailed(why, put_off=exc.errno == errno.ENOSPC) from None
     return Submission(text, env, account, owner)
 
 

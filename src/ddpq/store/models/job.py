@@ -70,6 +70,8 @@ class Job(Base):
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Launches cut short before the job ran, requeued for free (core.disposition bounds them).
     relaunches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Failures retried so far (of max_retries): free requeues use none (migration 0025r).
+    retries_used: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     user_hold: Mapped[bool] = mapped_column(Boolean, default=False)
 
     state: Mapped[JobState] = mapped_column(state_type("ck_jobs_state"), index=True)
