@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from ddpq.core import edits
 from ddpq.core.states import JobState
@@ -229,3 +230,20 @@ def submit_as(c: TestClient, token: str, **fields: Any) -> int:
 
 def patch_as(c: TestClient, token: str, job_id: int, **fields: Any) -> Any:
     return c.patch(f"/v1/jobs/{job_id}", json=fields, headers={"Authorization": f"Bearer {token}"})
+
+
+def test_a_running_jobs_time_limit_changes_though_its_kind_of_gpu_has_gone(
+    c: TestClient, home: Path
+) -> None:
+    """Its hardware is judged anew only with a new count of GPUs (found by review: a GPU
+    off the bus made `update --time-limit` of a running job of its type a 422)."""
+    job = submit(c, gpus=1, gpu_type="fake")
+    move(home, job["id"], Q, JobState.STARTING, R)
+    with Database(home / "ddpq.db").write() as s:
+        s.execute(text("UPDATE devices SET name = 'other'"))  # the worker sees other GPUs now
+    assert patch(c, job["id"], time_limit_s=600).status_code == 200
+    waiting = submit(c, gpus=1, gpu_type="oth")
+    with Database(home / "ddpq.db").write() as s:
+        s.execute(text("UPDATE devices SET name = 'fake'"))
+    refused = patch(c, waiting["id"], gpus=2)
+    assert refused.status_code == 422 and "of type 'oth'" in refused.json()["detail"]

@@ -75,7 +75,7 @@ def update(
             now = time.time()
             if values:
                 spec = job_store.spec_of(s, job)
-                checked(s, replace(spec, **values), settings)
+                checked(s, replace(spec, **values), settings, gpus_changed="gpus" in values)
                 old = {k: getattr(spec, k) for k in values}
                 if "name" in values:
                     values["mem_key"] = memory_store.mem_key(values["name"], spec.command)
@@ -144,8 +144,10 @@ def restart(
     return out
 
 
-def checked(s: Session, spec: JobSpec, settings: Settings) -> None:
-    """422 for a changed spec this daemon could not run, as a submission of it would get."""
+def checked(s: Session, spec: JobSpec, settings: Settings, gpus_changed: bool = True) -> None:
+    """422 for a changed spec this daemon could not run, as a submission of it would get.
+    Its hardware is judged anew only with a new count of GPUs (or a restart): a running
+    job's new time limit is no reason to refuse it if a GPU of its kind has gone since."""
     if spec.gpus == 0 and (spec.gpu_mem_bytes is not None or spec.gpu_mem_auto):
         raise ApiError(422, "invalid", "gpus: a job that shares GPUs by memory needs one")
     if spec.gpus == 0 and spec.gpu_type is not None:
@@ -163,4 +165,5 @@ def checked(s: Session, spec: JobSpec, settings: Settings) -> None:
             raise ApiError(422, "invalid", why)
     refuse_beyond_host(spec, settings)
     check_gpus(s, spec.gpus_max or spec.gpus, spec.gpu_mem_bytes, settings)
-    check_hardware(s, spec.gpus, spec.gpu_type, spec.gpu_link)
+    if gpus_changed:
+        check_hardware(s, spec.gpus, spec.gpu_type, spec.gpu_link)
