@@ -171,19 +171,25 @@ def resizes() -> Iterator[int]:
         os.close(w)
 
 
-def relay(sock: socket.socket, stdin: int, stdout: int, detach: int | None) -> Outcome:
-    """Relay until the detach key is pressed or the session ends."""
+def relay(
+    sock: socket.socket, stdin: int, stdout: int, detach: int | None, send_eof: bool = False
+) -> Outcome:
+    """Relay until the detach key is pressed or the session ends; ``send_eof``: type the
+    end of ``stdin`` (a file's, a pipe's) into the session as its EOF key."""
     with raw_mode(stdin), resizes() as wake:
-        return _loop(sock, stdin, stdout, detach, wake)
+        return _loop(sock, stdin, stdout, detach, wake, send_eof)
 
 
-def _loop(sock: socket.socket, stdin: int, stdout: int, detach: int | None, wake: int) -> Outcome:
+def _loop(
+    sock: socket.socket, stdin: int, stdout: int, detach: int | None, wake: int, send_eof: bool
+) -> Outcome:
     size = window_size(stdin)
     if size is not None:
         sock.sendall(frame(WINSIZE, struct.pack("!HH", *size)))
     inbox = bytearray()
     ended: dict[str, int | None] | None = None
     reading_input = True
+    last = b"\n"  # the last byte typed: the EOF key ends input only at a line's start
     while True:
         fds = [sock.fileno(), wake] + ([stdin] if reading_input else [])
         try:
@@ -209,7 +215,8 @@ def _loop(sock: socket.socket, stdin: int, stdout: int, detach: int | None, wake
                 # it ends (`ddpq shell < /dev/null` waited for good); a program that does
                 # not read it goes on to its own end.
                 reading_input = False
-                sock.sendall(frame(INPUT, EOF_KEY))
+                if send_eof:
+                    sock.sendall(frame(INPUT, (b"" if last == b"\n" else b"\n") + EOF_KEY))
             elif detach is not None and detach in data:
                 before = data[: data.index(detach)]
                 if before:
@@ -217,6 +224,7 @@ def _loop(sock: socket.socket, stdin: int, stdout: int, detach: int | None, wake
                 return Outcome(detached=True)
             else:
                 sock.sendall(frame(INPUT, data))
+                last = data[-1:]
         if sock.fileno() in ready:
             try:
                 data = sock.recv(READ_CHUNK)

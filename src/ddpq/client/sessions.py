@@ -128,7 +128,7 @@ def _start(c: Any, job_id: int, key: int | None, relay: Any) -> None:
             c.cancel(job_id)
             say(f"job {job_id}: cancelled")
             raise typer.Exit(130) from None
-        _attach(c, job, key, relay)
+        _attach(c, job, key, relay, ends_with_input=True)
     except EndedFirst as ended:  # `ddpq shell -- nvidia-smi`: over before we attached
         _as_if_attached(c, ended.job)
 
@@ -239,8 +239,12 @@ def _wait_to_run(c: Any, job_id: int) -> dict[str, Any]:
         time.sleep(POLL_S)
 
 
-def _attach(c: Any, job: dict[str, Any], key: int | None, relay: Any) -> None:
-    """Relay this terminal to the running session ``job``; exit as the session did."""
+def _attach(
+    c: Any, job: dict[str, Any], key: int | None, relay: Any, ends_with_input: bool = False
+) -> None:
+    """Relay this terminal to the running session ``job``; exit as the session did.
+    ``ends_with_input``: the end of a file or pipe given as input is typed into it, for
+    `ddpq shell`'s own session; `ddpq attach` (a script's, watching) only stops typing."""
     from ddpq.core.interactive import uses_port
 
     job_id = job["id"]
@@ -251,7 +255,8 @@ def _attach(c: Any, job: dict[str, Any], key: int | None, relay: Any) -> None:
     shown = "none" if key is None else _key_name(key)
     say(f"job {job_id}: attached ({shown} detaches; `ddpq attach {job_id}` comes back)")
     try:
-        outcome = relay.relay(sock, sys.stdin.fileno(), sys.stdout.fileno(), key)
+        fds = (sys.stdin.fileno(), sys.stdout.fileno())
+        outcome = relay.relay(sock, *fds, key, ends_with_input)
     except relay.CannotAttach as exc:
         common.fail(str(exc), 1)
     finally:
