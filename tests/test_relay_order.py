@@ -65,7 +65,7 @@ def relaying() -> Iterator[tuple[int, Frames]]:
     os.set_blocking(wake_r, False)
     done: list[relay.Outcome] = []
     thread = threading.Thread(
-        target=lambda: done.append(relay._loop(ours, terminal, terminal, None, wake_r)),
+        target=lambda: done.append(relay._loop(ours, terminal, terminal, None, wake_r, False)),
         daemon=True,
     )
     thread.start()
