@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,43 @@ def test_an_unknown_command_is_one_line(
     code, _, err = run(monkeypatch, capsys, "frobnicate")
     assert code == 2 and one_line(err), err
     assert err.strip() == "ddpq: No such command 'frobnicate'. (`ddpq --help` lists the commands)"
+
+
+@pytest.mark.parametrize(
+    ("url", "here"),
+    [
+        ("", True),
+        ("unix:/run/ddpq/ddpq.sock", True),
+        ("http://127.0.0.1:8765", True),
+        ("http://localhost:8765/", True),
+        ("http://[::1]:8765", True),
+        ("http://alice:pw@127.0.0.2:8765", True),
+        ("http://server:8765", False),
+        ("https://gpu.lab.example.org", False),
+        ("http://10.0.0.7:8765", False),
+    ],
+)
+def test_a_missing_program_is_warned_of_only_for_a_daemon_on_this_machine(
+    monkeypatch: pytest.MonkeyPatch, url: str, here: bool
+) -> None:
+    """A job of a daemon elsewhere runs on another machine, whose files are not this one's."""
+    from ddpq.client import submitting
+    from ddpq.client.runtime import OPTIONS
+
+    monkeypatch.setitem(OPTIONS, "url", None)
+    monkeypatch.setenv("DDPQ_URL", url)
+    assert submitting._daemon_here() is here
+
+
+def test_a_folder_is_no_program_and_no_path_is_the_minimal_one(
+    api: list[Request],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "tool").mkdir()
+    monkeypatch.chdir(tmp_path)
+    _, _, err = run(monkeypatch, capsys, "submit", "--", "./tool")
+    assert "ddpq: warning: ./tool is not found" in err
+    _, _, err = run(monkeypatch, capsys, "submit", "--export", "NONE", "--", "sh", "-c", "true")
+    assert "warning" not in err  # /bin/sh, on the minimal PATH the job gets

@@ -73,15 +73,18 @@ def warn_if_no_program(fields: dict[str, Any]) -> None:
     was queued and failed a moment later. Not refused: a job may run what an earlier one
     builds, and the server's files are not always the client's."""
     command = fields.get("command")
-    if not command or fields.get("torchrun") or "{" in command[0]:
-        return  # a workload, torchrun's script (or -m), a sweep's placeholder
+    if not command or fields.get("torchrun") or "{" in command[0] or not _daemon_here():
+        return  # a workload, torchrun's script (or -m), a sweep's placeholder, elsewhere
     word, cwd = command[0], fields["cwd"]
     if "/" in word:
-        found = os.path.exists(os.path.join(cwd, word))
+        found = os.path.isfile(os.path.join(cwd, word))
     else:
-        env = fields["exported_env"] or os.environ
-        dirs = env.get("PATH", os.defpath).split(os.pathsep)
-        found = any(os.access(os.path.join(cwd, d, word), os.X_OK) for d in dirs)
+        from ddpq.core.jobenv import MINIMAL_PATH
+
+        env = fields["exported_env"]
+        path = (os.environ if env is None else env).get("PATH", MINIMAL_PATH)
+        places = (os.path.join(cwd, d, word) for d in path.split(os.pathsep))
+        found = any(os.path.isfile(p) and os.access(p, os.X_OK) for p in places)
     if found:
         return
     import difflib
@@ -92,6 +95,20 @@ def warn_if_no_program(fields: dict[str, Any]) -> None:
     near = difflib.get_close_matches(word, list(WORKLOADS), n=1, cutoff=0.6)
     hint = f" (did you mean the workload {near[0]}?)" if near else ""
     echo(f"ddpq: warning: {sanitize(word)} is not found where the job will look{hint}", err=True)
+
+
+def _daemon_here() -> bool:
+    """Whether the daemon asked runs on this machine (its socket, or a loopback address):
+    only then are this machine's files the job's."""
+    from ddpq.client.runtime import OPTIONS
+
+    url = OPTIONS["url"] or os.environ.get("DDPQ_URL") or ""
+    if not url or url.startswith("unix:"):
+        return True
+    host = url.partition("://")[2].partition("/")[0].rpartition("@")[2]
+    # Less its port: [::1]:8765, 127.0.0.1:8765.
+    host = host[1:].partition("]")[0] if host.startswith("[") else host.partition(":")[0]
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def gpu_range(given: object) -> tuple[int, int | None]:
