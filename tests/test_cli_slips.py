@@ -241,3 +241,11 @@ def test_a_folder_is_no_program_and_no_path_is_the_minimal_one(
     assert "ddpq: warning: ./tool is not found" in err
     _, _, err = run(monkeypatch, capsys, "submit", "--export", "NONE", "--", "sh", "-c", "true")
     assert "warning" not in err  # /bin/sh, on the minimal PATH the job gets
+
+
+def test_an_option_not_submits_before_the_command_is_left_to_its_own_error(
+    api: list[Request], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--url` after `submit` is not submit's: its value is no command to blame (review)."""
+    code, _, err = run(monkeypatch, capsys, "submit", "--url", "http://h", "--gpus", "2", "x")
+    assert code == 2 and one_line(err) and "no such option: --url" in err, err

@@ -62,7 +62,7 @@ def test_fake_hardware_places_jobs_and_names_mig_instances(
     assert visible(d, tmp_path, gpus=3, gpu_type="h100") == "1,2,3"
     c = d.client()
     # What no set of this host's GPUs could ever give is refused at submission, in the
-    # words the scheduler's gate has for a job queued before (gates.hardware_refusal).
+    # words the scheduler's gate has for a job queued before (gates.unavailable_hardware).
     for ask, option in (
         ({"gpu_link": "nvlink"}, "--gpu-link"),
         ({"gpu_type": "a100"}, "--gpu-type"),

@@ -155,7 +155,9 @@ def option_after_command(argv: Sequence[str]) -> tuple[str, str] | None:
             if name in kinds:
                 return word, command
         elif word.startswith("-") and word != "-":
-            at += kinds.get(name, FLAG) not in (FLAG, SWITCH) and "=" not in word
+            if name not in kinds:
+                return None  # not submit's: its own error says so (`--url` belongs before)
+            at += kinds[name] not in (FLAG, SWITCH) and "=" not in word
         elif is_workload(word):
             return None
         else:
@@ -167,15 +169,13 @@ def refuse_option_after_command(argv: Sequence[str]) -> None:
     """Bad usage (exit 2) if ``option_after_command`` finds one: said before any request."""
     misplaced = option_after_command(argv)
     if misplaced is not None:
-        import difflib
-
         from ddpq.client.format import sanitize
         from ddpq.client.runtime import fail
-        from ddpq.workloads.registry import WORKLOADS
+        from ddpq.client.submitting import near_workload
 
         word, command = (sanitize(w) for w in misplaced)
-        near = difflib.get_close_matches(misplaced[1], list(WORKLOADS), n=1, cutoff=0.6)
-        hint = f" (or did you mean the workload {near[0]}?)" if near else ""
+        near = near_workload(misplaced[1])
+        hint = f" (or did you mean the workload {near}?)" if near else ""
         fail(
             f"{word}: after the command ({command}) it is read as ddpq's option, not the "
             f"command's; put the command after `--`: ddpq submit [OPTIONS] -- {command} ..." + hint,

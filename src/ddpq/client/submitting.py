@@ -87,13 +87,10 @@ def warn_if_no_program(fields: dict[str, Any]) -> None:
         found = any(os.path.isfile(p) and os.access(p, os.X_OK) for p in places)
     if found:
         return
-    import difflib
-
     from ddpq.client.format import sanitize
-    from ddpq.workloads.registry import WORKLOADS
 
-    near = difflib.get_close_matches(word, list(WORKLOADS), n=1, cutoff=0.6)
-    hint = f" (did you mean the workload {near[0]}?)" if near else ""
+    near = near_workload(word)
+    hint = f" (did you mean the workload {near}?)" if near else ""
     echo(f"ddpq: warning: {sanitize(word)} is not found where the job will look{hint}", err=True)
 
 
@@ -224,6 +221,16 @@ def job_fields(
         except ValueError as exc:
             fail(f"--time-limit: {sanitize(str(exc))}", 2)
     return fields
+
+
+def near_workload(word: str) -> str | None:
+    """The built-in workload ``word`` may be a slip for (``resnet``: resnet18), if any."""
+    import difflib
+
+    from ddpq.workloads.registry import WORKLOADS
+
+    near = difflib.get_close_matches(word, list(WORKLOADS), n=1, cutoff=0.6)
+    return near[0] if near else None
 
 
 def is_workload(name: str) -> bool:

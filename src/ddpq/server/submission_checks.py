@@ -10,7 +10,7 @@ from ddpq import notify_target
 from ddpq.config import Settings
 from ddpq.core import slurm as core_slurm
 from ddpq.core.gpus import hardware_of
-from ddpq.core.scheduler.gates import hardware_refusal
+from ddpq.core.scheduler.gates import unavailable_hardware
 from ddpq.core.sharing import MIB, GpuMemory
 from ddpq.core.spec import JobSpec
 from ddpq.core.units import size_for_people
@@ -100,15 +100,15 @@ def check_gpus(
 
 def check_hardware(s: Session, gpus: int, gpu_type: str | None, gpu_link: str | None) -> None:
     """Refuse a GPU type or link class no set of this server's GPUs could ever give (the
-    scheduler's gate says the same of a job queued before, ``gates.hardware_refusal``);
+    scheduler's gate says the same of a job queued before, ``gates.unavailable_hardware``);
     nothing to judge before the worker has said what GPUs there are."""
     if gpu_type is None and gpu_link is None:
         return
     devices = device_store.all_devices(s)
     hw, here = hardware_of(devices), [d.index for d in devices]
-    why = hardware_refusal(hw, here, gpus, gpu_type, gpu_link) if devices else None
+    why = unavailable_hardware(hw, here, gpus, gpu_type, gpu_link) if devices else None
     if why is not None:
-        typed = hardware_refusal(hw, here, gpus, gpu_type, None) is None
+        typed = unavailable_hardware(hw, here, gpus, gpu_type, None) is None
         raise ApiError(422, "invalid", f"{'gpu_link' if typed else 'gpu_type'}: {why}")
 
 

@@ -68,10 +68,10 @@ def too_big(mem_bytes: int, gpus: int, memory: GpuMemory) -> str:
 
 def no_such_hardware(job: QueuedJob, p: Pass) -> str | None:
     """A job that asks for a GPU type or link class this host could never give it."""
-    return hardware_refusal(p.world.hardware, p.usable, job.gpus, job.gpu_type, job.gpu_link)
+    return unavailable_hardware(p.world.hardware, p.usable, job.gpus, job.gpu_type, job.gpu_link)
 
 
-def hardware_refusal(
+def unavailable_hardware(
     hw: Hardware, gpus_here: Iterable[int], gpus: int, gpu_type: str | None, gpu_link: str | None
 ) -> str | None:
     """Why ``gpus`` GPUs of ``gpu_type`` linked by ``gpu_link`` or better can never be had
