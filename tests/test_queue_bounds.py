@@ -9,6 +9,8 @@ long, and every job not shown counted by owner and state.
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,10 @@ import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
+from ddpq import entry
 from ddpq.client.listing import hidden_text
 from tests.inprocess import client_with_gpus
+from tests.stub_api import Answer, Request, StubApi, json_answer
 
 ACTIVE = "state=queued&state=held&state=starting&state=running"
 
@@ -216,3 +220,32 @@ def test_the_footer_says_whose_rows_are_listed_and_how_many_at_most() -> None:
         "bob 3 held"
     )
     assert hidden_text({**view_, "hidden": []}) == ""
+
+
+@pytest.mark.parametrize(
+    ("words", "ids"),
+    [
+        (["--limit", "3"], [1, 2, 3]),  # the queue's head
+        (["--all", "--limit", "3"], [8, 9, 10]),  # with finished jobs: the newest
+        (["--state", "failed", "--limit", "3"], [8, 9, 10]),
+    ],
+)
+def test_ls_json_with_a_limit_picks_the_rows_the_table_would(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    words: list[str],
+    ids: list[int],
+) -> None:
+    """`ls --all --json --limit N` gave the N oldest while the table showed the newest."""
+    jobs = [{"id": i, "state": "queued"} for i in range(1, 11)]
+
+    def answer(request: Request) -> Answer:
+        offset, limit = (int(request.query[k][0]) for k in ("offset", "limit"))
+        page = {"items": jobs[offset : offset + limit], "total": len(jobs)}
+        return json_answer(200, {**page, "offset": offset, "limit": limit})
+
+    with StubApi(answer) as stub:
+        monkeypatch.setenv("DDPQ_URL", stub.url)
+        monkeypatch.setattr(sys, "argv", ["ddpq", "ls", "--json", *words])
+        entry.main()
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)] == ids

@@ -67,12 +67,17 @@ def hidden_text(view: dict[str, Any]) -> str:
 
 
 def _first(c: JsonApi, states: list[str] | None, user: str | None, limit: int) -> list[Any]:
-    """The ``limit`` oldest matching jobs, a page of at most 1,000 at a time."""
+    """The ``limit`` oldest matching jobs (the queue's head), or with finished ones asked
+    for (``--all``) the newest, as the table picks them; a page of at most 1,000 at a time."""
+    start = 0
+    if states is None or any(s not in ACTIVE_STATES for s in states):
+        start = max(0, c.list(states, user, limit=1, offset=0)["total"] - limit)
     jobs: list[Any] = []
     while len(jobs) < limit:
-        page = c.list(states, user, limit=min(1000, limit - len(jobs)), offset=len(jobs))
+        offset = start + len(jobs)
+        page = c.list(states, user, limit=min(1000, limit - len(jobs)), offset=offset)
         jobs += page["items"]
-        if not page["items"] or len(jobs) >= page["total"]:
+        if not page["items"] or offset + len(page["items"]) >= page["total"]:
             break
     return jobs
 
