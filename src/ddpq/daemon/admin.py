@@ -18,6 +18,7 @@ from ddpq.daemon.commands import (
     SettingText,
     ShowsSettingsDefaults,
     fail,
+    not_found,
 )
 
 app = typer.Typer(
@@ -45,8 +46,20 @@ def _admin_db(home: Path | None, config: Path | None) -> Any:
     from ddpq.store.db import Database, migrate
 
     settings = _settings({"home": home}, config)
-    settings.home.mkdir(parents=True, exist_ok=True)
-    migrate(settings.db_path)
+    new = not settings.db_path.exists()
+    try:
+        settings.home.mkdir(parents=True, exist_ok=True)
+        migrate(settings.db_path)
+    except PermissionError as exc:  # an admin who forgot sudo: one line, not a trace
+        fail(f"cannot open ddpq's state at {settings.home}: {exc.strerror} (as root: sudo)", 1)
+    if new:
+        # Said, not silent: a daemon whose home comes from its unit's environment
+        # (DDPQ_HOME) keeps its state elsewhere, and this one would serve nothing.
+        typer.echo(
+            f"ddpq: note: no state at {settings.home} yet: made a new one; if the daemon "
+            "keeps its state elsewhere, give its --home (or DDPQ_HOME)",
+            err=True,
+        )
     return Database(settings.db_path)
 
 
@@ -172,7 +185,7 @@ def user_map(
         with db.write() as s:
             users.map_unix_user(s, name, unix_user)
     except LookupError as exc:
-        fail(str(exc).strip("'\""), 4)
+        fail(not_found(exc), 4)
     finally:
         db.dispose()
     typer.echo(f"{name}: jobs run as {unix_user!r}" if unix_user else f"{name}: mapped to none")
@@ -200,7 +213,7 @@ def user_remove(name: str, home: HomeOpt = None, config: ConfigOpt = None) -> No
         with db.write() as s:
             users.remove_user(s, name)
     except LookupError as exc:
-        fail(str(exc).strip("'\""), 1)
+        fail(not_found(exc), 1)
     finally:
         db.dispose()
     typer.echo(f"removed {name}")

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ddpq.daemon.commands import ConfigOpt, HomeOpt, ShowsSettingsDefaults, fail
+from ddpq.daemon.commands import ConfigOpt, HomeOpt, ShowsSettingsDefaults, fail, not_found
 
 
 def _count(option: str, value: str | None) -> int | None:
@@ -99,7 +99,7 @@ def register(
             with db.write() as s:
                 limit_store.delete_reservation(s, reservation_id)
         except LookupError as exc:
-            fail(str(exc).strip("'\""), 4)
+            fail(not_found(exc), 4)
         finally:
             db.dispose()
         typer.echo(f"removed reservation {reservation_id}")

@@ -25,6 +25,11 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def not_found(exc: LookupError) -> str:
+    """A store's "no such ..." in its own words (a KeyError's str() adds quotes)."""
+    return str(exc.args[0]) if exc.args else str(exc)
+
+
 class ShowsSettingsDefaults(TyperCommand):
     """A command whose help shows ``--config``'s default, and each setting's help and
     default from its declaration (``--home`` of the admin's commands).
