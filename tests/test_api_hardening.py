@@ -609,8 +609,9 @@ def test_a_root_daemon_does_not_reveal_hidden_paths(home: Path, tree: Path) -> N
         details = [submit(p).json()["detail"].replace(str(p), "P") for p in (exists, missing)]
         assert details[0] == details[1] == "cwd: P is not a directory the job can enter"
         assert submit(tree / "open").status_code == 201
-        # No mapped account: nothing to judge by; the launch decides.
-        assert submit(exists, {"Authorization": f"Bearer {unmapped}"}).status_code == 201
+        # No mapped account: refused before its folder is judged (it could never run).
+        refused = submit(exists, {"Authorization": f"Bearer {unmapped}"})
+        assert refused.status_code == 403 and "mapped to no Unix account" in refused.text
 
 
 # ---- names ---------------------------------------------------------------------------

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from ddpq.client.api import DdpqError, token_file
 from ddpq.schemas import JobSubmit
+from ddpq.store.db import Database
 from tests.cli_inprocess import run_in_process
 from tests.helpers import Daemon, reachable_folder, wait_done, wait_for, wait_state
 from tests.template_db import migrated
@@ -170,10 +172,15 @@ def test_a_root_daemon_runs_jobs_as_the_owners_account(
     lines = c.log_tail(job.id).decode().splitlines()
     assert str(nobody.pw_uid) in lines and nobody.pw_dir in lines
     unmapped = add_user(home, "dave")  # no Unix account named dave
-    c2 = d.client(unmapped)
-    job2 = c2.submit(JobSubmit(command=["true"], cwd="/"))
-    done2 = wait_done(c2, job2.id)
-    assert done2.state == "failed" and "no Unix account" in done2.reason
+    with pytest.raises(DdpqError) as refused:  # at submission, not failed at the launch
+        d.client(unmapped).submit(JobSubmit(command=["true"], cwd="/"))
+    assert refused.value.status == 403 and "dave is mapped to no Unix account" in str(refused.value)
+    ghost = add_user(home, "erin", "--unix-user", "nobody")
+    with Database(home / "ddpq.db").write() as s:  # its account gone since it was mapped
+        s.execute(text("UPDATE users SET unix_user = 'ddpq-no-such-account' WHERE name = 'erin'"))
+    with pytest.raises(DdpqError) as gone:
+        d.client(ghost).submit(JobSubmit(command=["true"], cwd="/"))
+    assert "mapped to 'ddpq-no-such-account', which this host lacks" in str(gone.value)
 
 
 def test_one_user_follows_a_bounded_number_of_logs_at_once(

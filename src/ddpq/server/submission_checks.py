@@ -5,6 +5,7 @@ a job (``routes.jobs``), a sweep's members (``routes.sweeps``) and a job's edits
 from __future__ import annotations
 
 import os
+import pwd
 
 from ddpq import notify_target
 from ddpq.config import Settings
@@ -15,7 +16,7 @@ from ddpq.core.sharing import MIB, GpuMemory
 from ddpq.core.spec import JobSpec
 from ddpq.core.units import size_for_people
 from ddpq.schemas import USER_PRIORITY_MAX
-from ddpq.server import exhaustion, paths
+from ddpq.server import exhaustion, identity, paths
 from ddpq.server.deps import Caller
 from ddpq.server.errors import ApiError
 from ddpq.server.notify_lookups import NotifyLookups
@@ -110,6 +111,25 @@ def check_hardware(s: Session, gpus: int, gpu_type: str | None, gpu_link: str | 
     if why is not None:
         typed = unavailable_hardware(hw, here, gpus, gpu_type, None) is None
         raise ApiError(422, "invalid", f"{'gpu_link' if typed else 'gpu_type'}: {why}")
+
+
+def refuse_unmapped(settings: Settings, db: Database, owner: str, run_as: str | None) -> None:
+    """A root daemon with --auth runs a job as the account its owner is mapped to (or the
+    one the caller proved): an owner mapped to none, or to one this host lacks, is refused
+    now, not queued to fail at its launch (``executors.accounts.account_for``)."""
+    if not settings.auth or os.geteuid() != 0 or run_as is not None:
+        return
+    with db.read() as s:
+        mapped = user_store.unix_accounts(s, {owner}).get(owner)
+    if mapped is not None and identity.look_up(lambda: pwd.getpwnam(mapped)) is not None:
+        return
+    why = "to no Unix account" if mapped is None else f"to {mapped!r}, which this host lacks"
+    raise ApiError(
+        403,
+        "forbidden",
+        f"{owner} is mapped {why}, so no job of theirs can run here; an admin maps one: "
+        f"sudo ddpq admin user map {owner} ACCOUNT",
+    )
 
 
 def check_priority(priority: int | None, who: Caller) -> None:

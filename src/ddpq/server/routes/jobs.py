@@ -49,6 +49,7 @@ from ddpq.server.submission_checks import (
     check_priority,
     cluster_options,
     refuse_if_disk_short,
+    refuse_unmapped,
     workload_command,
 )
 from ddpq.server.workload_data import check_workload_data
@@ -124,6 +125,7 @@ def job_spec(
         raise ApiError(422, "invalid", why)
     spec = replace(spec, slurm_options=cluster_options(spec, settings))
     refuse_beyond_host(spec, settings)
+    refuse_unmapped(settings, db, owner, run_as)
     if body.cwd is not None:
         check_cwd(settings, db, body.cwd, owner, run_as)
     if not swept:  # a workload's data, where it will look (a sweep's members: its route)
