@@ -203,6 +203,8 @@ def test_a_variable_that_is_not_utf8_is_left_out_with_a_warning(stub: StubApi) -
         # A sweep's template: its fields are the job's (`template.command` was said as is).
         ("template.command: {nope} names no parameter", "the command: {nope} names no"),
         ("template.gpus: asked for 5 GPUs", "--gpus: asked for 5 GPUs"),
+        # A token's lifetime (`ddpq token create --expires 400d`): in days, not seconds.
+        ("expires_s: Input should be less than or equal to 31536000", "--expires: at most 365d"),
     ],
 )
 def test_refusal_names_the_options(detail: str, said: str) -> None:

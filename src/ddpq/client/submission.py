@@ -30,6 +30,7 @@ OPTION_OF = {
     "torchrun": "--torchrun",
     "cwd": "--cwd",
     "idle_s": "--idle",
+    "expires_s": "--expires",  # a token's (``ddpq token create``)
     "notify": "--notify",
     "preemptible": "--preemptible",
     "preempt_signal": "--preempt-signal",
@@ -114,11 +115,11 @@ def _one(part: str, workload: str | None) -> str:
     option = OPTION_OF.get(field)
     if option is None:
         return part
-    if field == "time_limit_s" and (bound := re.fullmatch(_AT_MOST, message)):
+    if field.endswith("_s") and (bound := re.fullmatch(_AT_MOST, message)):
         from ddpq.core.units import human_duration
 
         # Said in the option's words and unit, not the wire field's seconds.
-        return f"--time-limit: at most {human_duration(float(bound.group(1)))}"
+        return f"{option}: at most {human_duration(float(bound.group(1)))}"
     if field in KEYED and rest:
         variable = rest.removesuffix(".[key]")
         return f"{option} {variable}: {message}"

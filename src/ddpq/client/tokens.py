@@ -15,6 +15,7 @@ import typer
 
 from ddpq.client.coercion import QuickCommand, QuickGroup
 from ddpq.client.common import client, fail, print_json
+from ddpq.client.submission import usage_if_refused
 
 app = typer.Typer(
     help="Your own API tokens, for another machine or the web page (on the server itself "
@@ -68,7 +69,8 @@ def create(
                 "names one)",
                 2,
             )
-        out = c.create_token(seconds, note)
+        with usage_if_refused():
+            out = c.create_token(seconds, note)
     if as_json:
         print_json(out)
         return
