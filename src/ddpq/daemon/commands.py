@@ -51,6 +51,13 @@ class ShowsSettingsDefaults(TyperCommand):
                 param.help = f"{param.help}  [default: {DEFAULT_CONFIG_FILE}, if it exists]"
             elif param.name in declared and not param.help:
                 param.help = option_help(*declared[param.name])
+                if param.name != "home":  # its help says where it is found already
+                    # What the daemon is set to counts first: the declaration's default
+                    # applies only where nothing sets it (`admin prune` with a config's
+                    # keep_finished showed "[default: forever]").
+                    param.help = param.help.replace(
+                        "[default: ", "[default: as set for the daemon (config, DDPQ_*), else "
+                    )
         super().format_help(ctx, formatter)
 
 
