@@ -49,6 +49,9 @@ MAX_PER_ACCOUNT = 64
 # pidfds and job files, the wake socket.
 RESERVED_FDS = 256
 KEEP_ALIVE_S = 5
+# How long a refused connection stays open for its client's request (read, unused) before
+# it is closed: its 503 is read whatever the client does first.
+REFUSED_LINGER_S = 2.0
 
 _BUSY_BODY = b'{"detail":"too many connections to ddpq; try again later","code":"too_busy"}'
 _MINE_BODY = (
@@ -82,6 +85,7 @@ class GuardedH11Protocol(H11Protocol):
         # loop time since which this connection waits for a request's headers, or None
         self.waiting_since: float | None = None
         self.account: int | None = None  # the caller's uid on the Unix socket (not root)
+        self._refused: asyncio.TimerHandle | None = None  # a refused one's last moment
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -106,9 +110,16 @@ class GuardedH11Protocol(H11Protocol):
         return len(mine) <= self.max_per_account or self._make_room(mine)
 
     def _refuse(self, answer: bytes) -> None:
+        """Answer 503 and end the connection, once the client has written its request (or
+        within REFUSED_LINGER_S): closed at once, a client still writing its request met a
+        broken pipe and never read why (`ddpq` said "cannot reach the daemon")."""
         self.connections.discard(self)
         self.transport.write(answer)
-        self.transport.close()
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()  # the answer is whole: the client reads it to its end
+        self._refused = self.loop.call_later(REFUSED_LINGER_S, self.transport.close)
 
     def shutdown(self) -> None:
         # A followed log (`ddpq logs -f`, the page's; its route marks it) lasts as long as
@@ -124,9 +135,14 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
+        if self._refused is not None:
+            self._refused.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused is not None:  # the request of a refused connection: read, unused
+            self.transport.close()
+            return
         super().data_received(data)
         self._sync_timer()
 
