@@ -82,8 +82,11 @@ def flood(path: str, connections: int) -> int:
     pid = os.fork()
     if pid:
         os.close(said)
-        os.read(under_way, 1)
+        started = os.read(under_way, 1) == b"."
         os.close(under_way)
+        if not started:  # it ended first (no socket, no nobody): no figure beside nothing
+            os.waitpid(pid, 0)
+            raise SystemExit("the flood did not start: nothing to measure beside it")
         return pid
     os.close(under_way)
     try:
@@ -140,9 +143,11 @@ def main() -> None:
         measure(path, 5)  # warm
         alone = measure(path, args.samples)
         child = flood(path, args.connections)
-        flooded = measure(path, args.samples)
-        os.kill(child, signal.SIGKILL)
-        os.waitpid(child, 0)
+        try:
+            flooded = measure(path, args.samples)
+        finally:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ddpq.executors.base import Ended, LaunchFailed
+from ddpq.executors.base import LaunchFailed
 from ddpq.executors.local import shim_record
 from ddpq.executors.local.executor import LocalExecutor
-from tests.helpers import wait_for
 from tests.launches import a_launch
 from tests.test_resources import small_disk
-from tests.test_start_many import executor
+from tests.test_start_many import all_ended, executor
 
 __all__ = ["executor", "small_disk"]  # fixtures, used by name
 
@@ -38,18 +37,6 @@ def fill(disk: Path) -> Path:
                     return filler
 
 
-def ended(executor: LocalExecutor, job_id: int) -> Ended:
-    found: list[Ended] = []
-
-    def gone() -> bool:
-        found.extend(executor.ended())
-        return bool(found)
-
-    wait_for(gone, 30, f"job {job_id}'s end")
-    assert [e.job_id for e in found] == [job_id]
-    return found[0]
-
-
 def test_a_launch_on_a_full_disk_is_put_off_and_runs_once_there_is_room(
     executor: LocalExecutor, small_disk: Path
 ) -> None:
@@ -62,7 +49,7 @@ def test_a_launch_on_a_full_disk_is_put_off_and_runs_once_there_is_room(
     [handle] = executor.start_many([launch])
     assert isinstance(handle, str)
     executor.proceed([1])
-    record = ended(executor, 1).record
+    record = all_ended(executor, 1)[1].record
     assert (record.exit_code, record.error) == (0, None)
 
 
@@ -77,7 +64,7 @@ def test_a_job_ends_with_its_own_status_however_full_the_disk_became(
     assert isinstance(handle, str)
     fill(small_disk)
     executor.proceed([1])
-    record = ended(executor, 1).record
+    record = all_ended(executor, 1)[1].record
     assert (record.exit_code, record.error) == (3, None)
 
 
@@ -128,3 +115,17 @@ def test_the_shim_writes_over_the_launchs_blanks_only_as_the_worker_left_them(
     before = {p.name: p.lstat() for p in spoilt.parent.iterdir()}
     assert shim_record.room_left_at_launch(str(room)) == -1
     assert {p.name: p.lstat() for p in spoilt.parent.iterdir()} == before  # untouched
+
+
+def test_what_the_job_appended_to_its_record_room_does_not_spoil_the_record(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    """The room is the job's own file while it runs: anything it appends there is cut
+    when the shim writes its record over the blanks (found by hand: the attempt read as
+    lost instead of its exit status)."""
+    grow = 'echo junk >> "$DDPQ_JOB_DIR/exit.json.tmp"; exit 6'
+    [handle] = executor.start_many([a_launch(tmp_path / "jobs" / "1", command=["sh", "-c", grow])])
+    assert isinstance(handle, str)
+    executor.proceed([1])
+    record = all_ended(executor, 1)[1].record
+    assert (record.exit_code, record.error) == (6, None)

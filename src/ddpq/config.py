@@ -27,6 +27,7 @@ from ddpq.config_values import (
     parse_port_range,
     read_ephemeral_range,
 )
+from ddpq.core.loopback import is_loopback
 from ddpq.core.names import MAX_SOCKET_PATH, SOCKET_FILE
 
 # Named here for the modules that import them from ddpq.config.
@@ -162,17 +163,6 @@ def _check_on_this_machine(
             "as root (and jobs could not run as their owners). Use --auth, or "
             "--allow-root on a machine where every local user is trusted with root"
         )
-
-
-def is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def public_fields() -> dict[str, tuple[Public, FieldInfo]]:

@@ -14,13 +14,11 @@ import pwd
 from pathlib import Path
 
 from ddpq.core.names import UNIX_NAME
+from ddpq.core.proc_status import STATUS_LIMIT, status_uid
 
 PROC = Path("/proc")
-# /proc/PID/status is 1-2 KiB; a bound all the same, as for anything a process decides.
-STATUS_LIMIT = 16 * 1024
 ENVIRON_LIMIT = 256 * 1024  # ARG_MAX-sized environments exist; more is not a job's
 PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
-UID_MAX = (1 << 32) - 2  # (uid_t)-1 is "no uid"
 COMM_CHARS = 15  # TASK_COMM_LEN - 1
 
 
@@ -35,16 +33,7 @@ def process_uid(pid: int, proc: Path = PROC) -> int | None:
             data = f.read(STATUS_LIMIT)
     except OSError:  # gone (ENOENT, ESRCH), hidden (EACCES, hidepid), or no /proc at all
         return None
-    uid: int | None = None
-    # The kernel escapes a newline in the process's name (the first line), but should a
-    # name still make a line, it would come before the kernel's own "Uid:" line: the last
-    # one is the kernel's.
-    for line in data.split(b"\n"):
-        if line.startswith(b"Uid:"):
-            fields = line[4:].split()
-            good = len(fields) == 4 and all(f.isdigit() and len(f) <= 10 for f in fields)
-            uid = int(fields[0]) if good else None
-    return uid if uid is not None and uid <= UID_MAX else None
+    return status_uid(data)
 
 
 def account_name(uid: int) -> str | None:

@@ -16,15 +16,17 @@ from sqlalchemy import select
 from ddpq.core.disposition import MAX_RELAUNCHES, PUT_OFF_S, attempt_header
 from ddpq.core.rules import ExitRecord
 from ddpq.core.states import JobState
-from ddpq.executors.base import Launch
+from ddpq.executors.base import Launch, LaunchFailed
 from ddpq.executors.fake import FakeExecutor
 from ddpq.jobdir import JobDir
 from ddpq.store import attempts as attempt_store
 from ddpq.store import endings as ending_store
+from ddpq.store import jobs as job_store
 from ddpq.store import unlaunched as unlaunched_store
 from ddpq.store.db import Session
 from ddpq.store.models import Attempt
 from ddpq.worker import exits
+from ddpq.worker.unlaunched import Unlaunched
 from tests.worker.rig import Rig, make_rig
 
 Q, R, S, F = JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED
@@ -553,3 +555,22 @@ def test_a_failed_launch_whose_record_is_rolled_back_is_recorded_by_the_next_pas
     view = rig.job(job)
     assert view.state is F and "No space left on device" in view.reason
     assert view.gpus == [] and view.port is None  # its leases let go
+
+
+def test_a_failed_launch_recorded_twice_counts_once(rig: Rig) -> None:
+    """The transaction that records failed launches can commit and still raise (its log
+    not synced: LogNotSynced comes after the commit); the next pass records them again,
+    which must change nothing (found by review: a second relaunch counted)."""
+    job = rig.submit()
+    with rig.worker.db.write() as s:
+        [leased] = rig.worker.scheduler.lease_next(s, [0, 1], rig.clock(), rig.clock())
+    kept = Unlaunched()
+    kept.add(job, leased.attempt, LaunchFailed("lost for the test", interrupted=True))
+    for _ in range(2):  # committed, but not known to be: taken up again
+        with rig.worker.db.write() as s:
+            kept.record(s, rig.clock())
+    view = rig.job(job)
+    assert view.state is Q and view.reason.startswith("launch interrupted")
+    assert sum("launch interrupted" in why for _, _, why in view.events) == 1
+    with rig.worker.db.read() as s:
+        assert job_store.get_job(s, job).relaunches == 1

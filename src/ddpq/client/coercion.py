@@ -165,13 +165,13 @@ class QuickGroup(TyperGroup):
         return params
 
     def invoke(self, ctx: Any) -> Any:
-        from typer._click.exceptions import UsageError
-
         try:
             return super().invoke(ctx)
-        except UsageError as exc:
-            if exc.ctx is not ctx:  # a command's own (its usage block says more)
-                raise
+        except Exception as exc:
+            # click's usage error of this group (no such command), by its context: its
+            # class lives in click or in Typer's copy of it, as the Typer installed has it.
+            if getattr(exc, "ctx", None) is not ctx or not hasattr(exc, "format_message"):
+                raise  # a command's own (its usage block says more), or no usage error
             from ddpq.client.runtime import fail
 
             fail(f"{exc.format_message()} (`ddpq --help` lists the commands)", 2)

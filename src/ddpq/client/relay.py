@@ -4,8 +4,8 @@ What `ddpq shell` and `ddpq attach` run once the session runs. This terminal goe
 mode (every key, Ctrl-C included, goes to the session), its window size is sent when the
 relay starts and at every SIGWINCH, and the detach key (Ctrl-\\ unless ``--detach-key``
 says otherwise) leaves the session running. When standard input is not a terminal, its
-bytes are relayed as they are, and its end is only the end of input (the session goes on
-until it ends itself). Standard library only.
+bytes are relayed as they are; its end is typed as the terminal's EOF key for `ddpq
+shell` (``send_eof``), and only ends the input for `ddpq attach`. Standard library only.
 
 Frames, both ways: one byte of kind, four of length (big-endian), the payload; the shim's
 ``executors.local.shim_wire`` speaks the same protocol (a test checks that they agree).

@@ -13,6 +13,12 @@ from ddpq.store import leases as lease_store
 from ddpq.store import settling, transitions
 
 
+def still_starting(session: Session, job_id: int, attempt: int) -> bool:
+    """Whether ``attempt`` of the job is still the one starting: not yet recorded."""
+    job = job_store.get_job(session, job_id)
+    return job.state is JobState.STARTING and job.attempt == attempt
+
+
 def end_unlaunched(session: Session, job_id: int, state: JobState, reason: str, now: float) -> None:
     """End an attempt whose job never ran: free its leases; requeue or finish the job."""
     job = job_store.get_job(session, job_id)

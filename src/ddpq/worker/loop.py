@@ -302,7 +302,7 @@ class Worker:
         started: list[tuple[int, str]] = []
         for launch, handle in zip(launches, self.executor.start_many(launches), strict=True):
             if isinstance(handle, LaunchFailed):
-                self._unlaunched.add(launch.job_id, handle)
+                self._unlaunched.add(launch.job_id, launch.attempt, handle)
                 continue
             started.append((launch.job_id, handle))
             self._running[launch.job_id] = JobDir(launch.job_dir)

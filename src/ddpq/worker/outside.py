@@ -19,7 +19,8 @@ from dataclasses import replace
 
 from ddpq.core import usage
 from ddpq.core.gpus import Gpu, GpuProcess
-from ddpq.procfs import PROC, STATUS_LIMIT, account_name, process_uid
+from ddpq.core.proc_status import STATUS_LIMIT
+from ddpq.procfs import PROC, account_name, process_uid
 from ddpq.store import usage as usage_store
 from ddpq.store.db import Session
 

@@ -18,18 +18,22 @@ from ddpq.store.db import Session
 
 class Unlaunched:
     def __init__(self) -> None:
-        self.pending: list[tuple[int, LaunchFailed]] = []
+        self.pending: list[tuple[int, int, LaunchFailed]] = []  # job, attempt, why
         # After a launch put off for a full disk, no job is launched for PUT_OFF_S: each
         # pass would otherwise lease the GPUs to the next job of a long queue, fail its
         # launch and requeue it, everyone's jobs waiting behind a queue of doomed launches.
         self.paused_until = 0.0
 
-    def add(self, job_id: int, why: LaunchFailed) -> None:
-        self.pending.append((job_id, why))
+    def add(self, job_id: int, attempt: int, why: LaunchFailed) -> None:
+        self.pending.append((job_id, attempt, why))
 
     def record(self, s: Session, now: float) -> None:
         """Each, in ``s``: queued again if nothing of it ran, else failed."""
-        for job_id, why in self.pending:
+        for job_id, attempt, why in self.pending:
+            if not unlaunched_store.still_starting(s, job_id, attempt):
+                # Recorded already: by a commit that then failed to sync (LogNotSynced is
+                # raised after it), whose pass the next one takes up again.
+                continue
             reason = clean_text(str(why), 1000)
             if why.put_off:  # no room for it on the host: it waits, no retry used
                 unlaunched_store.requeue_unlaunched(s, job_id, reason, now, put_off=True)

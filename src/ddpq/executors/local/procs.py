@@ -11,6 +11,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddpq.core.proc_status import EFFECTIVE, STATUS_LIMIT, status_uid
+
 # The most of a process's environment read when looking for a job's marker in it.
 MARKER_SEARCH_BYTES = 256 * 1024
 
@@ -165,12 +167,9 @@ def effective_uid(pid: int) -> int | None:
     is not dumpable, as a shim that changed its uid is not)."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Uid:"):
-                    return int(line.split()[2])
-    except (OSError, ValueError, IndexError):
+            return status_uid(f.read(STATUS_LIMIT), EFFECTIVE)
+    except OSError:
         return None
-    return None
 
 
 def pidfd(pid: int) -> int | None:

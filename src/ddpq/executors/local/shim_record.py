@@ -116,8 +116,11 @@ def write_record(path: str, record: dict[str, object]) -> None:
     fd = RESERVED["fd"] if RESERVED["fd"] >= 0 else room_left_at_launch(tmp)
     RESERVED["fd"] = -1
     if fd >= 0 and len(data) <= RECORD_SPACE and still_at(fd, tmp):
-        # Trailing blanks are valid JSON whitespace: the reader ignores them.
+        # Trailing blanks are valid JSON whitespace: the reader ignores them. Cut to the
+        # record's room (shrinking takes no block): what the job appended to the file
+        # while it ran would follow the record and spoil it (the attempt read as lost).
         os.pwrite(fd, data.ljust(RECORD_SPACE), 0)
+        os.ftruncate(fd, RECORD_SPACE)
         os.close(fd)
     else:
         if fd >= 0:

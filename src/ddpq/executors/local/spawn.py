@@ -169,6 +169,10 @@ class Spawner:
         switch = account is not None and account.uid != os.geteuid()
         folder = JobDir(launch.job_dir)
         owner = (account.uid, account.gid) if account is not None and switch else None
+        env = job_env(launch, os.environ, self.omp_threads, cfg.preempt_grace_s)
+        if account is not None:
+            env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
+        ids = credentials(account) if account is not None and switch else None
         with folder_writes():  # a full disk here puts the launch off (FolderFull)
             # A folder that was there before the first attempt is not this job's: aside.
             make_folder(folder, launch.attempt == 1, owner)
@@ -176,20 +180,18 @@ class Spawner:
             # disk filled later still lets the end be recorded.
             with open_for_append(folder.path / SHIM_SCRATCH[0], owner) as room:
                 room.write(b" " * RECORD_SPACE)
-        env = job_env(launch, os.environ, self.omp_threads, cfg.preempt_grace_s)
-        if account is not None:
-            env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
-        ids = credentials(account) if account is not None and switch else None
-        # The log, its attempt's header written, is also the shim's stderr: what the shim
-        # itself has to say (a record it cannot write, a fault of its own) is read where
-        # the job's output is, and no file more is made per attempt.
-        with folder_writes():
+            # The log, its attempt's header written, is also the shim's stderr: what the
+            # shim itself has to say (a record it cannot write) is read where the job's
+            # output is, and no file more is made per attempt.
             log = open_for_append(folder.log, owner)
-        with log:
-            when = time.strftime("%Y-%m-%d %H:%M:%S")
-            with folder_writes():
+            try:
+                when = time.strftime("%Y-%m-%d %H:%M:%S")
                 log.write(attempt_header(when, launch.gpus, launch.port).encode())
                 log.flush()
+            except BaseException:
+                log.close()
+                raise
+        with log:
             return self._request(launch, folder, log, env, ids)
 
     def _request(
