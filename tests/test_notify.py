@@ -140,7 +140,7 @@ def test_a_loss_ranks_lowest_first_and_an_array_names_the_index() -> None:
 
 # What members write is theirs: words, booleans, nulls, infinities (core.untrusted makes
 # those null, but the message must not trust that) where a number is expected.
-NOT_NUMBERS: list[Any] = ["0.99", True, None, float("inf"), float("nan"), [1], {"a": 1}]
+NOT_NUMBERS: list[Any] = ["0.99", True, None, float("inf"), float("nan"), [1], {"a": 1}, 10**400]
 
 
 @pytest.mark.parametrize("bad", NOT_NUMBERS, ids=repr)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from ddpq.core.finite import finite_float
 from ddpq.core.states import JobState
 
 MAX_URL = 2048
@@ -131,10 +132,7 @@ class SweepEnded:
 
 
 def _number(progress: Mapping[str, Any] | None, key: str) -> float | None:
-    value = (progress or {}).get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+    return finite_float((progress or {}).get(key))
 
 
 def best_member(members: Sequence[MemberEnded]) -> tuple[str, MemberEnded] | None:
